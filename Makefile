@@ -1,0 +1,81 @@
+# rig: recipe -> render -> build -> boot -> load -> compare -> report.
+# `make help` lists the targets. Recipe from RECIPE=name or positionally: `make build mia-tp4`.
+
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+RIG := $(VENV)/bin/rig
+POSITIONAL_TARGETS := build up down logs loadtest compare audit validate
+ifneq ($(filter $(POSITIONAL_TARGETS),$(firstword $(MAKECMDGOALS))),)
+  ifneq ($(word 2,$(MAKECMDGOALS)),)
+    RECIPE := $(word 2,$(MAKECMDGOALS))
+    $(eval $(word 2,$(MAKECMDGOALS)):;@:)
+  endif
+endif
+RECIPE ?= tiny-cpu
+SCENARIO ?=
+ARMS ?= before:RIG_TOKEN_DELAY_MS=0 after:RIG_TOKEN_DELAY_MS=5
+BOOTS ?= 2
+ROUNDS ?= 3
+
+.DEFAULT_GOAL := help
+.PHONY: help setup render lint test demo build up down logs status loadtest compare audit adapters validate
+
+help: ## this list
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@echo "  RECIPE=<name> (default tiny-cpu), or positionally: make build mia-tp4"
+
+$(VENV)/.rig-setup: pyproject.toml adapter/pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev]" -e ./adapter
+	$(PY) -m rig_adapters install-pth
+	touch $@
+
+setup: $(VENV)/.rig-setup ## create .venv with everything the host side needs
+
+render: setup ## render docker/ and compose/ from recipes/
+	$(RIG) render
+
+validate: setup ## validate one recipe (RECIPE=) or all
+	$(RIG) validate $(if $(filter validate,$(firstword $(MAKECMDGOALS))),$(word 2,$(MAKECMDGOALS)),)
+
+lint: setup ## ruff, recipe validation, freshness of rendered files
+	$(VENV)/bin/ruff check .
+	$(RIG) validate
+	$(RIG) render --check
+
+test: setup ## the test suite (what CI runs)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pytest -q
+
+demo: setup ## boot tiny-cpu, stream a chat, load test, compare, shut down
+	$(RIG) demo
+
+build: setup ## build a recipe's image (needs a Docker engine)
+	$(RIG) build $(RECIPE)
+
+up: setup ## boot a recipe and wait until healthy
+	$(RIG) up $(RECIPE)
+
+down: setup ## stop a booted recipe
+	$(RIG) down $(RECIPE)
+
+logs: setup ## print a recipe's boot log
+	$(RIG) logs $(RECIPE)
+
+status: setup ## what is up
+	$(RIG) status
+
+loadtest: setup ## Locust load test against RECIPE (SCENARIO= to pick)
+	$(RIG) loadtest $(RECIPE) $(if $(SCENARIO),--scenario $(SCENARIO),)
+
+compare: setup ## before/after comparison across boots (ARMS=, BOOTS=, ROUNDS=)
+	$(RIG) compare $(RECIPE) $(foreach a,$(ARMS),--arm $(a)) --boots $(BOOTS) --rounds $(ROUNDS)
+
+audit: setup ## GEMM shape audit of a recipe against backend constraints
+	$(RIG) audit $(RECIPE)
+
+adapters: setup ## the adapter registry and its drift matrix
+	$(RIG) adapters list
+	$(RIG) adapters check

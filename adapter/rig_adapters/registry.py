@@ -1,0 +1,176 @@
+"""The adapter registry: one declaration per adapter, pure data.
+
+Adding an adapter = one module under `rig_adapters/adapters/` + one row here. Nothing else
+changes: the runtime arms rows, `rig adapters list` prints them, recipes are validated
+against them and `rig adapters check` verifies their targets against pinned engine sources.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Target:
+    """One patched attribute: `module` is imported by the engine, `attribute` is a dotted path
+    inside it, `params` the parameter names the adapter relies on (checked at arm time and
+    statically by the drift check), `installer` the adapter-module function that patches it."""
+
+    module: str
+    attribute: str
+    installer: str
+    params: tuple[str, ...] = ()
+
+    @property
+    def dotted(self) -> str:
+        return f"{self.module}.{self.attribute}"
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    works_around: str
+    redundant_when: str
+    last_gain: str
+    measured_on: str
+
+
+@dataclass(frozen=True)
+class AdapterSpec:
+    name: str
+    summary: str
+    gate: str
+    settings: tuple[str, ...]
+    engines: tuple[str, ...]
+    targets: tuple[Target, ...]
+    lifecycle: Lifecycle
+    # Adapters whose wrappers this one must wrap (installed first on a shared target).
+    after: tuple[str, ...] = ()
+    # Recipes (by name) this adapter is meant for; empty = any recipe of a listed engine.
+    recipes: tuple[str, ...] = ()
+    test_only: bool = False
+    # (distribution, module, attribute): when the engine's pinned copy of that distribution has
+    # the attribute, upstream does the adapter's job and the adapter refuses as redundant.
+    redundant_if: tuple[str, str, str] | None = None
+
+    @property
+    def module(self) -> str:
+        return f"rig_adapters.adapters.{self.name}"
+
+
+_FP8_UTILS = "sglang.srt.layers.quantization.fp8_utils"
+_FP8 = "sglang.srt.layers.quantization.fp8"
+_MXFP8_LINEAR_PARAMS = (
+    "input",
+    "weight",
+    "weight_scale",
+    "input_scale",
+    "bias",
+    "output_dtype",
+    "backend",
+    "pin_tactic",
+)
+
+REGISTRY: tuple[AdapterSpec, ...] = (
+    AdapterSpec(
+        name="mxfp8_b12x",
+        summary="route SGLang's MXFP8 dense linears to FlashInfer's b12x backend; shapes b12x rejects fall back",
+        gate="RIG_MXFP8_B12X",
+        settings=(),
+        engines=("sglang",),
+        targets=(
+            Target(_FP8_UTILS, "flashinfer_mxfp8_blockscaled_linear", "install_linear", _MXFP8_LINEAR_PARAMS),
+        ),
+        lifecycle=Lifecycle(
+            works_around="SGLang selects only cutlass/cute-dsl for block-FP8-as-MXFP8 (fp8_utils.dispatch_block_fp8_mxfp8_linear); no b12x choice up to 0.5.23",
+            redundant_when="SGLang offers a b12x MXFP8 dense backend of its own",
+            last_gain="shared down_proj 58.00 -> 17.24 us/call with shared_pad_k (seed 000)",
+            measured_on="RTX PRO 6000 Blackwell / DGX Spark (SM12x); cannot run on Hopper",
+        ),
+        recipes=("mia-tp4",),
+    ),
+    AdapterSpec(
+        name="shared_pad_k",
+        summary="shared-expert K padding: zero-pad down_proj K to the next multiple of 128 so b12x accepts it",
+        gate="DSV41_SHARED_PAD_K",
+        settings=("DSV41_SHARED_PAD_BUF_ROWS",),
+        engines=("sglang",),
+        targets=(
+            Target(_FP8, "Fp8LinearMethod._prepare_block_fp8_as_mxfp8", "install_prepare", ("self", "layer")),
+            Target(_FP8_UTILS, "flashinfer_mxfp8_blockscaled_linear", "install_linear", _MXFP8_LINEAR_PARAMS),
+        ),
+        lifecycle=Lifecycle(
+            works_around="FlashInfer b12x mm_mxfp8 needs K % 128 == 0 (gemm_mm_mxfp8_cute_dsl); DeepSeek-V4.1 shared down_proj is K=576 at TP4",
+            redundant_when="b12x mm_mxfp8 accepts K % 32 (then no shape is rejected and the adapter pads nothing)",
+            last_gain="+1.14% prose c=1, +1.51% code c=1 (49.81 -> 50.59, 93.80 -> 95.22 tok/s)",
+            measured_on="DeepSeek-V4.1-Flash TP4, SGLang dev-dsv41, SM12x (seed 000)",
+        ),
+        after=("mxfp8_b12x",),
+        recipes=("mia-tp4",),
+    ),
+    AdapterSpec(
+        name="w4a8_pad",
+        summary="zero-pad B12X MoE expert shards to the smallest alignment the selected mode accepts",
+        gate="RIG_W4A8_PAD",
+        settings=(),
+        engines=("vllm",),
+        targets=(
+            Target(
+                "vllm.model_executor.layers.fused_moe.b12x",
+                "B12xExperts._prepare_experts",
+                "install_prepare",
+                ("self", "w1", "w2", "activation", "params_dtype"),
+            ),
+        ),
+        lifecycle=Lifecycle(
+            works_around="older b12x w4a8_mx QMMA layout needs intermediate % 128 (GLM-5.2 TP6 shard 352 fails weight prep)",
+            redundant_when="the installed b12x plans non-128 w4a8_mx shards natively (b12x 1.5.x: exact N64 repack and logical tails)",
+            last_gain="unbootable -> boots; A8 decode c0 72.2 tok/s at 384 (~9% extra expert work)",
+            measured_on="GLM-5.2 TP6/DCP1, RTX PRO 6000 Blackwell (seed 003)",
+        ),
+        recipes=("glm52-tp6",),
+        redundant_if=("b12x", "b12x.moe.fused_moe._impl", "_dynamic_kernel_intermediate_size"),
+    ),
+    AdapterSpec(
+        name="token_delay",
+        summary="test-only: sleep a fixed time per model step (= per generated token) in transformers serve",
+        gate="RIG_TOKEN_DELAY_MS",
+        settings=(),
+        engines=("transformers",),
+        targets=(
+            Target(
+                "transformers.models.llama.modeling_llama",
+                "LlamaForCausalLM.forward",
+                "install_forward",
+                ("self", "input_ids"),
+            ),
+        ),
+        lifecycle=Lifecycle(
+            works_around="nothing: gives comparisons a known effect size on tiny-cpu",
+            redundant_when="never (test instrument)",
+            last_gain="n/a",
+            measured_on="n/a",
+        ),
+        recipes=("tiny-cpu",),
+        test_only=True,
+    ),
+)
+
+BY_NAME: dict[str, AdapterSpec] = {spec.name: spec for spec in REGISTRY}
+
+
+def install_order(names: list[str] | tuple[str, ...]) -> list[AdapterSpec]:
+    """Topological order over `after` (only among the given names), stable by registry order."""
+    chosen = {name: BY_NAME[name] for name in names}
+    ordered: list[AdapterSpec] = []
+    placed: set[str] = set()
+    while len(ordered) < len(chosen):
+        progressed = False
+        for spec in REGISTRY:
+            if spec.name in chosen and spec.name not in placed:
+                if all(dep in placed or dep not in chosen for dep in spec.after):
+                    ordered.append(spec)
+                    placed.add(spec.name)
+                    progressed = True
+        if not progressed:
+            raise RuntimeError(f"adapter ordering has a cycle among {sorted(chosen)}")
+    return ordered

@@ -1,0 +1,113 @@
+"""The Docker Compose driver for GPU boxes: `docker compose up -d` on the rendered file, the
+container's log streamed into the boot directory through the Docker SDK, the same health
+wait and boot record as the native driver, and `docker compose down` on stop or failure."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rig.boot.base import BootFailed, BootRecord, forget, new_boot, remember, served_model, wait_healthy
+from rig.errors import RigError
+from rig.recipe import REPO_ROOT, Resolved
+from rig.render import compose_path
+
+
+def docker_client() -> Any:
+    """The Docker SDK client, or one clear line when no engine answers."""
+    import docker
+
+    try:
+        client = docker.from_env(timeout=10)
+        client.ping()
+    except Exception as error:  # docker raises several unrelated types for "no engine"
+        raise RigError("docker", "engine", f"no Docker engine is reachable ({type(error).__name__})",
+                       "run this on a machine with a Docker engine; tiny-cpu runs natively without one") from None
+    return client
+
+
+class ComposeDriver:
+    name = "compose"
+
+    def _compose(self, record: BootRecord, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        command = ["docker", "compose", "-p", record.compose_project or ""]
+        for path in record.compose_files:
+            command += ["-f", path]
+        return subprocess.run(command + list(args), cwd=REPO_ROOT, env={**os.environ, **(env or {})},
+                              capture_output=True, text=True, check=False)
+
+    def up(self, resolved: Resolved, overlay: dict[str, str] | None = None, port: int | None = None,
+           progress: bool = True) -> BootRecord:
+        client = docker_client()
+        if resolved.topology.nodes > 1:
+            raise RigError(f"recipes/{resolved.recipe.name}.yaml", "topology.nodes",
+                           "rig boots one host; a multi-node variant runs one compose service per node",
+                           f"on each node run the command at the top of {compose_path(resolved).relative_to(REPO_ROOT)}")
+        overlay = dict(overlay or {})
+        serving = resolved.recipe.serving
+        record = new_boot(resolved, self.name, overlay, port or serving.port)
+        record.compose_project = f"rig-{resolved.slug.replace('.', '-')}"
+        record.compose_files = [str(compose_path(resolved))]
+        if overlay or port:
+            override: dict[str, Any] = {"services": {"server": {}}}
+            if overlay:
+                override["services"]["server"]["environment"] = overlay
+            if port:
+                override["services"]["server"]["ports"] = [f"{serving.bind}:{port}:{serving.port}"]
+            override_path = Path(record.boot_dir) / "compose.override.yaml"
+            override_path.write_text(yaml.safe_dump(override, sort_keys=False))
+            record.compose_files.append(str(override_path))
+        env = {"RIG_MANIFEST_DIR": record.manifest_dir}
+        remember(record)
+        result = self._compose(record, "up", "-d", "--no-build", env=env)
+        if result.returncode != 0:
+            record.status, record.error = "failed", result.stderr.strip().splitlines()[-1] if result.stderr else "compose up failed"
+            Path(record.log_path).write_text(result.stdout + result.stderr)
+            self.down(record)
+            raise BootFailed(f"{resolved.ref}: docker compose up failed: {record.error}")
+        container = self._container(client, record)
+        record.image = {"id": container.image.id, "tags": container.image.tags,
+                        "digests": container.image.attrs.get("RepoDigests", []), "labels": container.image.labels}
+        threading.Thread(target=_stream_logs, args=(container, record.log_path), daemon=True).start()
+        try:
+            wait_healthy(record, serving.health, serving.boot_timeout_s, lambda: self.alive(record), progress)
+        except (BootFailed, KeyboardInterrupt) as error:
+            record.status, record.error = "failed", str(error)
+            self.down(record)
+            raise
+        record.status = "healthy"
+        record.served_model = served_model(record.base_url)
+        remember(record)
+        return record
+
+    def _container(self, client: Any, record: BootRecord) -> Any:
+        found = client.containers.list(all=True, filters={"label": f"com.docker.compose.project={record.compose_project}"})
+        if not found:
+            raise BootFailed(f"{record.ref}: compose started no container")
+        return found[0]
+
+    def alive(self, record: BootRecord) -> str | None:
+        container = self._container(docker_client(), record)
+        container.reload()
+        state = container.attrs["State"]
+        return None if state.get("Running") else f"container {state.get('Status')} (exit code {state.get('ExitCode')})"
+
+    def down(self, record: BootRecord) -> None:
+        self._compose(record, "down", "--timeout", "30")
+        record.stopped = time.time()
+        if record.status != "failed":
+            record.status = "stopped"
+        forget(record)
+
+
+def _stream_logs(container: Any, path: str) -> None:
+    with open(path, "ab") as handle:
+        for chunk in container.logs(stream=True, follow=True):
+            handle.write(chunk)
+            handle.flush()

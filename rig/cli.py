@@ -1,0 +1,246 @@
+"""`rig`: the host CLI. recipe -> render -> build -> boot -> load -> compare -> report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from rig.errors import RigError
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _env_pairs(pairs: list[str] | None) -> dict[str, str]:
+    env = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise RigError("command line", "--env", f"{pair!r} is not KEY=VALUE", "write --env NAME=value")
+        env[key] = value
+    return env
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from rig.recipe import all_recipe_paths, parse_recipe, recipe_path
+
+    paths = [recipe_path(item) for item in args.recipes] or all_recipe_paths()
+    failed = 0
+    for path in paths:
+        try:
+            recipe = parse_recipe(path)
+        except RigError as error:
+            print(f"FAIL {error}")
+            failed += 1
+            continue
+        note = " (UNPINNED: run `rig pin` before building)" if recipe.image.unpinned else ""
+        variants = f" variants: {', '.join(recipe.variants)}" if recipe.variants else ""
+        print(f"ok   {path.relative_to(path.parent.parent) if path.parent.name == 'recipes' else path}{variants}{note}")
+    return 1 if failed else 0
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from rig.recipe import REPO_ROOT, all_recipe_paths, recipe_path
+    from rig.render import render
+
+    paths = [recipe_path(item) for item in args.recipes] or all_recipe_paths()
+    changed = render(paths, check=args.check)
+    for path in changed:
+        print(f"{'stale' if args.check else 'wrote'} {path.relative_to(REPO_ROOT)}")
+    if args.check and changed:
+        print("rendered files are stale: run `rig render` (or `make render`) and commit the result", file=sys.stderr)
+        return 1
+    if not changed:
+        print("all rendered files are up to date")
+    return 0
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from rig.build import build
+
+    return build(args.recipe, allow_unpinned=args.allow_unpinned, platform=args.platform)
+
+
+def cmd_pin(args: argparse.Namespace) -> int:
+    from rig.pin import pin
+
+    return pin(args.recipe)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from rig.boot import driver_for
+    from rig.boot.checks import check_boot
+    from rig.recipe import load
+
+    resolved = load(args.recipe)
+    record = driver_for(resolved, args.driver).up(resolved, _env_pairs(args.env), port=args.port)
+    check = check_boot(record, resolved)
+    print(f"{record.ref} up: {record.base_url} model={record.served_model} boot={record.boot_id} "
+          f"healthy after {record.healthy_after_s:.1f}s")
+    for problem in check.problems:
+        print(f"boot check: {problem}")
+    return 0 if check.ok else 3
+
+
+def _running(recipe_name: str):
+    from rig.boot import current_boot
+
+    record = current_boot(recipe_name)
+    if record is None:
+        raise RigError(f"recipes/{recipe_name}.yaml", "(boot)", "nothing of this recipe is up", f"start it with `rig up {recipe_name}`")
+    return record
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from rig.boot import driver_named
+    from rig.recipe import split_ref
+
+    record = _running(split_ref(args.recipe)[0])
+    driver_named(record.driver).down(record)
+    print(f"{record.ref} down (boot {record.boot_id}; log kept in {record.boot_dir})")
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    import time
+
+    from rig.boot.base import BOOTS_DIR, BootRecord
+    from rig.recipe import split_ref
+
+    name = split_ref(args.recipe)[0]
+    try:
+        record = _running(name)
+    except RigError:
+        boots = sorted(BOOTS_DIR.glob(f"*-{name}*/boot.json"))
+        if not boots:
+            raise
+        record = BootRecord.load(boots[-1])
+    with open(record.log_path, errors="replace") as handle:
+        sys.stdout.write(handle.read())
+        while args.follow:
+            line = handle.readline()
+            if line:
+                sys.stdout.write(line)
+            else:
+                time.sleep(0.2)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from rig.boot import driver_named
+    from rig.boot.base import STATE_DIR, BootRecord
+
+    records = [BootRecord.load(p) for p in sorted(STATE_DIR.glob("*.json"))]
+    if not records:
+        print("nothing is up")
+    for record in records:
+        gone = driver_named(record.driver).alive(record)
+        print(f"{record.ref:22} {record.driver:8} {record.base_url:28} {'DOWN (' + gone + ')' if gone else 'up'}  boot {record.boot_id}")
+    return 0
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from rig.chat import stream_chat
+
+    record = _running(args.recipe.partition(":")[0])
+    print(f"model: {record.served_model}")
+    result = stream_chat(record.base_url, record.served_model or "", args.prompt, args.max_tokens)
+    print(f"({result['chunks']} chunks, usage {result['usage']}, ttft {result['ttft_s']:.3f}s, total {result['total_s']:.3f}s)")
+    return 0
+
+
+def cmd_adapters(args: argparse.Namespace) -> int:
+    if args.adapters_command == "check":
+        from rig.drift import run_check
+
+        return run_check(args.recipes, image=args.image)
+    from rig.adapters_table import print_table
+
+    print_table(as_json=args.json)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from rig.demo import run_demo
+
+    return run_demo()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rig", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("validate", help="validate recipes (all, or the named ones / files)")
+    p.add_argument("recipes", nargs="*")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("render", help="render docker/<recipe>/Dockerfile and compose/<recipe>.yaml")
+    p.add_argument("recipes", nargs="*")
+    p.add_argument("--check", action="store_true", help="fail if any rendered file is stale")
+    p.set_defaults(func=cmd_render)
+
+    p = sub.add_parser("build", help="build a recipe's image (needs a Docker engine)")
+    p.add_argument("recipe")
+    p.add_argument("--allow-unpinned", action="store_true", help="build from a tag whose digest is not pinned")
+    p.add_argument("--platform", help="linux/amd64 or linux/arm64 (default: the recipe's)")
+    p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("pin", help="resolve a recipe's base tag to per-platform digests and write them")
+    p.add_argument("recipe")
+    p.set_defaults(func=cmd_pin)
+
+    p = sub.add_parser("up", help="boot a recipe (name[:variant]) and wait until healthy")
+    p.add_argument("recipe")
+    p.add_argument("--env", action="append", help="extra environment for the server, KEY=VALUE")
+    p.add_argument("--port", type=int)
+    p.add_argument("--driver", choices=["native", "compose"])
+    p.set_defaults(func=cmd_up)
+
+    p = sub.add_parser("down", help="stop a booted recipe")
+    p.add_argument("recipe")
+    p.set_defaults(func=cmd_down)
+
+    p = sub.add_parser("logs", help="print a recipe's boot log")
+    p.add_argument("recipe")
+    p.add_argument("-f", "--follow", action="store_true")
+    p.set_defaults(func=cmd_logs)
+
+    p = sub.add_parser("status", help="what rig has up")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("chat", help="stream one chat completion from a booted recipe")
+    p.add_argument("recipe")
+    p.add_argument("prompt")
+    p.add_argument("--max-tokens", type=int, default=48)
+    p.set_defaults(func=cmd_chat)
+
+    p = sub.add_parser("demo", help="boot tiny-cpu, stream a chat, load test, compare, shut down")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("adapters", help="the adapter registry and its drift matrix")
+    asub = p.add_subparsers(dest="adapters_command", required=True)
+    a = asub.add_parser("list", help="print the registry")
+    a.add_argument("--json", action="store_true")
+    a = asub.add_parser("check", help="verify every hook target against the engine a recipe pins")
+    a.add_argument("recipes", nargs="*")
+    a.add_argument("--image", help="check inside this built image instead (needs a Docker engine)")
+    p.set_defaults(func=cmd_adapters)
+
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except RigError as error:
+        print(f"rig: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("rig: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

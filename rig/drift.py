@@ -1,0 +1,134 @@
+"""The drift matrix: every adapter's hook targets verified statically against the engine
+source a recipe pins (the release wheel from PyPI, no dependencies, cached), or inside a
+built image against the engine installed there."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from email.parser import Parser
+from pathlib import Path
+
+from rig_adapters.registry import REGISTRY
+from rig_adapters.targets import module_file_candidates, verdict
+
+from rig.errors import RigError
+from rig.recipe import Recipe, all_recipe_paths, parse_recipe, recipe_path
+
+CACHE_DIR = Path(os.environ.get("RIG_CACHE_DIR", Path.home() / ".cache" / "rig")) / "engines"
+
+
+def fetch_wheel(distribution: str, version: str) -> Path:
+    target = CACHE_DIR / f"{distribution}-{version}"
+    found = sorted(target.glob("*.whl"))
+    if found:
+        return found[0]
+    target.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
+         f"{distribution}=={version}", "-d", str(target)],
+        capture_output=True, text=True, check=False,
+    )
+    found = sorted(target.glob("*.whl"))
+    if result.returncode != 0 or not found:
+        last = (result.stderr.strip().splitlines() or ["no wheel"])[-1]
+        raise RigError("pip", f"{distribution}=={version}", f"could not download the wheel ({last})",
+                       "check the version in the recipe's engine.check_release and that PyPI is reachable")
+    return found[0]
+
+
+class WheelSources:
+    """Reads module sources out of wheels without installing or importing them."""
+
+    def __init__(self, wheels: list[Path]) -> None:
+        self.archives = [zipfile.ZipFile(path) for path in wheels]
+        self.names = [set(archive.namelist()) for archive in self.archives]
+
+    def read(self, module: str) -> str | None:
+        for archive, names in zip(self.archives, self.names):
+            for candidate in module_file_candidates(module):
+                if candidate in names:
+                    return archive.read(candidate).decode("utf-8")
+        return None
+
+    def pinned_requirement(self, distribution: str) -> str | None:
+        """The exact version the engine's metadata pins for `distribution` (any extra)."""
+        archive = self.archives[0]
+        metadata_name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        metadata = Parser().parsestr(archive.read(metadata_name).decode())
+        for requirement in metadata.get_all("Requires-Dist") or []:
+            match = re.match(rf"^{re.escape(distribution)}\s*(?:\[[^\]]*\])?\s*==\s*([\w.]+)", requirement, re.IGNORECASE)
+            if match:
+                return match.group(1)
+        return None
+
+
+def engine_release(recipe: Recipe) -> tuple[str, str]:
+    """(release checked, note): a development build is checked against its named stand-in."""
+    if recipe.engine.check_release:
+        return recipe.engine.check_release, f"stand-in for {recipe.engine.version}"
+    if re.fullmatch(r"\d+(\.\d+)*(\.post\d+)?", recipe.engine.version):
+        return recipe.engine.version, "pinned release"
+    raise RigError(f"recipes/{recipe.name}.yaml", "engine.check_release",
+                   f"engine.version {recipe.engine.version!r} is not a release on PyPI",
+                   "name the release the drift check should read in engine.check_release")
+
+
+def matrix(recipe: Recipe) -> list[dict[str, str]]:
+    release, note = engine_release(recipe)
+    wheels = [fetch_wheel(recipe.engine.name, release)]
+    sources = WheelSources(wheels)
+    for spec in REGISTRY:
+        if recipe.engine.name in spec.engines and spec.redundant_if:
+            pinned = sources.pinned_requirement(spec.redundant_if[0])
+            if pinned:
+                wheels.append(fetch_wheel(spec.redundant_if[0], pinned))
+    sources = WheelSources(wheels)
+    enabled = {use.name for name in (recipe.variants or [None]) for use in recipe.variant(name).adapters}
+    rows = []
+    for spec in REGISTRY:
+        if recipe.engine.name not in spec.engines:
+            continue
+        state, detail = verdict(spec, sources.read)
+        rows.append({"recipe": recipe.name, "engine": f"{recipe.engine.name} {release} ({note})", "adapter": spec.name,
+                     "enabled": "yes" if spec.name in enabled else "no", "state": state, "detail": detail,
+                     "checked": ", ".join(w.name for w in wheels)})
+    return rows
+
+
+def check_image(image: str) -> int:
+    """Run the same verification inside a built image, against the engine installed there."""
+    from rig.boot.compose import docker_client
+
+    client = docker_client()
+    labels = client.images.get(image).labels or {}
+    engine = labels.get("io.rig.engine", "").split(" ")[0]
+    if not engine:
+        raise RigError(image, "label io.rig.engine", "the image carries no rig engine label", "build it with `make build <recipe>`")
+    output = client.containers.run(image, ["-m", "rig_adapters", "check-targets", engine], entrypoint="python3", remove=True)
+    text = output.decode()
+    print(f"{image} ({engine}, installed engine):\n{text}")
+    return 1 if "\trefuses\t" in text else 0
+
+
+def run_check(recipes: list[str], image: str | None = None) -> int:
+    if image:
+        return check_image(image)
+    paths = [recipe_path(r) for r in recipes] or all_recipe_paths()
+    failures = 0
+    print(f"{'recipe':11} {'adapter':13} {'enabled':7} verdict")
+    for path in paths:
+        recipe = parse_recipe(path)
+        rows = matrix(recipe)
+        if rows:
+            print(f"# {recipe.name}: {rows[0]['engine']}; read from {rows[0]['checked']}")
+        for row in rows:
+            print(f"{row['recipe']:11} {row['adapter']:13} {row['enabled']:7} {row['state']}: {row['detail']}")
+            if row["enabled"] == "yes" and row["state"] == "refuses":
+                failures += 1
+    if failures:
+        print(f"{failures} enabled adapter(s) would refuse to arm", file=sys.stderr)
+    return 1 if failures else 0

