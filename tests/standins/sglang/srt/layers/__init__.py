@@ -1,0 +1,1 @@
+"""Stand-in reproducing the upstream signatures rig_adapters targets (tests only)."""
