@@ -12,11 +12,10 @@ import zipfile
 from email.parser import Parser
 from pathlib import Path
 
-from rig_adapters.registry import REGISTRY
-from rig_adapters.targets import module_file_candidates, verdict
-
 from rig.errors import RigError
 from rig.recipe import Recipe, all_recipe_paths, parse_recipe, recipe_path
+from rig_adapters.registry import REGISTRY
+from rig_adapters.targets import module_file_candidates, verdict
 
 CACHE_DIR = Path(os.environ.get("RIG_CACHE_DIR", Path.home() / ".cache" / "rig")) / "engines"
 

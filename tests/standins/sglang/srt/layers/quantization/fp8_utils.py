@@ -2,8 +2,6 @@
 
 from functools import partial
 
-import torch
-
 CALLS: list[tuple[str, tuple, tuple]] = []
 
 
