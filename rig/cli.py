@@ -166,6 +166,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo()
 
 
+def cmd_loadtest(args: argparse.Namespace) -> int:
+    from rig.load.command import loadtest
+
+    small = True if args.small else (False if args.full else None)
+    return loadtest(args.recipe, args.scenario, small, args.workers)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rig", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -213,6 +220,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("prompt")
     p.add_argument("--max-tokens", type=int, default=48)
     p.set_defaults(func=cmd_chat)
+
+    p = sub.add_parser("loadtest", help="Locust load test against a recipe's server (boots it if it is not up)")
+    p.add_argument("recipe")
+    p.add_argument("--scenario", action="append", help="scenario name (repeatable); default prose-c1, code-c1, c3000")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--small", action="store_true", help="scaled-down sizes (default for native recipes)")
+    size.add_argument("--full", action="store_true", help="full sizes (default for GPU recipes)")
+    p.add_argument("--workers", type=int, help="Locust worker processes for distributed scenarios (default: cores - 1)")
+    p.set_defaults(func=cmd_loadtest)
 
     p = sub.add_parser("demo", help="boot tiny-cpu, stream a chat, load test, compare, shut down")
     p.set_defaults(func=cmd_demo)

@@ -29,3 +29,12 @@ def server_argv(resolved: Resolved, model_path: str, host: str, node_rank: int |
         argv = ["transformers", "serve", model_path, "--host", host, "--port", port]
     return argv + resolved.server_args
 
+
+
+# Request fields that pin the output length, per engine. transformers serve answers 422 to
+# ignore_eos/min_tokens; tiny-cpu's model never emits EOS, so max_tokens alone fixes its length.
+LENGTH_PINNING: dict[str, dict[str, object]] = {
+    "sglang": {"ignore_eos": True},
+    "vllm": {"ignore_eos": True},
+    "transformers": {},
+}

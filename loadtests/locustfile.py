@@ -1,0 +1,181 @@
+"""rig's Locust user: streaming OpenAI chat / completions through the requests-based HttpUser.
+
+Every request writes its own timeline (send, first token, each chunk's arrival, end, token
+counts from usage and from chunks, status, error) to this process's JSONL as it completes,
+also when the run's end cuts it. Summaries are computed from these records by rig, never
+from Locust's histograms. Configuration comes from the JSON file named by RIG_LOAD_CONFIG,
+written by `rig loadtest`; run this file only through it (or with that variable set).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import time
+from itertools import count
+from typing import Any
+
+import gevent
+import psutil
+from locust import HttpUser, events, task
+from locust.runners import MasterRunner, WorkerRunner
+
+CONFIG: dict[str, Any] = json.loads(open(os.environ["RIG_LOAD_CONFIG"]).read()) if os.environ.get("RIG_LOAD_CONFIG") else {}
+OUT_DIR = CONFIG.get("out_dir", ".")
+PROCESS_ID = f"{socket.gethostname()}-{os.getpid()}"
+LAG_PERIOD_S = 0.01
+
+
+class RecordWriter:
+    """Appends one JSON line per request and flushes it at once: an interrupted run keeps it."""
+
+    def __init__(self) -> None:
+        self.handle = None
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self.handle is None:
+            self.handle = open(os.path.join(OUT_DIR, f"records-{PROCESS_ID}.jsonl"), "a", buffering=1)  # noqa: SIM115
+        self.handle.write(json.dumps(record, separators=(",", ":")) + "\n")
+
+
+WRITER = RecordWriter()
+LAG: list[float] = []
+CPU: list[float] = []
+REQUEST_IDS = count()
+ROLE: dict[str, Any] = {"environment": None}
+
+
+def _lag_monitor() -> None:
+    """Event-loop lag: how late a 10 ms sleep wakes up. High lag means the client distorts timings."""
+    process = psutil.Process()
+    process.cpu_percent(None)
+    last_cpu = time.monotonic()
+    while True:
+        start = time.perf_counter()
+        gevent.sleep(LAG_PERIOD_S)
+        LAG.append(time.perf_counter() - start - LAG_PERIOD_S)
+        if time.monotonic() - last_cpu >= 1.0:
+            CPU.append(process.cpu_percent(None))
+            last_cpu = time.monotonic()
+
+
+def _write_window(name: str) -> None:
+    with open(os.path.join(OUT_DIR, "window.jsonl"), "a") as handle:
+        handle.write(json.dumps({"event": name, "time": time.time()}) + "\n")
+
+
+@events.init.add_listener
+def _on_init(environment: Any, **_: Any) -> None:
+    ROLE["environment"] = environment
+    if not isinstance(environment.runner, MasterRunner):
+        gevent.spawn(_lag_monitor)
+
+
+@events.spawning_complete.add_listener
+def _on_spawned(user_count: int, **_: Any) -> None:
+    environment = ROLE["environment"]
+    if environment is None or not isinstance(environment.runner, WorkerRunner):
+        _write_window("spawning_complete")
+
+
+@events.test_stopping.add_listener
+def _on_stopping(environment: Any, **_: Any) -> None:
+    if not isinstance(environment.runner, WorkerRunner):
+        _write_window("stopping")
+
+
+@events.quitting.add_listener
+def _on_quit(environment: Any, **_: Any) -> None:
+    if isinstance(environment.runner, MasterRunner):
+        return
+    lag = sorted(LAG) or [0.0]
+    client = {"process": PROCESS_ID, "lag_samples": len(LAG), "lag_p50_ms": 1000 * lag[len(lag) // 2],
+              "lag_p99_ms": 1000 * lag[min(len(lag) - 1, int(len(lag) * 0.99))], "lag_max_ms": 1000 * lag[-1],
+              "cpu_percent_mean": sum(CPU) / len(CPU) if CPU else None, "cpu_percent_max": max(CPU) if CPU else None}
+    with open(os.path.join(OUT_DIR, f"client-{PROCESS_ID}.json"), "w") as handle:
+        json.dump(client, handle)
+
+
+def _payload(prompt: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    body: dict[str, Any] = {"model": CONFIG["model"], "stream": True, "max_tokens": CONFIG["max_tokens"],
+                            "temperature": CONFIG["temperature"], "seed": CONFIG["seed"],
+                            "stream_options": {"include_usage": True}}
+    body.update(CONFIG.get("extra_body", {}))
+    if CONFIG["endpoint"] == "chat":
+        body["messages"] = [{"role": "user", "content": prompt["text"]}]
+        return "/v1/chat/completions", body
+    body["prompt"] = prompt["text"]
+    return "/v1/completions", body
+
+
+class LLMUser(HttpUser):
+    """One simulated user: streams requests back to back (closed loop)."""
+
+    host = CONFIG.get("base_url")
+
+    def on_start(self) -> None:
+        self.client.headers.update({"Authorization": f"Bearer {os.environ['RIG_API_KEY']}"} if os.environ.get("RIG_API_KEY") else {})
+        self.prompt_index = hash(PROCESS_ID) + id(self)
+        # Open the keep-alive connection before measuring: the first stream should not pay the TCP
+        # handshake and the client's first-call costs (18 ms measured on loopback vs 3 ms after).
+        self.client.get("/v1/models", name="connect", timeout=30)
+
+    @task
+    def stream(self) -> None:
+        prompts = CONFIG["prompts"]
+        self.prompt_index += 1
+        prompt = prompts[self.prompt_index % len(prompts)]
+        path, body = _payload(prompt)
+        record: dict[str, Any] = {"id": f"{PROCESS_ID}-{next(REQUEST_IDS)}", "process": PROCESS_ID, "prompt": prompt["name"],
+                                  "prompt_tokens_target": prompt.get("tokens"), "status": None, "error": None,
+                                  "t_send": time.time(), "t_first": None, "t_end": None, "chunks": [],
+                                  "usage": None, "finish_reason": None, "text_sha256": None}
+        text: list[str] = []
+        try:
+            with self.client.post(path, json=body, stream=True, catch_response=True, name=CONFIG["scenario"],
+                                  timeout=(10, CONFIG.get("read_timeout_s", 600))) as response:
+                record["status"] = response.status_code
+                if response.status_code != 200:
+                    # Locust's session reports a refused or reset connection as status 0.
+                    record["error"] = f"http_{response.status_code}" if response.status_code else "connection"
+                    record["error_detail"] = str(getattr(response, "error", "") or response.text)[:300]
+                    response.failure(record["error"])
+                    return
+                for line in response.iter_lines():
+                    now = time.time()
+                    if not line.startswith(b"data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == b"[DONE]":
+                        break
+                    event = json.loads(data)
+                    if event.get("usage"):
+                        record["usage"] = event["usage"]
+                    for choice in event.get("choices") or []:
+                        piece = (choice.get("delta") or {}).get("content") if CONFIG["endpoint"] == "chat" else choice.get("text")
+                        if piece:
+                            if record["t_first"] is None:
+                                record["t_first"] = now
+                            record["chunks"].append(now)
+                            text.append(piece)
+                        if choice.get("finish_reason"):
+                            record["finish_reason"] = choice["finish_reason"]
+                if record["finish_reason"] is None:
+                    record["error"] = "stream_cut"
+                    response.failure("stream ended without finish_reason")
+                else:
+                    response.success()
+        except gevent.GreenletExit:
+            record["error"] = "cut_by_window"
+            raise
+        except Exception as error:  # a run never crashes on a bad server: the record says what happened
+            record["error"] = "connection" if "Connection" in type(error).__name__ else type(error).__name__
+            record["error_detail"] = str(error)[:300]
+        finally:
+            record["t_end"] = time.time()
+            record["text_sha256"] = hashlib.sha256("".join(text).encode()).hexdigest() if text else None
+            if CONFIG.get("keep_text"):
+                record["text"] = "".join(text)
+            WRITER.write(record)

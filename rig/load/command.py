@@ -1,0 +1,71 @@
+"""`rig loadtest <recipe>`: boot if needed, discard the first run after the boot, run scenarios."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from rig.boot import BootRecord, current_boot, driver_for
+from rig.boot.native import NativeDriver
+from rig.load.report import markdown_table, notes
+from rig.load.runner import LoadTarget, note_run, results_root, run_scenario, warmup_pending
+from rig.load.scenarios import TokenCounter, load_scenario
+from rig.recipe import Resolved, load
+
+DEFAULT_SCENARIOS = ["prose-c1", "code-c1", "c3000"]
+
+
+def model_dir_for(resolved: Resolved) -> str | None:
+    """Where the served tokenizer can be read on this host."""
+    if resolved.recipe.model.source == "generated":
+        return NativeDriver().model_path(resolved)
+    return os.environ.get("RIG_MODEL_DIR")
+
+
+def default_small(resolved: Resolved) -> bool:
+    return resolved.recipe.driver == "native"
+
+
+def run_scenarios(target: LoadTarget, names: list[str], small: bool, workers: int | None, root: Path,
+                  progress: bool = True, warmup: bool = True) -> list[dict[str, Any]]:
+    """The warmup rule lives here: a boot's first run is run, kept, marked and left out of results."""
+    scenarios = [load_scenario(name).scaled(small) for name in names]
+    counter = TokenCounter(target.model_dir, target.record.base_url, target.record.served_model)
+    summaries = []
+    if warmup and warmup_pending(target.record):
+        first = scenarios[0]
+        out = root / f"warmup-{first.name}"
+        summaries.append(run_scenario(target, first, out, workers, counter, warmup=True, progress=progress))
+        note_run(target.record, out, warmup=True)
+    for scenario in scenarios:
+        out = root / scenario.name
+        summaries.append(run_scenario(target, scenario, out, workers, counter, progress=progress))
+        note_run(target.record, out, warmup=False)
+    return summaries
+
+
+def loadtest(ref: str, names: list[str] | None, small: bool | None, workers: int | None) -> int:
+    resolved = load(ref)
+    record: BootRecord | None = current_boot(resolved.recipe.name)
+    driver = None
+    if record is None:
+        driver = driver_for(resolved)
+        record = driver.up(resolved)
+    elif record.ref != resolved.ref and ":" in ref:
+        print(f"note: {record.ref} is up (boot {record.boot_id}); measuring it, not {resolved.ref}")
+    target = LoadTarget(resolved, record, model_dir_for(resolved))
+    root = results_root(resolved.recipe.name)
+    small = default_small(resolved) if small is None else small
+    try:
+        summaries = run_scenarios(target, names or DEFAULT_SCENARIOS, small, workers, root)
+    finally:
+        if driver is not None:
+            driver.down(record)
+    table = markdown_table(summaries)
+    lines = [table, ""] + [n for s in summaries for n in notes(s)]
+    (root / "summary.md").write_text("\n".join(lines) + "\n")
+    print("\n" + "\n".join(lines))
+    print(f"\nresults: {root}")
+    invalid = [s for s in summaries if not s["warmup"] and not s["client"]["valid"] and s["client"].get("note") is None]
+    return 4 if invalid else 0

@@ -1,0 +1,36 @@
+"""Host facts stamped on every result: what ran where."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+
+def host_facts() -> dict[str, Any]:
+    facts: dict[str, Any] = {"hostname": platform.node(), "cpu": _cpu_model(), "cpu_count": os.cpu_count(),
+                             "python": platform.python_version(), "platform": platform.platform()}
+    try:  # by metadata: importing locust would gevent-monkey-patch this process
+        facts["locust"] = version("locust")
+    except PackageNotFoundError:
+        pass
+    if shutil.which("nvidia-smi"):
+        result = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                                capture_output=True, text=True, check=False)
+        facts["gpus"] = [line.strip() for line in result.stdout.splitlines() if line.strip()]
+    else:
+        facts["gpus"] = []
+    return facts
+
+
+def _cpu_model() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()

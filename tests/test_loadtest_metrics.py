@@ -1,0 +1,135 @@
+"""Load-test arithmetic against a streaming server whose token timing is known exactly:
+TTFT, ITL, TPOT, per-user and window-clipped aggregate tok/s within 1% of the truth; a server
+that dies mid-run leaves the records written so far and a summary that counts the errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, free_port
+
+from rig.boot.base import BootRecord
+from rig.load.metrics import summarize
+from rig.load.runner import LoadTarget, read_records, run_scenario
+from rig.load.scenarios import Scenario, TokenCounter
+from rig.recipe import load
+
+TTFT, ITL = 0.5, 0.02
+
+
+def start_timed_server(port: int, *extra: str) -> subprocess.Popen:
+    process = subprocess.Popen([sys.executable, "-m", "rig.load.timed_server", "--port", str(port), "--ttft", str(TTFT),
+                                "--itl", str(ITL), *extra], cwd=REPO)
+    import urllib.request
+
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+            return process
+        except OSError:
+            time.sleep(0.05)
+    process.kill()
+    raise RuntimeError("timed server did not start")
+
+
+@pytest.fixture
+def timed_target(tmp_path):
+    port = free_port()
+    server = start_timed_server(port)
+    record = BootRecord(boot_id="timed-test", ref="timed", recipe="tiny-cpu", variant=None, driver="test",
+                        base_url=f"http://127.0.0.1:{port}", boot_dir=str(tmp_path / "boot"), log_path="", manifest_dir="",
+                        served_model="timed")
+    yield LoadTarget(load("tiny-cpu"), record, None), server
+    server.kill()
+    server.wait()
+
+
+class FixedPrompts(TokenCounter):
+    def __init__(self) -> None:
+        self.tokenizer = None
+
+    @property
+    def source(self) -> str:
+        return "fixed test prompts"
+
+
+PROMPTS = [{"name": "p0", "text": "hello", "tokens": 8}]
+
+
+def scenario(**overrides) -> Scenario:
+    base = dict(name="timed", version=1, kind="decode", endpoint="chat", prompt_set="prose", prompt_tokens=8,
+                max_tokens=21, temperature=0, seed=1, users=1, duration_s=4.0)
+    base.update(overrides)
+    return Scenario(**base)
+
+
+def within(value: float, truth: float, tolerance: float = 0.01) -> bool:
+    return abs(value - truth) <= tolerance * truth
+
+
+def test_c1_metrics_match_the_known_timing(timed_target, tmp_path):
+    target, _ = timed_target
+    summary = run_scenario(target, scenario(), tmp_path / "run", counter=FixedPrompts(), prompts=PROMPTS, progress=False)
+    metrics = summary["metrics"]
+    assert metrics["requests"]["completed"] >= 3
+    assert within(metrics["ttft_s"]["mean"], TTFT), metrics["ttft_s"]
+    assert within(metrics["itl_s"]["mean"], ITL), metrics["itl_s"]
+    assert within(metrics["tpot_s"]["mean"], ITL), metrics["tpot_s"]
+    assert within(metrics["user_decode_tok_s"]["mean"], 1 / ITL), metrics["user_decode_tok_s"]
+    assert within(metrics["e2e_s"]["mean"], TTFT + 20 * ITL), metrics["e2e_s"]
+    assert metrics["tokens"]["usage_vs_chunks_mismatched_requests"] == 0
+    assert summary["provenance"]["boot_id"] == "timed-test" and summary["schema"] == 1
+    for name in ("summary.json", "summary.csv", "summary.md", "config.json"):
+        assert (tmp_path / "run" / name).exists()
+
+
+def test_window_clipping_counts_streams_the_window_cuts(timed_target, tmp_path):
+    """Streams far longer than the window: none completes, yet aggregate tok/s is 4 x 1/ITL."""
+    target, _ = timed_target
+    summary = run_scenario(target, scenario(users=4, max_tokens=2000, duration_s=4.0, kind="concurrency"),
+                           tmp_path / "run", counter=FixedPrompts(), prompts=PROMPTS, progress=False)
+    metrics = summary["metrics"]
+    assert metrics["requests"]["completed"] == 0 and metrics["requests"]["cut_by_window"] == 4
+    # The window opens when the users are spawned, TTFT later the tokens start: count from then.
+    start, end = metrics["window"]["start"], metrics["window"]["end"]
+    records = read_records(tmp_path / "run")
+    first = min(r["t_first"] for r in records)
+    clipped = summarize(records, (first, end))
+    assert within(clipped["output_tok_s"], 4 / ITL), clipped["output_tok_s"]
+    assert start < first < end
+
+
+def test_distributed_run_master_and_workers(timed_target, tmp_path):
+    target, _ = timed_target
+    summary = run_scenario(target, scenario(users=6, distributed=True, spawn_rate=6, kind="concurrency", duration_s=3.0),
+                           tmp_path / "run", workers=2, counter=FixedPrompts(), prompts=PROMPTS, progress=False)
+    assert summary["provenance"]["client"]["workers"] == 2 and summary["provenance"]["client"]["distributed"]
+    assert len(list((tmp_path / "run").glob("records-*.jsonl"))) == 2
+    assert summary["client"]["processes"] == 2
+    assert within(summary["metrics"]["itl_s"]["mean"], ITL)
+
+
+def test_server_dying_mid_run_keeps_records_and_counts_errors(tmp_path):
+    port = free_port()
+    server = start_timed_server(port, "--die-after", "2.5")
+    record = BootRecord(boot_id="dies", ref="timed", recipe="tiny-cpu", variant=None, driver="test",
+                        base_url=f"http://127.0.0.1:{port}", boot_dir=str(tmp_path / "boot"), log_path="", manifest_dir="",
+                        served_model="timed")
+    try:
+        summary = run_scenario(LoadTarget(load("tiny-cpu"), record, None), scenario(users=2, duration_s=5.0),
+                               tmp_path / "run", counter=FixedPrompts(), prompts=PROMPTS, progress=False)
+    finally:
+        server.kill()
+        server.wait()
+    requests = summary["metrics"]["requests"]
+    assert requests["completed"] >= 2
+    errors = requests["errors"]
+    assert sum(n for kind, n in errors.items() if kind != "cut_by_window") >= 1, errors
+    assert set(errors) <= {"stream_cut", "connection", "cut_by_window", "ChunkedEncodingError", "ConnectionError"}
+    written = json.loads(Path(tmp_path / "run" / "summary.json").read_text())
+    assert written["metrics"]["requests"]["total"] == requests["total"]
