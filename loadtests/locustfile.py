@@ -15,6 +15,7 @@ import os
 import socket
 import time
 from itertools import count
+from pathlib import Path
 from typing import Any
 
 import gevent
@@ -22,7 +23,8 @@ import psutil
 from locust import HttpUser, events, task
 from locust.runners import MasterRunner, WorkerRunner
 
-CONFIG: dict[str, Any] = json.loads(open(os.environ["RIG_LOAD_CONFIG"]).read()) if os.environ.get("RIG_LOAD_CONFIG") else {}
+_CONFIG_PATH = os.environ.get("RIG_LOAD_CONFIG")
+CONFIG: dict[str, Any] = json.loads(Path(_CONFIG_PATH).read_text()) if _CONFIG_PATH else {}
 OUT_DIR = CONFIG.get("out_dir", ".")
 PROCESS_ID = f"{socket.gethostname()}-{os.getpid()}"
 LAG_PERIOD_S = 0.01

@@ -7,6 +7,7 @@ import platform
 import shutil
 import subprocess
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any
 
 
@@ -28,7 +29,7 @@ def host_facts() -> dict[str, Any]:
 
 def _cpu_model() -> str:
     try:
-        for line in open("/proc/cpuinfo"):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     except OSError:
