@@ -170,7 +170,17 @@ def cmd_loadtest(args: argparse.Namespace) -> int:
     from rig.load.command import loadtest
 
     small = True if args.small else (False if args.full else None)
-    return loadtest(args.recipe, args.scenario, small, args.workers)
+    return loadtest(args.recipe, args.scenario, small, args.workers, args.duration)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from rig.compare.command import compare
+
+    small = True if args.small else (False if args.full else None)
+    _, analysis = compare(args.recipe, args.arm, args.control, args.boots, args.rounds, args.scenario, small,
+                          args.workers, args.resume, duration_s=args.duration)
+    blind = (analysis["greedy"].get("control") or {}).get("discriminates") is False
+    return 5 if blind else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -228,7 +238,23 @@ def build_parser() -> argparse.ArgumentParser:
     size.add_argument("--small", action="store_true", help="scaled-down sizes (default for native recipes)")
     size.add_argument("--full", action="store_true", help="full sizes (default for GPU recipes)")
     p.add_argument("--workers", type=int, help="Locust worker processes for distributed scenarios (default: cores - 1)")
+    p.add_argument("--duration", type=float, help="override every scenario's measurement window, seconds")
     p.set_defaults(func=cmd_loadtest)
+
+    p = sub.add_parser("compare", help="before/after comparison across boots (ABBA, warmup discarded, paired CIs)")
+    p.add_argument("recipe")
+    p.add_argument("--arm", action="append", required=True, help="NAME:KEY=VALUE[,..] | NAME:@variant | NAME:image=TAG")
+    p.add_argument("--control", help="an arm known to change greedy output, booted once")
+    p.add_argument("--boots", type=int, default=2, help="boots per arm (default 2)")
+    p.add_argument("--rounds", type=int, default=3, help="measured rounds per boot (default 3)")
+    p.add_argument("--scenario", action="append", help="scenario name (repeatable; default prose-c1)")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--small", action="store_true")
+    size.add_argument("--full", action="store_true")
+    p.add_argument("--workers", type=int)
+    p.add_argument("--duration", type=float, help="override every scenario's measurement window, seconds")
+    p.add_argument("--resume", help="a results/compare/<timestamp> directory to continue")
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("demo", help="boot tiny-cpu, stream a chat, load test, compare, shut down")
     p.set_defaults(func=cmd_demo)

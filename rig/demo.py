@@ -1,13 +1,22 @@
-"""`make demo`: the project's main job end to end on the embedded default, tiny-cpu."""
+"""`make demo`: the project's main job end to end on the embedded default, tiny-cpu.
+
+Boot, stream a chat, load test (the first run after the boot is the discarded warmup),
+shut down; then a real comparison: continuous batching off vs on at a concurrency where it
+matters, 2 boots each in ABBA order, greedy identity with a control."""
 
 from __future__ import annotations
 
 from rig.boot import driver_for
 from rig.chat import stream_chat
+from rig.compare.command import compare
+from rig.load.command import model_dir_for, run_scenarios
+from rig.load.report import markdown_table, notes
+from rig.load.runner import LoadTarget, results_root
 from rig.recipe import load
 
 DEMO_RECIPE = "tiny-cpu"
 DEMO_PROMPT = "Explain in one sentence why zero-padding K from 576 to 640 can make a GEMM faster."
+DEMO_SCENARIOS = ["prose-c1", "c3000"]  # c3000 at its small size: concurrency scaled to this machine
 
 
 def run_demo() -> int:
@@ -19,8 +28,18 @@ def run_demo() -> int:
               f"healthy after {record.healthy_after_s:.1f}s)")
         print(f"prompt: {DEMO_PROMPT}\nanswer (streamed): ", end="")
         result = stream_chat(record.base_url, record.served_model or "", DEMO_PROMPT, max_tokens=48)
-        print(f"[{result['chunks']} chunks, usage {result['usage']}, ttft {result['ttft_s']:.3f}s]")
+        print(f"[{result['chunks']} chunks, usage {result['usage']}, ttft {result['ttft_s']:.3f}s]\n")
+        root = results_root(DEMO_RECIPE)
+        summaries = run_scenarios(LoadTarget(resolved, record, model_dir_for(resolved)), DEMO_SCENARIOS, small=True,
+                                  workers=None, root=root)
+        print("\n" + markdown_table(summaries))
+        for line in (n for s in summaries for n in notes(s)):
+            print(line)
+        print(f"load-test results: {root}\n")
     finally:
         driver.down(record)
-        print(f"{record.ref} stopped; boot log: {record.log_path}")
+        print(f"{record.ref} stopped; boot log: {record.log_path}\n")
+    print("comparison: continuous batching off (serial) vs on (cb), 2 boots each, control bf16")
+    compare(DEMO_RECIPE, ["serial:@serial", "cb:@cb"], "bf16:@bf16", boots=2, rounds=2, scenarios=["c3000"], small=True,
+            workers=None, resume=None, duration_s=4.0)
     return 0

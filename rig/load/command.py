@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,11 @@ def default_small(resolved: Resolved) -> bool:
 
 
 def run_scenarios(target: LoadTarget, names: list[str], small: bool, workers: int | None, root: Path,
-                  progress: bool = True, warmup: bool = True) -> list[dict[str, Any]]:
+                  progress: bool = True, warmup: bool = True, duration_s: float | None = None) -> list[dict[str, Any]]:
     """The warmup rule lives here: a boot's first run is run, kept, marked and left out of results."""
     scenarios = [load_scenario(name).scaled(small) for name in names]
+    if duration_s:
+        scenarios = [replace(s, duration_s=duration_s) for s in scenarios]
     counter = TokenCounter(target.model_dir, target.record.base_url, target.record.served_model)
     summaries = []
     if warmup and warmup_pending(target.record):
@@ -45,7 +48,7 @@ def run_scenarios(target: LoadTarget, names: list[str], small: bool, workers: in
     return summaries
 
 
-def loadtest(ref: str, names: list[str] | None, small: bool | None, workers: int | None) -> int:
+def loadtest(ref: str, names: list[str] | None, small: bool | None, workers: int | None, duration_s: float | None = None) -> int:
     resolved = load(ref)
     record: BootRecord | None = current_boot(resolved.recipe.name)
     driver = None
@@ -58,7 +61,7 @@ def loadtest(ref: str, names: list[str] | None, small: bool | None, workers: int
     root = results_root(resolved.recipe.name)
     small = default_small(resolved) if small is None else small
     try:
-        summaries = run_scenarios(target, names or DEFAULT_SCENARIOS, small, workers, root)
+        summaries = run_scenarios(target, names or DEFAULT_SCENARIOS, small, workers, root, duration_s=duration_s)
     finally:
         if driver is not None:
             driver.down(record)

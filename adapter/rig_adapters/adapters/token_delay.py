@@ -15,10 +15,14 @@ from rig_adapters.gates import env_float
 from rig_adapters.runtime import AdapterContext, Refused
 
 GATE = "RIG_TOKEN_DELAY_MS"
+SPIN_S = 0.0003
 
 
 def install_forward(ctx: AdapterContext) -> None:
-    delay_ms = env_float(GATE, 0.0)
+    try:
+        delay_ms = env_float(GATE, 0.0)
+    except ValueError as error:
+        raise Refused(str(error)) from None
     if delay_ms <= 0:
         raise Refused(f"{GATE} must be a positive number of milliseconds")
     delay_s = delay_ms / 1000.0
@@ -26,7 +30,13 @@ def install_forward(ctx: AdapterContext) -> None:
 
     @functools.wraps(original)
     def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-        time.sleep(delay_s)
+        # Sleep, then spin the last 0.3 ms: time.sleep overshoots by ~0.1 ms, and the injected
+        # effect must be known exactly for comparisons to be checked against it.
+        deadline = time.perf_counter() + delay_s
+        if delay_s > SPIN_S:
+            time.sleep(delay_s - SPIN_S)
+        while time.perf_counter() < deadline:
+            pass
         ctx.first_use(f"model step delayed by {delay_ms:g} ms")
         return original(self, *args, **kwargs)
 
