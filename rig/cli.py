@@ -183,6 +183,23 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 5 if blind else 0
 
 
+def cmd_kernelbench(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from rig.kernelbench.command import default_backends, kernelbench
+
+    kernelbench(args.n, args.k, args.pad_k, [int(m) for m in args.m.split(",")],
+                args.backends.split(",") if args.backends else default_backends(), args.production, args.candidate,
+                args.calls_per_step, args.rounds, Path(args.out) if args.out else None, args.device)
+    return 0
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from rig.audit.command import audit
+
+    return audit(args.recipe, args.model_dir, args.json)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rig", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -255,6 +272,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, help="override every scenario's measurement window, seconds")
     p.add_argument("--resume", help="a results/compare/<timestamp> directory to continue")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("audit", help="GEMM shapes per rank against backend constraints, before any boot")
+    p.add_argument("recipe")
+    p.add_argument("--model-dir", help="read config.json from this checkpoint instead of the shipped dimensions")
+    p.add_argument("--json", action="store_true", help="print JSON instead of markdown")
+    p.set_defaults(func=cmd_audit)
+
+    p = sub.add_parser("kernelbench", help="GEMM benchmark: cold L2, CUDA graphs, interleaved rounds, bitwise check")
+    p.add_argument("--n", type=int, default=5120)
+    p.add_argument("--k", type=int, default=576)
+    p.add_argument("--pad-k", type=int, default=640)
+    p.add_argument("--m", default="6", help="comma-separated M values")
+    p.add_argument("--backends", help="comma-separated (default: all registered)")
+    p.add_argument("--production", default="torch-fp8-rowwise")
+    p.add_argument("--candidate", help="the backend the padding unlocks (e.g. flashinfer-mxfp8-b12x)")
+    p.add_argument("--calls-per-step", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--device")
+    p.add_argument("--out", help="directory for kernelbench.json")
+    p.set_defaults(func=cmd_kernelbench)
 
     p = sub.add_parser("demo", help="boot tiny-cpu, stream a chat, load test, compare, shut down")
     p.set_defaults(func=cmd_demo)
