@@ -75,8 +75,8 @@ def main() -> int:
     request_time = args.ttft + (args.max_tokens - 1) * args.itl
     offered = args.users * (args.max_tokens / request_time) * (end - start)
     clients = summary["clients"]
-    lag_p99 = max(c["lag_p99_ms"] for c in clients)
-    lag_p50 = max(c["lag_p50_ms"] for c in clients)
+    lag_p99 = max(c["lag_p99_ms"] or 0.0 for c in clients)
+    lag_p50 = max(c["lag_p50_ms"] or 0.0 for c in clients)
     ratio = delivered / offered
     valid = ratio >= 0.99 and lag_p99 <= 5.0
     result = {

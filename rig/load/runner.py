@@ -17,7 +17,7 @@ from typing import Any
 from rig.boot import base as boot_base
 from rig.boot.base import BootRecord
 from rig.engines import LENGTH_PINNING
-from rig.load.metrics import client_verdict, summarize
+from rig.load.metrics import client_lag, client_verdict, summarize
 from rig.load.scenarios import LOADTESTS, Scenario, TokenCounter, build_prompts
 from rig.recipe import Resolved
 
@@ -167,7 +167,7 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
         run.stop()
     records = read_records(out_dir)
     window = read_window(out_dir, scenario, records)
-    clients = [json.loads(p.read_text()) for p in sorted(out_dir.glob("client-*.json"))]
+    clients = [client_lag(json.loads(p.read_text()), window) for p in sorted(out_dir.glob("client-*.json"))]
     summary = {
         "schema": SUMMARY_SCHEMA,
         "scenario": {"name": scenario.name, "version": scenario.version, "kind": scenario.kind, "users": scenario.users,
