@@ -17,6 +17,7 @@ from typing import Any
 from rig.boot import base as boot_base
 from rig.boot.base import BootRecord
 from rig.engines import LENGTH_PINNING
+from rig.errors import RigError
 from rig.load.metrics import client_lag, client_verdict, summarize
 from rig.load.scenarios import LOADTESTS, Scenario, TokenCounter, build_prompts
 from rig.recipe import Resolved
@@ -148,6 +149,9 @@ class LocustRun:
 def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers: int | None = None,
                  counter: TokenCounter | None = None, warmup: bool = False, progress: bool = True,
                  keep_text: bool = False, prompts: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise RigError(str(out_dir), "(directory)", "already holds a run; records of two runs must never mix",
+                       "use a new results directory")
     out_dir.mkdir(parents=True, exist_ok=True)
     record = target.record
     engine = target.resolved.recipe.engine.name
