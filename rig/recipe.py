@@ -113,6 +113,13 @@ class BootLog(Strict):
         return patterns
 
 
+class AuditSpec(Strict):
+    """Which backends (ids in rig/audit/constraints.yaml) this deployment's GEMMs are meant to run on."""
+
+    dense: list[str] = Field(default_factory=list, description="dense linears: MLP, shared experts, attention")
+    experts: list[str] = Field(default_factory=list, description="routed-expert kernels (checked on hidden and per-rank intermediate)")
+
+
 class Serving(Strict):
     port: int = Field(ge=1, le=65535)
     bind: str = Field("127.0.0.1", description="host address the port is published on")
@@ -128,6 +135,7 @@ class Variant(Strict):
     server_args: list[str] = Field(default_factory=list, description="appended to the recipe's server_args")
     adapters: list[AdapterUse] | None = None
     boot_log: BootLog | None = None
+    audit: AuditSpec | None = None
 
 
 class Recipe(Strict):
@@ -143,6 +151,7 @@ class Recipe(Strict):
     env: dict[str, str] = Field(default_factory=dict)
     adapters: list[AdapterUse] = Field(default_factory=list)
     boot_log: BootLog = Field(default_factory=BootLog)
+    audit: AuditSpec = Field(default_factory=AuditSpec)
     variants: dict[str, Variant] = Field(default_factory=dict)
     default_variant: str | None = None
 
@@ -153,7 +162,8 @@ class Recipe(Strict):
     def variant(self, name: str | None) -> Resolved:
         name = name or self.default_variant
         if name is None:
-            return Resolved(self, None, self.topology, dict(self.env), list(self.server_args), list(self.adapters), self.boot_log)
+            return Resolved(self, None, self.topology, dict(self.env), list(self.server_args), list(self.adapters), self.boot_log,
+                            self.audit)
         if name not in self.variants:
             raise RigError(
                 f"recipes/{self.name}.yaml", "variants", f"no variant {name!r}",
@@ -166,16 +176,17 @@ class Recipe(Strict):
             forbid=self.boot_log.forbid + (v.boot_log.forbid if v.boot_log else []),
         )
         return Resolved(self, name, v.topology or self.topology, {**self.env, **v.env},
-                        self.server_args + v.server_args, adapters, boot)
+                        self.server_args + v.server_args, adapters, boot, v.audit or self.audit)
 
 
 class Resolved:
     """A recipe with one variant applied: what a boot actually runs."""
 
     def __init__(self, recipe: Recipe, variant: str | None, topology: Topology, env: dict[str, str],
-                 server_args: list[str], adapters: list[AdapterUse], boot_log: BootLog) -> None:
+                 server_args: list[str], adapters: list[AdapterUse], boot_log: BootLog, audit: AuditSpec) -> None:
         self.recipe, self.variant, self.topology = recipe, variant, topology
         self.env, self.server_args, self.adapters, self.boot_log = env, server_args, adapters, boot_log
+        self.audit = audit
 
     @property
     def ref(self) -> str:
@@ -258,8 +269,14 @@ def check_semantics(recipe: Recipe, where: str) -> None:
     if recipe.default_variant and recipe.default_variant not in recipe.variants:
         raise RigError(where, "default_variant", f"{recipe.default_variant!r} is not a variant", f"use one of {', '.join(recipe.variants)}")
     knobs = _fork_knobs()
+    known_backends = yaml.safe_load((Path(__file__).resolve().parent / "audit" / "constraints.yaml").read_text())
     for resolved in variants:
         prefix = f"variants.{resolved.variant}." if resolved.variant else ""
+        for kind in ("dense", "experts"):
+            for backend in getattr(resolved.audit, kind):
+                if backend not in known_backends:
+                    raise RigError(where, f"{prefix}audit.{kind}", f"unknown backend {backend!r}",
+                                   f"use one of {', '.join(sorted(known_backends))} (rig/audit/constraints.yaml)")
         platform = resolved.topology.platform
         if recipe.gpu and not image.digest_for(platform) and not image.unpinned:
             raise RigError(

@@ -1,0 +1,87 @@
+"""`rig audit <recipe>`: find the slow shapes before booting a 400 GB model. Markdown or JSON."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rig.audit.check import check_experts, check_gemm, constraints
+from rig.audit.shapes import derive, load_dims
+from rig.recipe import Resolved, parse_recipe, recipe_path, split_ref
+
+DENSE_FAMILIES = ("dense_mlp", "shared_expert", "attention")
+
+
+def audit_variant(resolved: Resolved, model_dir: str | None) -> dict[str, Any]:
+    table = constraints()
+    dims, source = load_dims(resolved.recipe.model.dims, model_dir)
+    gemms, shard, unknown = derive(resolved, dims)
+    spec = resolved.audit
+    rows = []
+    for gemm in gemms:
+        backends = spec.dense if gemm.family in DENSE_FAMILIES else []
+        verdicts = [check_gemm(gemm, b, table[b]).to_json() for b in backends]
+        rows.append({"family": gemm.family, "layer": gemm.layer, "n": gemm.n, "k": gemm.k, "note": gemm.note, "verdicts": verdicts})
+    experts = None
+    if shard is not None:
+        experts = {"hidden": shard.hidden, "intermediate": shard.intermediate, "note": shard.note,
+                   "verdicts": [check_experts(shard, b, table[b]).to_json() | {"versions": table[b].get("versions")}
+                                for b in spec.experts]}
+    off = [{"layer": r["layer"], "n": r["n"], "k": r["k"], **v} for r in rows for v in r["verdicts"] if not v["accepted"]]
+    if experts:
+        off += [{"layer": "routed experts", "n": experts["hidden"], "k": experts["intermediate"], **v}
+                for v in experts["verdicts"] if not v["accepted"]]
+    topo = resolved.topology
+    return {"recipe": resolved.ref, "model": dims.get("name") or resolved.recipe.model.id, "dims_source": source,
+            "topology": {"tp": topo.tp, "ep": topo.ep, "dcp": topo.dcp}, "engine": resolved.recipe.engine.name,
+            "gemms": rows, "experts": experts, "off_fast_path": off, "not_derivable": unknown,
+            "backends": {b: {k: table[b].get(k) for k in ("backend", "source", "versions", "hardware")}
+                         for b in [*spec.dense, *spec.experts]}}
+
+
+def _verdict_text(v: dict[str, Any]) -> str:
+    if v["accepted"]:
+        return "ok"
+    pad = v["padded"]
+    adapter = f" [adapter: {v['adapter']}]" if v["adapter"] else " [no adapter]"
+    return f"REJECTED ({', '.join(v['reasons'])}) -> {pad[0]}x{pad[1]} +{v['extra_work_pct']:.1f}% work{adapter}"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    topo = report["topology"]
+    lines = [f"## rig audit {report['recipe']}: {report['model']} on {report['engine']}, TP={topo['tp']} EP={topo['ep']} DCP={topo['dcp']}",
+             f"dimensions: {report['dims_source']}", "",
+             "| family | layer | N | K |" + "".join(f" {b} |" for b in report["backends"]),
+             "| --- | --- | ---: | ---: |" + " --- |" * len(report["backends"])]
+    for row in report["gemms"]:
+        cells = {v["backend"]: _verdict_text(v) for v in row["verdicts"]}
+        lines.append(f"| {row['family']} | {row['layer']} | {row['n']} | {row['k']} |"
+                     + "".join(f" {cells.get(b, '-')} |" for b in report["backends"]))
+    if report["experts"]:
+        e = report["experts"]
+        lines += ["", f"Routed-expert shard per rank: hidden {e['hidden']}, intermediate {e['intermediate']} ({e['note']})"]
+        for v in e["verdicts"]:
+            lines.append(f"- {v['backend']} ({v['versions']}): {_verdict_text(v) if not v['accepted'] else 'accepted natively'}")
+    lines += ["", "Off the fast path:"]
+    if not report["off_fast_path"]:
+        lines.append("- nothing: every derived shape is accepted by every listed backend")
+    for off in report["off_fast_path"]:
+        pad = off["padded"]
+        experts = off["layer"] == "routed experts"
+        shape = f"hidden={off['n']} intermediate={off['k']}" if experts else f"N={off['n']} K={off['k']}"
+        padded = f"intermediate {pad[1]}" if experts and pad[0] == off["n"] else f"{pad[0]}x{pad[1]}"
+        lines.append(f"- {off['layer']} {shape}: rejected by {off['backend']} ({', '.join(off['reasons'])}); "
+                     f"smallest pad {padded}: +{off['extra_work_pct']:.1f}% work, +{off['extra_bytes_pct']:.1f}% bytes; "
+                     f"adapter: {off['adapter'] or 'none'}")
+    if report["not_derivable"]:
+        lines.append(f"\nNot derivable from the shipped dimensions (pass --model-dir): {'; '.join(report['not_derivable'])}")
+    return "\n".join(lines)
+
+
+def audit(ref: str, model_dir: str | None, as_json: bool) -> int:
+    name, variant = split_ref(ref)
+    recipe = parse_recipe(recipe_path(name))
+    variants = [variant] if variant else (list(recipe.variants) or [None])
+    reports = [audit_variant(recipe.variant(v), model_dir) for v in variants]
+    print(json.dumps(reports, indent=1) if as_json else "\n\n".join(markdown(r) for r in reports))
+    return 0
