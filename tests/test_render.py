@@ -145,3 +145,9 @@ def test_build_without_engine_is_one_line():
     assert "no Docker engine" in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert sys.executable
+
+
+def test_up_of_a_docker_recipe_without_engine_is_one_line():
+    result = rig_cli("up", "mia-tp4", env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    assert result.returncode == 2 and "no Docker engine" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr

@@ -17,6 +17,14 @@ from rig.recipe import Resolved, load
 DEFAULT_SCENARIOS = ["prose-c1", "code-c1", "c3000"]
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a run: the interrupted run's summary is written; callers stop and report."""
+
+    def __init__(self, summaries: list[dict[str, Any]]) -> None:
+        super().__init__("interrupted")
+        self.summaries = summaries
+
+
 def model_dir_for(resolved: Resolved) -> str | None:
     """Where the served tokenizer can be read on this host."""
     if resolved.recipe.model.source == "generated":
@@ -36,15 +44,14 @@ def run_scenarios(target: LoadTarget, names: list[str], small: bool, workers: in
         scenarios = [replace(s, duration_s=duration_s) for s in scenarios]
     counter = TokenCounter(target.model_dir, target.record.base_url, target.record.served_model)
     summaries = []
-    if warmup and warmup_pending(target.record):
-        first = scenarios[0]
-        out = root / f"warmup-{first.name}"
-        summaries.append(run_scenario(target, first, out, workers, counter, warmup=True, progress=progress))
-        note_run(target.record, out, warmup=True)
-    for scenario in scenarios:
-        out = root / scenario.name
-        summaries.append(run_scenario(target, scenario, out, workers, counter, progress=progress))
-        note_run(target.record, out, warmup=False)
+    plan = [(scenario, True) for scenario in scenarios[:1] if warmup and warmup_pending(target.record)]
+    plan += [(scenario, False) for scenario in scenarios]
+    for scenario, is_warmup in plan:
+        out = root / (f"warmup-{scenario.name}" if is_warmup else scenario.name)
+        summaries.append(run_scenario(target, scenario, out, workers, counter, warmup=is_warmup, progress=progress))
+        note_run(target.record, out, warmup=is_warmup)
+        if summaries[-1]["interrupted"]:
+            raise Interrupted(summaries)
     return summaries
 
 
@@ -60,8 +67,11 @@ def loadtest(ref: str, names: list[str] | None, small: bool | None, workers: int
     target = LoadTarget(resolved, record, model_dir_for(resolved))
     root = results_root(resolved.recipe.name)
     small = default_small(resolved) if small is None else small
+    interrupted = False
     try:
         summaries = run_scenarios(target, names or DEFAULT_SCENARIOS, small, workers, root, duration_s=duration_s)
+    except Interrupted as stop:
+        summaries, interrupted = stop.summaries, True
     finally:
         if driver is not None:
             driver.down(record)
@@ -70,5 +80,7 @@ def loadtest(ref: str, names: list[str] | None, small: bool | None, workers: int
     (root / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n" + "\n".join(lines))
     print(f"\nresults: {root}")
+    if interrupted:
+        return 130
     invalid = [s for s in summaries if not s["warmup"] and not s["client"]["valid"] and s["client"].get("note") is None]
     return 4 if invalid else 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -39,9 +40,11 @@ def complete(record: dict[str, Any]) -> bool:
     return record.get("error") is None and record.get("t_first") is not None and record.get("finish_reason") is not None
 
 
-def summarize(records: list[dict[str, Any]], window: tuple[float, float] | None = None) -> dict[str, Any]:
+def summarize(records: list[dict[str, Any]], window: tuple[float, float] | None = None,
+              count_tokens: Callable[[str], int] | None = None) -> dict[str, Any]:
     """Per-request latency statistics over completed requests that started inside the window,
-    plus aggregate throughput from every chunk that arrived inside it."""
+    plus aggregate throughput from every chunk that arrived inside it. With `count_tokens` (the
+    served tokenizer), usage is also checked against a re-tokenisation of the streamed text."""
     if window is None:
         starts = [r["t_send"] for r in records] or [0.0]
         ends = [r["t_end"] for r in records if r.get("t_end")] or [0.0]
@@ -52,6 +55,7 @@ def summarize(records: list[dict[str, Any]], window: tuple[float, float] | None 
     ttft, tpot, e2e, user_tps, prefill_tps = [], [], [], [], []
     itl: list[float] = []
     mismatches = []
+    tokenizer_differences = []
     for r in done:
         n = output_tokens(r)
         ttft.append(r["t_first"] - r["t_send"])
@@ -68,6 +72,10 @@ def summarize(records: list[dict[str, Any]], window: tuple[float, float] | None 
         usage_tokens = (r.get("usage") or {}).get("completion_tokens")
         if usage_tokens is not None and len(chunks) and abs(usage_tokens - len(chunks)) > TOKEN_MISMATCH_TOLERANCE * usage_tokens:
             mismatches.append(usage_tokens - len(chunks))
+        if count_tokens is not None and usage_tokens and r.get("text") is not None:
+            recount = count_tokens(r["text"])
+            if abs(usage_tokens - recount) > TOKEN_MISMATCH_TOLERANCE * usage_tokens:
+                tokenizer_differences.append(usage_tokens - recount)
     # Aggregate throughput: each chunk's tokens count at its arrival time, clipped to the window,
     # so requests the window's end cut still count what they produced inside it.
     window_tokens = 0.0
@@ -96,6 +104,9 @@ def summarize(records: list[dict[str, Any]], window: tuple[float, float] | None 
             "usage_vs_chunks_mismatched_requests": len(mismatches),
             "usage_vs_chunks_mean_difference": float(np.mean(mismatches)) if mismatches else 0.0,
             "tolerance": TOKEN_MISMATCH_TOLERANCE,
+            "tokenizer_checked": count_tokens is not None,
+            "usage_vs_tokenizer_mismatched_requests": len(tokenizer_differences),
+            "usage_vs_tokenizer_mean_difference": float(np.mean(tokenizer_differences)) if tokenizer_differences else 0.0,
             "prompt_tokens_target": describe([float(x) for x in prompt_targets])["mean"],
             "prompt_tokens_usage": describe([float(x) for x in prompt_actual])["mean"],
         },

@@ -55,6 +55,10 @@ def notes(summary: dict[str, Any]) -> list[str]:
         out.append(f"{summary['scenario']['name']}: usage and chunk counts differ by more than {tokens['tolerance']:.0%} in "
                    f"{tokens['usage_vs_chunks_mismatched_requests']} request(s) (mean {tokens['usage_vs_chunks_mean_difference']:+.1f} "
                    "tokens): the server puts several tokens in some chunks; ITL is per chunk, token rates use usage")
+    if tokens.get("usage_vs_tokenizer_mismatched_requests"):
+        out.append(f"{summary['scenario']['name']}: usage and a re-tokenisation of the streamed text differ beyond "
+                   f"{tokens['tolerance']:.0%} in {tokens['usage_vs_tokenizer_mismatched_requests']} request(s) (mean "
+                   f"{tokens['usage_vs_tokenizer_mean_difference']:+.1f} tokens; decoded text does not always re-encode to the same tokens)")
     if summary.get("interrupted"):
         out.append(f"{summary['scenario']['name']}: interrupted; the summary covers what was measured")
     return out

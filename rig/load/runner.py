@@ -160,7 +160,8 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
     config = {"scenario": scenario.name, "base_url": record.base_url, "model": record.served_model,
               "endpoint": scenario.endpoint, "max_tokens": scenario.max_tokens, "temperature": scenario.temperature,
               "seed": scenario.seed, "extra_body": LENGTH_PINNING.get(engine, {}), "prompts": prompts,
-              "out_dir": str(out_dir), "read_timeout_s": scenario.read_timeout_s, "keep_text": keep_text}
+              "out_dir": str(out_dir), "read_timeout_s": scenario.read_timeout_s,
+              "keep_text": keep_text or counter.tokenizer is not None}
     run = LocustRun(scenario, record.base_url, config, out_dir, workers or default_workers())
     interrupted = False
     run.start()
@@ -180,7 +181,7 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
         "warmup": warmup,
         "interrupted": interrupted,
         "provenance": provenance(target, run, counter),
-        "metrics": summarize(records, window),
+        "metrics": summarize(records, window, counter.count if counter.tokenizer is not None else None),
         "client": client_verdict(clients) if run.distributed or scenario.users > 1 else
                   {**client_verdict(clients), "note": "single-process run"},
         "clients": clients,

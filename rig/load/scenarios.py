@@ -84,6 +84,9 @@ class TokenCounter:
             raise RigError("tokenizer", "RIG_MODEL_DIR", f"no local tokenizer and the server's /tokenize failed ({error})",
                            "set RIG_MODEL_DIR to the checkpoint directory so prompts can be cut exactly in tokens") from None
 
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
+
     def decode(self, ids: list[int]) -> str:
         if self.tokenizer is not None:
             return self.tokenizer.decode(ids)
