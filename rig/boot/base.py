@@ -153,6 +153,20 @@ def served_model(base_url: str) -> str | None:
         return None
 
 
+def await_healthy(driver: BootDriver, record: BootRecord, serving: Any, progress: bool) -> BootRecord:
+    """Wait for health; a boot that does not get there (or is interrupted) is stopped and marked failed."""
+    try:
+        wait_healthy(record, serving.health, serving.boot_timeout_s, lambda: driver.alive(record), progress)
+    except (BootFailed, KeyboardInterrupt) as error:
+        record.status, record.error = "failed", str(error)
+        driver.down(record)
+        raise
+    record.status = "healthy"
+    record.served_model = served_model(record.base_url)
+    remember(record)
+    return record
+
+
 class BootDriver(Protocol):
     name: str
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from rig.boot.base import BootFailed, BootRecord, forget, new_boot, remember, served_model, wait_healthy
+from rig.boot.base import BootFailed, BootRecord, await_healthy, forget, new_boot, remember
 from rig.errors import RigError
 from rig.recipe import REPO_ROOT, Resolved
 from rig.render import compose_path
@@ -75,16 +75,7 @@ class ComposeDriver:
         record.image = {"id": container.image.id, "tags": container.image.tags,
                         "digests": container.image.attrs.get("RepoDigests", []), "labels": container.image.labels}
         threading.Thread(target=_stream_logs, args=(container, record.log_path), daemon=True).start()
-        try:
-            wait_healthy(record, serving.health, serving.boot_timeout_s, lambda: self.alive(record), progress)
-        except (BootFailed, KeyboardInterrupt) as error:
-            record.status, record.error = "failed", str(error)
-            self.down(record)
-            raise
-        record.status = "healthy"
-        record.served_model = served_model(record.base_url)
-        remember(record)
-        return record
+        return await_healthy(self, record, serving, progress)
 
     def _container(self, client: Any, record: BootRecord) -> Any:
         found = client.containers.list(all=True, filters={"label": f"com.docker.compose.project={record.compose_project}"})

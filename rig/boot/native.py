@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from rig.boot.base import BootFailed, BootRecord, new_boot, remember, served_model, wait_healthy
+from rig.boot.base import BootRecord, await_healthy, new_boot, remember
 from rig.engines import server_argv
 from rig.errors import RigError
 from rig.recipe import REPO_ROOT, Resolved
@@ -72,16 +72,7 @@ class NativeDriver:
         (Path(record.boot_dir) / "server.pid").write_text(f"{process.pid}\n")
         remember(record)
         self._process = process
-        try:
-            wait_healthy(record, serving.health, serving.boot_timeout_s, lambda: self.alive(record), progress)
-        except (BootFailed, KeyboardInterrupt) as error:
-            record.status, record.error = "failed", str(error)
-            self.down(record)
-            raise
-        record.status = "healthy"
-        record.served_model = served_model(record.base_url)
-        remember(record)
-        return record
+        return await_healthy(self, record, serving, progress)
 
     def alive(self, record: BootRecord) -> str | None:
         process = getattr(self, "_process", None)
