@@ -291,6 +291,9 @@ def check_semantics(recipe: Recipe, where: str) -> None:
                 raise RigError(where, f"{prefix}adapters", f"unknown adapter {use.name!r}", f"use one of {', '.join(sorted(BY_NAME))} (`rig adapters list`)")
             if recipe.engine.name not in spec.engines:
                 raise RigError(where, f"{prefix}adapters.{use.name}", f"adapter targets {', '.join(spec.engines)}, recipe runs {recipe.engine.name}", "remove it from this recipe")
+            if spec.recipes and recipe.name not in spec.recipes:
+                raise RigError(where, f"{prefix}adapters.{use.name}", f"adapter is scoped to {', '.join(spec.recipes)}",
+                               f"add {recipe.name} to its scope in adapter/rig_adapters/registry.py once it is qualified there")
             allowed = {spec.gate, *spec.settings}
             unknown = sorted(set(use.gates) - allowed)
             if unknown:

@@ -82,7 +82,6 @@ def render_dockerfile(recipe: Recipe) -> str:
     lines += [
         "COPY adapter /opt/rig/adapter",
         "# rig_adapters needs nothing beyond the engine image; the .pth arms it in every engine process.",
-        "# hadolint ignore=DL3013",
         "RUN python3 -m pip install --no-cache-dir --no-deps /opt/rig/adapter \\",
         " && python3 -m rig_adapters install-pth",
     ]

@@ -56,6 +56,7 @@ BAD = {
     "malformed digest": ("glm52-tp6", _set("image.digests", {"linux/amd64": "sha256:abc"}), "image.digests.linux/amd64", "64"),
     "wrong gate": ("mia-tp4", _set("adapters", [{"name": "shared_pad_k", "gates": {"PAD": "1"}}]), "adapters.shared_pad_k.gates", "DSV41"),
     "adapter for another engine": ("tiny-cpu", _set("adapters", [{"name": "shared_pad_k", "gates": {"DSV41_SHARED_PAD_K": "1"}}]), "adapters.shared_pad_k", "remove"),
+    "adapter out of scope": ("mia-tp4", lambda d: d.update(name="mia-tp8"), "adapters.mxfp8_b12x", "scope"),
     "bad regex": ("mia-tp4", _set("boot_log", {"must": ["(unclosed"]}), "boot_log.must", "compile"),
 }
 

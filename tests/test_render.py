@@ -151,3 +151,29 @@ def test_up_of_a_docker_recipe_without_engine_is_one_line():
     result = rig_cli("up", "mia-tp4", env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
     assert result.returncode == 2 and "no Docker engine" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+def test_make_build_takes_the_recipe_positionally_or_by_variable():
+    positional = subprocess.run(["make", "-n", "build", "mia-tp4"], cwd=REPO, capture_output=True, text=True, check=False)
+    variable = subprocess.run(["make", "-n", "build", "RECIPE=glm52-tp6"], cwd=REPO, capture_output=True, text=True, check=False)
+    assert "rig build mia-tp4" in positional.stdout, positional.stdout + positional.stderr
+    assert "rig build glm52-tp6" in variable.stdout, variable.stdout + variable.stderr
+
+
+def test_pin_writes_digests_into_the_recipe(tmp_path):
+    from rig.pin import write_digests
+
+    source = (REPO / "recipes" / "mia-tp4.yaml").read_text()
+    path = tmp_path / "mia-tp4.yaml"
+    path.write_text(source.replace("sha256:c4ca", "sha256:0000"))
+    digests = {"linux/amd64": "sha256:" + "1" * 64, "linux/arm64": "sha256:" + "2" * 64}
+    write_digests(path, digests)
+    recipe = parse_recipe(path)
+    assert dict(recipe.image.digests) == digests
+    assert "# DeepSeek-V4.1-Flash on SGLang" in path.read_text()  # comments survive
+
+
+def test_pin_without_registry_access_is_one_line():
+    result = rig_cli("pin", "tiny-cpu", env={"DOCKER_CONFIG": "/nonexistent", "HTTPS_PROXY": "http://127.0.0.1:9"})
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "rig pin" in result.stderr

@@ -32,6 +32,9 @@ def docker_client() -> Any:
     return client
 
 
+COMPOSE_VARIABLES = frozenset({"RIG_IMAGE_TAG"})
+
+
 class ComposeDriver:
     name = "compose"
 
@@ -54,16 +57,19 @@ class ComposeDriver:
         record = new_boot(resolved, self.name, overlay, port or serving.port)
         record.compose_project = f"rig-{resolved.slug.replace('.', '-')}"
         record.compose_files = [str(compose_path(resolved))]
-        if overlay or port:
+        # Compose variables (the image tag) select what compose runs; everything else is server environment.
+        compose_env = {k: v for k, v in overlay.items() if k in COMPOSE_VARIABLES}
+        server_env = {k: v for k, v in overlay.items() if k not in COMPOSE_VARIABLES}
+        if server_env or port:
             override: dict[str, Any] = {"services": {"server": {}}}
-            if overlay:
-                override["services"]["server"]["environment"] = overlay
+            if server_env:
+                override["services"]["server"]["environment"] = server_env
             if port:
                 override["services"]["server"]["ports"] = [f"{serving.bind}:{port}:{serving.port}"]
             override_path = Path(record.boot_dir) / "compose.override.yaml"
             override_path.write_text(yaml.safe_dump(override, sort_keys=False))
             record.compose_files.append(str(override_path))
-        env = {"RIG_MANIFEST_DIR": record.manifest_dir}
+        env = {"RIG_MANIFEST_DIR": record.manifest_dir, **compose_env}
         remember(record)
         result = self._compose(record, "up", "-d", "--no-build", env=env)
         if result.returncode != 0:
