@@ -32,15 +32,23 @@ LAG_PERIOD_S = 0.01
 
 
 class RecordWriter:
-    """Appends one JSON line per request and flushes it at once: an interrupted run keeps it."""
+    """Appends one JSON line per request and flushes it at once: an interrupted run keeps it.
+    A worker on another machine (the run's directory is not here) ships its lines to the master
+    with Locust's own worker reports instead; the master appends them to the same kind of file."""
 
     def __init__(self) -> None:
         self.handle = None
+        self.shipping = bool(CONFIG) and not os.path.isdir(OUT_DIR)
+        self.outbox: list[str] = []
 
     def write(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, separators=(",", ":"))
+        if self.shipping:
+            self.outbox.append(line)
+            return
         if self.handle is None:
             self.handle = open(os.path.join(OUT_DIR, f"records-{PROCESS_ID}.jsonl"), "a", buffering=1)  # noqa: SIM115
-        self.handle.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self.handle.write(line + "\n")
 
 
 WRITER = RecordWriter()
@@ -93,15 +101,46 @@ def _on_stopping(environment: Any, **_: Any) -> None:
         _write_window("stopping")
 
 
+def _client_stats(process: str, lag: list, cpu: list[float]) -> dict[str, Any]:
+    # Raw samples: rig computes percentiles over the measurement window (spawning bursts excluded).
+    return {"process": process, "lag": [[round(t, 4), round(value, 6)] for t, value in lag],
+            "cpu_percent_mean": sum(cpu) / len(cpu) if cpu else None, "cpu_percent_max": max(cpu) if cpu else None}
+
+
+@events.report_to_master.add_listener
+def _ship(client_id: str, data: dict[str, Any], **_: Any) -> None:
+    if WRITER.shipping:
+        data["rig"] = {"process": PROCESS_ID, "records": WRITER.outbox[:], "lag": LAG[:], "cpu": CPU[:]}
+        WRITER.outbox.clear()
+        LAG.clear()
+        CPU.clear()
+
+
+REMOTE: dict[str, dict[str, list]] = {}
+
+
+@events.worker_report.add_listener
+def _receive(client_id: str, data: dict[str, Any], **_: Any) -> None:
+    shipped = data.get("rig")
+    if not shipped:
+        return
+    process = shipped["process"]
+    if shipped["records"]:
+        with open(os.path.join(OUT_DIR, f"records-{process}.jsonl"), "a") as handle:
+            handle.write("".join(line + "\n" for line in shipped["records"]))
+    remote = REMOTE.setdefault(process, {"lag": [], "cpu": []})
+    remote["lag"] += shipped["lag"]
+    remote["cpu"] += shipped["cpu"]
+
+
 @events.quitting.add_listener
 def _on_quit(environment: Any, **_: Any) -> None:
-    if isinstance(environment.runner, MasterRunner):
-        return
-    # Raw samples: rig computes percentiles over the measurement window (spawning bursts excluded).
-    client = {"process": PROCESS_ID, "lag": [[round(t, 4), round(lag, 6)] for t, lag in LAG],
-              "cpu_percent_mean": sum(CPU) / len(CPU) if CPU else None, "cpu_percent_max": max(CPU) if CPU else None}
-    with open(os.path.join(OUT_DIR, f"client-{PROCESS_ID}.json"), "w") as handle:
-        json.dump(client, handle)
+    clients = {process: _client_stats(process, v["lag"], v["cpu"]) for process, v in REMOTE.items()}
+    if not isinstance(environment.runner, MasterRunner) and not WRITER.shipping:
+        clients[PROCESS_ID] = _client_stats(PROCESS_ID, LAG, CPU)
+    for process, client in clients.items():
+        with open(os.path.join(OUT_DIR, f"client-{process}.json"), "w") as handle:
+            json.dump(client, handle)
 
 
 def _payload(prompt: dict[str, Any]) -> tuple[str, dict[str, Any]]:

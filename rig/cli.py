@@ -170,7 +170,7 @@ def cmd_loadtest(args: argparse.Namespace) -> int:
     from rig.load.command import loadtest
 
     small = True if args.small else (False if args.full else None)
-    return loadtest(args.recipe, args.scenario, small, args.workers, args.duration)
+    return loadtest(args.recipe, args.scenario, small, args.workers, args.duration, args.remote_workers, args.master_bind)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -256,6 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
     size.add_argument("--full", action="store_true", help="full sizes (default for GPU recipes)")
     p.add_argument("--workers", type=int, help="Locust worker processes for distributed scenarios (default: cores - 1)")
     p.add_argument("--duration", type=float, help="override every scenario's measurement window, seconds")
+    p.add_argument("--remote-workers", type=int, default=0,
+                   help="distributed scenarios also wait for this many Locust workers on other client machines")
+    p.add_argument("--master-bind", default="127.0.0.1", help="address the Locust master listens on (remote workers need a reachable one)")
     p.set_defaults(func=cmd_loadtest)
 
     p = sub.add_parser("compare", help="before/after comparison across boots (ABBA, warmup discarded, paired CIs)")

@@ -133,3 +133,35 @@ def test_server_dying_mid_run_keeps_records_and_counts_errors(tmp_path):
     assert set(errors) <= {"stream_cut", "connection", "cut_by_window", "ChunkedEncodingError", "ConnectionError"}
     written = json.loads(Path(tmp_path / "run" / "summary.json").read_text())
     assert written["metrics"]["requests"]["total"] == requests["total"]
+
+
+def test_a_worker_on_another_machine_ships_its_records_to_the_master(timed_target, tmp_path):
+    """A remote worker sees no run directory, so its records travel in Locust's worker reports."""
+    import os
+    import re
+    import threading
+
+    target, _ = timed_target
+    out = tmp_path / "run"
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.update(summary=run_scenario(
+        target, scenario(users=4, distributed=True, spawn_rate=4, kind="concurrency", duration_s=3.0), out, workers=1,
+        counter=FixedPrompts(), prompts=PROMPTS, progress=False, remote_workers=1)))
+    thread.start()
+    for _ in range(200):
+        if (out / "remote-worker.txt").exists():
+            break
+        time.sleep(0.05)
+    port = re.search(r"--master-port (\d+)", (out / "remote-worker.txt").read_text()).group(1)
+    elsewhere = json.loads((out / "config.json").read_text()) | {"out_dir": str(tmp_path / "not-on-this-machine")}
+    (tmp_path / "remote-config.json").write_text(json.dumps(elsewhere))
+    worker = subprocess.Popen([sys.executable, "-m", "locust", "-f", str(REPO / "loadtests" / "locustfile.py"), "--worker",
+                               "--master-host", "127.0.0.1", "--master-port", port],
+                              env={**os.environ, "RIG_LOAD_CONFIG": str(tmp_path / "remote-config.json")}, cwd=tmp_path)
+    thread.join(timeout=120)
+    worker.wait(timeout=30)
+    summary = result["summary"]
+    assert not (tmp_path / "not-on-this-machine").exists()
+    assert len(list(out.glob("records-*.jsonl"))) == 2 and len(list(out.glob("client-*.json"))) == 2
+    assert summary["metrics"]["requests"]["completed"] >= 4
+    assert within(summary["metrics"]["itl_s"]["mean"], ITL)

@@ -152,6 +152,20 @@ class AdapterContext:
                 entry["first_use"] = {"time": time.time(), "detail": detail}
             MANIFEST.write()
 
+    def record_stat(self, name: str, value: float, every_s: float = 1.0) -> None:
+        """A running mean in the manifest (written at most once per `every_s`): what an adapter
+        actually did, e.g. the delay it really injected."""
+        with MANIFEST.lock:
+            stats = MANIFEST.adapter(self.spec).setdefault("stats", {})
+            entry = stats.setdefault(name, {"count": 0, "sum": 0.0, "mean": None})
+            entry["count"] += 1
+            entry["sum"] += value
+            entry["mean"] = entry["sum"] / entry["count"]
+            now = time.monotonic()
+            if now - getattr(self, "_last_stat_write", 0.0) >= every_s:
+                self._last_stat_write = now
+                MANIFEST.write()
+
     def layer_patched(self, layer: str, detail: str) -> None:
         with MANIFEST.lock:
             MANIFEST.adapter(self.spec)["layers_patched"].append({"layer": layer, "detail": detail})

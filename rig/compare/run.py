@@ -15,7 +15,7 @@ from typing import Any
 
 from rig.boot import BootFailed, driver_for
 from rig.boot import base as boot_base
-from rig.boot.checks import check_boot
+from rig.boot.checks import check_boot, read_manifests
 from rig.chat import stream_chat
 from rig.compare.arms import Arm, boot_order
 from rig.compare.stats import figure
@@ -70,7 +70,7 @@ def run_boot(plan: ComparePlan, index: int, block: int, arm: Arm, out: Path, pro
     driver = driver_for(resolved)
     entry: dict[str, Any] = {"index": index, "block": block, "arm": arm.name, "spec": arm.spec, "control": arm is plan.control,
                              "boot_id": None, "voided": False, "problems": [], "rounds": [], "greedy": {}, "check": None,
-                             "healthy_after_s": None, "log_path": None}
+                             "healthy_after_s": None, "log_path": None, "adapter_stats": {}}
     try:
         record = driver.up(resolved, overlay=arm.overlay(), progress=progress)
     except BootFailed as error:
@@ -93,6 +93,9 @@ def run_boot(plan: ComparePlan, index: int, block: int, arm: Arm, out: Path, pro
             entry["rounds"].append({name: {"figure": figure(s), "client_valid": s["client"]["valid"] or bool(s["client"].get("note")),
                                            "errors": s["metrics"]["requests"]["errors"]} for name, s in measured.items()})
         entry["greedy"] = greedy_identity(record.base_url, record.served_model or "", plan.small)
+        # What the adapters report they actually did during the boot (e.g. token_delay's injected_ms).
+        entry["adapter_stats"] = {name: adapter.get("stats") for manifest in read_manifests(record.manifest_dir)
+                                  for name, adapter in manifest.get("adapters", {}).items() if adapter.get("stats")}
     except RigError as error:
         entry.update(voided=True, problems=[str(error)])
     finally:

@@ -37,7 +37,8 @@ def default_small(resolved: Resolved) -> bool:
 
 
 def run_scenarios(target: LoadTarget, names: list[str], small: bool, workers: int | None, root: Path,
-                  progress: bool = True, warmup: bool = True, duration_s: float | None = None) -> list[dict[str, Any]]:
+                  progress: bool = True, warmup: bool = True, duration_s: float | None = None,
+                  remote_workers: int = 0, master_bind: str = "127.0.0.1") -> list[dict[str, Any]]:
     """The warmup rule lives here: a boot's first run is run, kept, marked and left out of results."""
     scenarios = [load_scenario(name).scaled(small) for name in names]
     if duration_s:
@@ -48,14 +49,16 @@ def run_scenarios(target: LoadTarget, names: list[str], small: bool, workers: in
     plan += [(scenario, False) for scenario in scenarios]
     for scenario, is_warmup in plan:
         out = root / (f"warmup-{scenario.name}" if is_warmup else scenario.name)
-        summaries.append(run_scenario(target, scenario, out, workers, counter, warmup=is_warmup, progress=progress))
+        summaries.append(run_scenario(target, scenario, out, workers, counter, warmup=is_warmup, progress=progress,
+                                      remote_workers=remote_workers if scenario.distributed else 0, master_bind=master_bind))
         note_run(target.record, out, warmup=is_warmup)
         if summaries[-1]["interrupted"]:
             raise Interrupted(summaries)
     return summaries
 
 
-def loadtest(ref: str, names: list[str] | None, small: bool | None, workers: int | None, duration_s: float | None = None) -> int:
+def loadtest(ref: str, names: list[str] | None, small: bool | None, workers: int | None, duration_s: float | None = None,
+             remote_workers: int = 0, master_bind: str = "127.0.0.1") -> int:
     resolved = load(ref)
     record: BootRecord | None = current_boot(resolved.recipe.name)
     driver = None
@@ -69,7 +72,8 @@ def loadtest(ref: str, names: list[str] | None, small: bool | None, workers: int
     small = default_small(resolved) if small is None else small
     interrupted = False
     try:
-        summaries = run_scenarios(target, names or DEFAULT_SCENARIOS, small, workers, root, duration_s=duration_s)
+        summaries = run_scenarios(target, names or DEFAULT_SCENARIOS, small, workers, root, duration_s=duration_s,
+                                  remote_workers=remote_workers, master_bind=master_bind)
     except Interrupted as stop:
         summaries, interrupted = stop.summaries, True
     finally:

@@ -82,10 +82,12 @@ def read_window(directory: Path, scenario: Scenario, records: list[dict[str, Any
 class LocustRun:
     """One scenario run. Processes are started here and always stopped here."""
 
-    def __init__(self, scenario: Scenario, base_url: str, config: dict[str, Any], out_dir: Path, workers: int) -> None:
+    def __init__(self, scenario: Scenario, base_url: str, config: dict[str, Any], out_dir: Path, workers: int,
+                 remote_workers: int = 0, master_bind: str = "127.0.0.1") -> None:
         self.scenario, self.base_url, self.out_dir = scenario, base_url, out_dir
-        self.distributed = scenario.distributed and scenario.users > 1
+        self.distributed = (scenario.distributed and scenario.users > 1) or remote_workers > 0
         self.workers = workers if self.distributed else 1
+        self.remote_workers, self.master_bind = remote_workers, master_bind
         config_path = out_dir / "config.json"
         config_path.write_text(json.dumps(config, indent=1))
         self.env = {**os.environ, "RIG_LOAD_CONFIG": str(config_path), "PYTHONUNBUFFERED": "1"}
@@ -104,15 +106,24 @@ class LocustRun:
             self.processes.append(subprocess.Popen(_locust() + common, stdout=log, stderr=subprocess.STDOUT, env=self.env))
             return
         port = _free_port()
-        master = _locust() + common + ["--master", "--expect-workers", str(self.workers),
-                                       "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port)]
+        master = _locust() + common + ["--master", "--expect-workers", str(self.workers + self.remote_workers),
+                                       "--master-bind-host", self.master_bind, "--master-bind-port", str(port)]
         self.processes.append(subprocess.Popen(master, stdout=log, stderr=subprocess.STDOUT, env=self.env))
+        if self.remote_workers:
+            # The same worker code runs on other client machines; their records come back through
+            # Locust's worker reports because this run's directory is not on those machines.
+            self.remote_command = (f"RIG_LOAD_CONFIG=<copy of {self.out_dir / 'config.json'}> python -m locust -f loadtests/locustfile.py "
+                                   f"--worker --master-host <this host> --master-port {port}")
+            (self.out_dir / "remote-worker.txt").write_text(self.remote_command + "\n")
+            print(f"waiting for {self.remote_workers} remote worker(s); on each client machine run:\n  {self.remote_command}",
+                  file=sys.stderr)
+        self.port = port
         for _ in range(self.workers):
             worker = _locust() + ["--worker", "--master-host", "127.0.0.1", "--master-port", str(port)]
             self.processes.append(subprocess.Popen(worker, stdout=log, stderr=subprocess.STDOUT, env=self.env))
 
     def wait(self, progress: bool = True) -> None:
-        deadline = time.monotonic() + self.run_time_s() + 60 + (30 if self.distributed else 0)
+        deadline = time.monotonic() + self.run_time_s() + 60 + (30 if self.distributed else 0) + 600 * bool(self.remote_workers)
         last = 0.0
         while any(p.poll() is None for p in self.processes):
             if time.monotonic() > deadline:
@@ -148,7 +159,8 @@ class LocustRun:
 
 def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers: int | None = None,
                  counter: TokenCounter | None = None, warmup: bool = False, progress: bool = True,
-                 keep_text: bool = False, prompts: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                 keep_text: bool = False, prompts: list[dict[str, Any]] | None = None, remote_workers: int = 0,
+                 master_bind: str = "127.0.0.1") -> dict[str, Any]:
     if out_dir.exists() and any(out_dir.iterdir()):
         raise RigError(str(out_dir), "(directory)", "already holds a run; records of two runs must never mix",
                        "use a new results directory")
@@ -162,7 +174,7 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
               "seed": scenario.seed, "extra_body": LENGTH_PINNING.get(engine, {}), "prompts": prompts,
               "out_dir": str(out_dir), "read_timeout_s": scenario.read_timeout_s,
               "keep_text": keep_text or counter.tokenizer is not None}
-    run = LocustRun(scenario, record.base_url, config, out_dir, workers or default_workers())
+    run = LocustRun(scenario, record.base_url, config, out_dir, workers or default_workers(), remote_workers, master_bind)
     interrupted = False
     run.start()
     try:
@@ -205,6 +217,7 @@ def provenance(target: LoadTarget, run: LocustRun, counter: TokenCounter) -> dic
         "adapter_gates": {**resolved.adapter_env(), **{k: v for k, v in record.overlay.items()}},
         "host": host_facts(),
         "client": {"processes": run.workers + (1 if run.distributed else 0), "workers": run.workers,
+                   "remote_workers": run.remote_workers,
                    "distributed": run.distributed, "users": run.scenario.users,
                    "spawn_rate": run.scenario.spawn_rate or run.scenario.users, "http_user": "locust HttpUser (requests)",
                    "tokenizer": counter.source},
