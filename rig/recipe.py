@@ -205,9 +205,6 @@ class Resolved:
     def full_env(self) -> dict[str, str]:
         return {**self.env, **self.adapter_env()}
 
-    def variant_names(self) -> list[str | None]:
-        return [None] if not self.recipe.variants else list(self.recipe.variants)
-
 
 def _field_path(loc: tuple[Any, ...]) -> str:
     return ".".join(str(part) for part in loc) or "(top level)"

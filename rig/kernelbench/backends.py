@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -136,7 +135,3 @@ def backend(name: str) -> Backend:
     if name not in BACKENDS:
         raise RigError("command line", "--backend", f"unknown backend {name!r}", f"use one of {', '.join(BACKENDS)}")
     return BACKENDS[name]
-
-
-def describe_all() -> list[dict[str, Any]]:
-    return [{"name": b.name, "description": b.description} for b in BACKENDS.values()]

@@ -6,7 +6,6 @@ the arrival time of every content chunk, usage, finish_reason, status and error.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -140,7 +139,3 @@ def client_verdict(clients: list[dict[str, Any]], lag_limit_ms: float = 5.0, cpu
             "lag_p50_ms": max(c.get("lag_p50_ms") or 0.0 for c in clients),
             "cpu_percent_mean_max": worst_cpu, "lag_limit_ms": lag_limit_ms,
             "server_clock": "unavailable (OpenAI streams carry only whole-second timestamps)"}
-
-
-def finite(value: Any) -> Any:
-    return None if isinstance(value, float) and not math.isfinite(value) else value
