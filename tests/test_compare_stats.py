@@ -93,3 +93,8 @@ def test_resume_skips_finished_boots(tmp_path, monkeypatch):
                                     boots=2, rounds=1, scenarios=["prose-c1"], small=True)
     with pytest.raises(RigError, match="different comparison"):
         compare_run.run_compare(other, tmp_path, progress=False)
+
+
+def test_a_single_pair_gets_no_interval_and_no_verdict():
+    result = compare_scenario("a", "b", {("a", 0): [100.0], ("b", 0): [90.0]})
+    assert result["ci_pct"] is None and "no verdict" in result["verdict"] and result["delta_pct"] == pytest.approx(-10.0)

@@ -105,6 +105,10 @@ def markdown(analysis: dict[str, Any]) -> str:
                 lines.append(f"{name:14} {arms[0]} -> {arm}: no paired rounds")
                 continue
             floor = stats["noise_floor_pct"]
+            if stats["ci_pct"] is None:
+                lines.append(f"{name:14} {stats['baseline_mean']:10.2f} -> {stats['arm_mean']:10.2f} {result['unit']:16} "
+                             f"{stats['delta_pct']:+7.2f}%   {stats['verdict']}")
+                continue
             lines.append(
                 f"{name:14} {stats['baseline_mean']:10.2f} -> {stats['arm_mean']:10.2f} {result['unit']:16} "
                 f"{stats['delta_pct']:+7.2f}% [{stats['ci_pct'][0]:+.1f}, {stats['ci_pct'][1]:+.1f}]   {stats['verdict']}"

@@ -64,6 +64,10 @@ def compare_scenario(baseline: str, arm: str, rounds: dict[tuple[str, int], list
     if not pooled:
         return {"pairs": 0, "verdict": "no data", "noise_floor_pct": floor}
     delta = float(np.mean(pooled))
+    if len(pooled) < 2:
+        return {"pairs": 1, "boot_pairs": len(groups), "delta_pct": delta, "ci_pct": None, "noise_floor_pct": floor,
+                "baseline_mean": float(np.mean(rounds[(baseline, blocks[0])])), "arm_mean": float(np.mean(rounds[(arm, blocks[0])])),
+                "verdict": "one paired round: no interval, no verdict (run more rounds or boots)"}
     ci = bootstrap_ci(groups)
     return {
         "baseline_mean": float(np.mean([v for (n, _), vs in rounds.items() if n == baseline for v in vs])),
