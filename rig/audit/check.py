@@ -35,39 +35,40 @@ class Verdict:
         return asdict(self)
 
 
-def check_gemm(gemm: Gemm, backend_id: str, rule: dict[str, Any]) -> Verdict:
-    n, k = gemm.n, gemm.k
-    reasons = []
-    new_n, new_k = n, k
-    if rule.get("k_multiple") and k % rule["k_multiple"]:
-        reasons.append(f"K % {rule['k_multiple']}")
-        new_k = round_up(k, rule["k_multiple"])
-    if rule.get("n_multiple") and n % rule["n_multiple"]:
-        reasons.append(f"N % {rule['n_multiple']}")
-        new_n = round_up(n, rule["n_multiple"])
-    if rule.get("min_k") and new_k < rule["min_k"]:
-        reasons.append(f"K >= {rule['min_k']}")
-        new_k = rule["min_k"]
-    if rule.get("min_n") and new_n < rule["min_n"]:
-        reasons.append(f"N >= {rule['min_n']}")
-        new_n = rule["min_n"]
+def _fit(dims: list[tuple[str, int, str, str | None]], rule: dict[str, Any]) -> tuple[list[str], dict[str, int]]:
+    """Each (label, value, multiple key, minimum key) rounded up to what the rule accepts."""
+    reasons: list[str] = []
+    fitted: dict[str, int] = {}
+    for label, value, multiple_key, minimum_key in dims:
+        new = value
+        multiple = rule.get(multiple_key)
+        if multiple and value % multiple:
+            reasons.append(f"{label} % {multiple}")
+            new = round_up(value, multiple)
+        minimum = rule.get(minimum_key) if minimum_key else None
+        if minimum and new < minimum:
+            reasons.append(f"{label} >= {minimum}")
+            new = minimum
+        fitted[label] = new
+    return reasons, fitted
+
+
+def _verdict(backend_id: str, rule: dict[str, Any], before: tuple[int, int], reasons: list[str],
+             after: tuple[int, int], family: str) -> Verdict:
     if not reasons:
         return Verdict(backend_id, True, [])
-    extra = (new_n * new_k - n * k) / (n * k) * 100
-    return Verdict(backend_id, False, reasons, (new_n, new_k), extra, extra, (rule.get("fixed_by") or {}).get(gemm.family))
+    # Work and weight bytes both scale with the product of the two dimensions.
+    extra = (after[0] * after[1] - before[0] * before[1]) / (before[0] * before[1]) * 100
+    return Verdict(backend_id, False, reasons, after, extra, extra, (rule.get("fixed_by") or {}).get(family))
+
+
+def check_gemm(gemm: Gemm, backend_id: str, rule: dict[str, Any]) -> Verdict:
+    reasons, fitted = _fit([("K", gemm.k, "k_multiple", "min_k"), ("N", gemm.n, "n_multiple", "min_n")], rule)
+    return _verdict(backend_id, rule, (gemm.n, gemm.k), reasons, (fitted["N"], fitted["K"]), gemm.family)
 
 
 def check_experts(shard: ExpertShard, backend_id: str, rule: dict[str, Any]) -> Verdict:
-    reasons = []
-    hidden, inter = shard.hidden, shard.intermediate
-    new_hidden, new_inter = hidden, inter
-    if rule.get("hidden_multiple") and hidden % rule["hidden_multiple"]:
-        reasons.append(f"hidden % {rule['hidden_multiple']}")
-        new_hidden = round_up(hidden, rule["hidden_multiple"])
-    if rule.get("intermediate_multiple") and inter % rule["intermediate_multiple"]:
-        reasons.append(f"intermediate % {rule['intermediate_multiple']}")
-        new_inter = round_up(inter, rule["intermediate_multiple"])
-    if not reasons:
-        return Verdict(backend_id, True, [])
-    extra = (new_hidden * new_inter - hidden * inter) / (hidden * inter) * 100  # gate_up and down both scale so
-    return Verdict(backend_id, False, reasons, (new_hidden, new_inter), extra, extra, (rule.get("fixed_by") or {}).get("routed_experts"))
+    reasons, fitted = _fit([("hidden", shard.hidden, "hidden_multiple", None),
+                            ("intermediate", shard.intermediate, "intermediate_multiple", None)], rule)
+    return _verdict(backend_id, rule, (shard.hidden, shard.intermediate), reasons,
+                    (fitted["hidden"], fitted["intermediate"]), "routed_experts")

@@ -90,7 +90,9 @@ class ComposeDriver:
         return found[0]
 
     def alive(self, record: BootRecord) -> str | None:
-        container = self._container(docker_client(), record)
+        if not hasattr(self, "_client"):  # polled several times a second during a boot: connect once
+            self._client = docker_client()
+        container = self._container(self._client, record)
         container.reload()
         state = container.attrs["State"]
         return None if state.get("Running") else f"container {state.get('Status')} (exit code {state.get('ExitCode')})"

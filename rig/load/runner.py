@@ -92,6 +92,7 @@ class LocustRun:
         config_path.write_text(json.dumps(config, indent=1))
         self.env = {**os.environ, "RIG_LOAD_CONFIG": str(config_path), "PYTHONUNBUFFERED": "1"}
         self.processes: list[subprocess.Popen] = []
+        self._seen: dict[Path, tuple[int, int]] = {}
 
     def run_time_s(self) -> float:
         spawn = self.scenario.users / (self.scenario.spawn_rate or self.scenario.users)
@@ -135,7 +136,14 @@ class LocustRun:
             time.sleep(0.2)
 
     def _progress(self) -> None:
-        done = sum(path.read_bytes().count(b"\n") for path in self.out_dir.glob("records-*.jsonl"))
+        done = 0
+        for path in self.out_dir.glob("records-*.jsonl"):  # read only what was appended since the last look
+            offset, lines = self._seen.get(path, (0, 0))
+            with open(path, "rb") as handle:
+                handle.seek(offset)
+                chunk = handle.read()
+            self._seen[path] = (offset + len(chunk), lines + chunk.count(b"\n"))
+            done += self._seen[path][1]
         line = f"{self.scenario.name}: {done} requests done, {self.scenario.users} users, {self.run_time_s():.0f}s planned"
         end = "" if sys.stderr.isatty() else "\n"
         print(("\r" if sys.stderr.isatty() else "") + line, end=end, file=sys.stderr)
