@@ -13,6 +13,7 @@ import gc
 import hashlib
 import json
 import os
+import random
 import socket
 import time
 from itertools import count
@@ -23,6 +24,8 @@ import gevent
 import psutil
 from locust import HttpUser, events, task
 from locust.runners import MasterRunner, WorkerRunner
+
+from rig.load.records import RequestRecord
 
 _CONFIG_PATH = os.environ.get("RIG_LOAD_CONFIG")
 CONFIG: dict[str, Any] = json.loads(Path(_CONFIG_PATH).read_text()) if _CONFIG_PATH else {}
@@ -41,8 +44,7 @@ class RecordWriter:
         self.shipping = bool(CONFIG) and not os.path.isdir(OUT_DIR)
         self.outbox: list[str] = []
 
-    def write(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, separators=(",", ":"))
+    def write(self, line: str) -> None:
         if self.shipping:
             self.outbox.append(line)
             return
@@ -55,6 +57,7 @@ WRITER = RecordWriter()
 LAG: list[tuple[float, float]] = []  # (wall time, lag seconds)
 CPU: list[float] = []
 REQUEST_IDS = count()
+USER_IDS = count()
 ROLE: dict[str, Any] = {"environment": None}
 
 
@@ -143,26 +146,52 @@ def _on_quit(environment: Any, **_: Any) -> None:
             json.dump(client, handle)
 
 
-def _payload(prompt: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def _payload(text: str) -> tuple[str, dict[str, Any]]:
+    # continuous_usage_stats: SGLang and vLLM then put the running usage on every chunk, so a
+    # chunk's token count is known exactly (several per chunk under MTP or speculative decoding);
+    # servers that do not know the field ignore it and report usage once, at the end.
     body: dict[str, Any] = {"model": CONFIG["model"], "stream": True, "max_tokens": CONFIG["max_tokens"],
                             "temperature": CONFIG["temperature"], "seed": CONFIG["seed"],
-                            "stream_options": {"include_usage": True}}
+                            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
     body.update(CONFIG.get("extra_body", {}))
     if CONFIG["endpoint"] == "chat":
-        body["messages"] = [{"role": "user", "content": prompt["text"]}]
+        body["messages"] = [{"role": "user", "content": text}]
         return "/v1/chat/completions", body
-    body["prompt"] = prompt["text"]
+    body["prompt"] = text
     return "/v1/completions", body
 
 
+def _nonce(rng: random.Random) -> str | None:
+    """A unique leading nonce whose token count is fixed (its alphabet was checked against the
+    served tokenizer when the prompts were built), so every prompt misses the prefix cache."""
+    spec = CONFIG.get("nonce")
+    if not spec:
+        return None
+    return "".join(rng.choice(spec["alphabet"]) for _ in range(spec["length"])) + spec["separator"]
+
+
+def _output_piece(choice: dict[str, Any]) -> str | None:
+    """Content, or reasoning content (thinking models stream it first): both are output tokens."""
+    if CONFIG["endpoint"] != "chat":
+        return choice.get("text") or None
+    delta = choice.get("delta") or {}
+    return delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or None
+
+
 class LLMUser(HttpUser):
-    """One simulated user: streams requests back to back (closed loop)."""
+    """One simulated user: streams requests back to back (closed loop) over its own connection."""
 
     host = CONFIG.get("base_url")
 
     def on_start(self) -> None:
         self.client.headers.update({"Authorization": f"Bearer {os.environ['RIG_API_KEY']}"} if os.environ.get("RIG_API_KEY") else {})
-        self.prompt_index = hash(PROCESS_ID) + id(self)
+        local = next(USER_IDS)
+        self.user_key = f"{PROCESS_ID}-u{local}"
+        # Prompt choice and nonces follow (run label, worker, user): unique inside a run, and the
+        # same sequence in the same round of every boot, so outputs can be compared across arms.
+        worker = getattr(self.environment.runner, "worker_index", 0) or 0
+        self.prompt_index = local * 7919
+        self.rng = random.Random(f"{CONFIG.get('nonce_seed', '')}/{worker}/{local}")
         # Open the keep-alive connection before measuring: the first stream should not pay the TCP
         # handshake and the client's first-call costs (18 ms measured on loopback vs 3 ms after).
         self.client.get("/v1/models", name="connect", timeout=30)
@@ -172,55 +201,76 @@ class LLMUser(HttpUser):
         prompts = CONFIG["prompts"]
         self.prompt_index += 1
         prompt = prompts[self.prompt_index % len(prompts)]
-        path, body = _payload(prompt)
-        record: dict[str, Any] = {"id": f"{PROCESS_ID}-{next(REQUEST_IDS)}", "process": PROCESS_ID, "prompt": prompt["name"],
-                                  "prompt_tokens_target": prompt.get("tokens"), "status": None, "error": None,
-                                  "t_send": time.time(), "t_first": None, "t_end": None, "chunks": [],
-                                  "usage": None, "finish_reason": None, "text_sha256": None}
+        nonce = _nonce(self.rng)
+        path, body = _payload(prompt.get("prefix", "") + (nonce or "") + prompt["text"])
+        record = RequestRecord(id=f"{PROCESS_ID}-{next(REQUEST_IDS)}", process=PROCESS_ID, user=self.user_key,
+                               prompt=prompt["name"], prompt_tokens_target=prompt.get("tokens"), prompt_nonce=nonce,
+                               t_send=time.time())
         text: list[str] = []
+        cumulative = 0  # completion tokens the server reported so far (continuous usage)
+        attributed = 0  # of those, tokens already assigned to an output chunk
+        per_chunk: list[int] = []
+        continuous = False
         try:
             with self.client.post(path, json=body, stream=True, catch_response=True, name=CONFIG["scenario"],
                                   timeout=(10, CONFIG.get("read_timeout_s", 600))) as response:
-                record["status"] = response.status_code
+                record.status = response.status_code
                 if response.status_code != 200:
                     # Locust's session reports a refused or reset connection as status 0.
-                    record["error"] = f"http_{response.status_code}" if response.status_code else "connection"
-                    record["error_detail"] = str(getattr(response, "error", "") or response.text)[:300]
-                    response.failure(record["error"])
+                    record.error = f"http_{response.status_code}" if response.status_code else "connection"
+                    record.error_detail = str(getattr(response, "error", "") or response.text)[:300]
+                    response.failure(record.error)
                     return
+                # Read to the end of the body, past [DONE]: an unread stream cannot go back to the
+                # connection pool, and the next request would open a new connection.
                 for line in response.iter_lines():
                     now = time.time()
                     if not line.startswith(b"data:"):
                         continue
                     data = line[5:].strip()
                     if data == b"[DONE]":
-                        break
+                        continue
                     event = json.loads(data)
-                    if event.get("usage"):
-                        record["usage"] = event["usage"]
+                    usage = event.get("usage")
+                    if usage:
+                        record.usage = usage
+                        cumulative = int(usage.get("completion_tokens") or cumulative)
+                    output = False
                     for choice in event.get("choices") or []:
-                        piece = (choice.get("delta") or {}).get("content") if CONFIG["endpoint"] == "chat" else choice.get("text")
+                        piece = _output_piece(choice)
                         if piece:
-                            if record["t_first"] is None:
-                                record["t_first"] = now
-                            record["chunks"].append(now)
+                            output = True
                             text.append(piece)
                         if choice.get("finish_reason"):
-                            record["finish_reason"] = choice["finish_reason"]
-                if record["finish_reason"] is None:
-                    record["error"] = "stream_cut"
+                            record.finish_reason = choice["finish_reason"]
+                    if output:
+                        if record.t_first is None:
+                            record.t_first = now
+                        record.t_last = now
+                        record.chunks.append(now)
+                        continuous = continuous or bool(usage)
+                        per_chunk.append(cumulative - attributed)
+                        attributed = cumulative
+                if record.finish_reason is None:
+                    record.error = "stream_cut"
                     response.failure("stream ended without finish_reason")
                 else:
                     response.success()
         except gevent.GreenletExit:
-            record["error"] = "cut_by_window"
+            record.error = "cut_by_window"
             raise
         except Exception as error:  # a run never crashes on a bad server: the record says what happened
-            record["error"] = "connection" if "Connection" in type(error).__name__ else type(error).__name__
-            record["error_detail"] = str(error)[:300]
+            record.error = "connection" if "Connection" in type(error).__name__ else type(error).__name__
+            record.error_detail = str(error)[:300]
         finally:
-            record["t_end"] = time.time()
-            record["text_sha256"] = hashlib.sha256("".join(text).encode()).hexdigest() if text else None
+            record.t_end = time.time()
+            if continuous and per_chunk:
+                per_chunk[-1] += cumulative - attributed  # tokens reported after the last output chunk
+                record.chunk_tokens = per_chunk
+            details = (record.usage or {}).get("prompt_tokens_details") or {}
+            if details.get("cached_tokens") is not None:
+                record.cached_tokens = int(details["cached_tokens"])
+            record.text_sha256 = hashlib.sha256("".join(text).encode()).hexdigest() if text else None
             if CONFIG.get("keep_text"):
-                record["text"] = "".join(text)
-            WRITER.write(record)
+                record.text = "".join(text)
+            WRITER.write(record.to_line())

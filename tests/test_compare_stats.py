@@ -1,4 +1,5 @@
-"""Comparison logic without servers: arms, ABBA order, statistics, verdicts, log normalisation, resume."""
+"""Comparison logic without servers: arms resolved through recipes, ABBA order, statistics,
+derived boot checks, greedy identity, log normalisation, resume."""
 
 from __future__ import annotations
 
@@ -6,10 +7,13 @@ import json
 
 import pytest
 
+from rig.boot.base import BootRecord
+from rig.boot.checks import check_boot
 from rig.compare import run as compare_run
-from rig.compare.arms import Arm, boot_order, parse_arm
-from rig.compare.report import normalize
-from rig.compare.stats import bootstrap_ci, compare_scenario, noise_floor, verdict
+from rig.compare.arms import Arm, boot_order, check_arms, parse_arm
+from rig.compare.model import BootEntry, ComparePlan, RunResult
+from rig.compare.report import greedy_report, normalize
+from rig.compare.stats import compare_boots, noise_components, pairs_needed
 from rig.errors import RigError
 
 
@@ -30,71 +34,155 @@ def test_abba_order():
     assert [(block, arm.name) for block, arm in boot_order([a, b], 3)] == [(0, "a"), (0, "b"), (1, "b"), (1, "a"), (2, "a"), (2, "b")]
 
 
+def test_readme_gate_off_arm_resolves_through_the_recipe():
+    """`before:DSV41_SHARED_PAD_K=0 after:DSV41_SHARED_PAD_K=1` on mia-tp4: the before arm expects
+    shared_pad_k NOT armed, the after arm expects it armed; mxfp8_b12x stays on in both."""
+    from rig.boot.checks import adapter_expectations, derived_boot_log
+
+    resolved = check_arms("mia-tp4", [parse_arm("before:DSV41_SHARED_PAD_K=0"), parse_arm("after:DSV41_SHARED_PAD_K=1")])
+    assert adapter_expectations(resolved["before"]) == {"mxfp8_b12x": True, "shared_pad_k": False}
+    assert adapter_expectations(resolved["after"]) == {"mxfp8_b12x": True, "shared_pad_k": True}
+    before = derived_boot_log(adapter_expectations(resolved["before"]))
+    assert any("mxfp8_b12x" in p for p in before.must) and not any("shared_pad_k" in p for p in before.must)
+    assert resolved["before"].full_env()["DSV41_SHARED_PAD_K"] == "0"
+    assert resolved["after"].full_env()["DSV41_SHARED_PAD_BUF_ROWS"] == "256"
+
+
+def test_an_overlay_gate_adds_its_adapter_and_bad_overlays_are_one_line():
+    resolved = parse_arm("slow:RIG_TOKEN_DELAY_MS=7").resolve("tiny-cpu")
+    assert [(u.name, u.gates) for u in resolved.adapters] == [("token_delay", {"RIG_TOKEN_DELAY_MS": "7"})]
+    with pytest.raises(RigError, match="adapter targets transformers, recipe runs sglang") as error:
+        parse_arm("x:RIG_TOKEN_DELAY_MS=5").resolve("mia-tp4")
+    assert "\n" not in str(error.value) and "--arm x:RIG_TOKEN_DELAY_MS=5" in str(error.value)
+    with pytest.raises(RigError, match="setting of shared_pad_k"):
+        parse_arm("x:DSV41_SHARED_PAD_BUF_ROWS=512").resolve("glm52-tp6")
+    with pytest.raises(RigError, match="no variant 'nope'"):
+        parse_arm("x:@nope").resolve("tiny-cpu")
+
+
+def _record(tmp_path, log: str, manifests: list[dict]) -> BootRecord:
+    (tmp_path / "m").mkdir(parents=True, exist_ok=True)
+    for index, manifest in enumerate(manifests):
+        (tmp_path / "m" / f"manifest-h-{index}.json").write_text(json.dumps(manifest))
+    (tmp_path / "log").write_text(log)
+    return BootRecord(boot_id="b", ref="mia-tp4", recipe="mia-tp4", variant="host", driver="compose", base_url="",
+                      boot_dir=str(tmp_path), log_path=str(tmp_path / "log"), manifest_dir=str(tmp_path / "m"))
+
+
+def test_boot_checks_follow_the_gates_and_demand_evidence(tmp_path):
+    resolved = parse_arm("after:DSV41_SHARED_PAD_K=1").resolve("mia-tp4")
+    armed = {"state": "armed", "first_use": {"detail": "x"}, "layers_patched": [], "shapes_rejected": []}
+    padded = {**armed, "layers_patched": [{"layer": "l", "detail": "d", "shape": [5120, 640]}]}
+    log = "mxfp8_b12x ARMED: x\nshared_pad_k ARMED: y\n"
+    good = _record(tmp_path / "good", log, [{"pid": 1, "adapters": {"mxfp8_b12x": armed, "shared_pad_k": padded}}])
+    assert check_boot(good, resolved, after_load=True).ok
+    # b12x rejected the very shape shared_pad_k produced: armed, yet nothing was rescued.
+    rejected = {**armed, "shapes_rejected": [{"shape": [5120, 640], "message": "rejected"}]}
+    bad = _record(tmp_path / "bad", log, [{"pid": 1, "adapters": {"mxfp8_b12x": rejected, "shared_pad_k": padded}}])
+    problems = check_boot(bad, resolved, after_load=True).problems
+    assert any("N=5120 K=640" in p for p in problems), problems
+    # A process that padded layers but never used them.
+    unused = _record(tmp_path / "unused", log, [{"pid": 7, "adapters": {"mxfp8_b12x": armed, "shared_pad_k": {**padded, "first_use": None}}},
+                                                {"pid": 8, "adapters": {"mxfp8_b12x": armed, "shared_pad_k": padded}}])
+    assert any("pid 7" in p for p in check_boot(unused, resolved, after_load=True).problems)
+    # Gate off in the arm, yet armed: the arm did not run what it says.
+    before = parse_arm("before:DSV41_SHARED_PAD_K=0").resolve("mia-tp4")
+    assert any("gate off" in p for p in check_boot(good, before).problems)
+
+
 def test_known_effect_is_found_with_its_sign_and_covered():
-    rounds = {("before", 0): [100.0, 101.0, 99.5], ("after", 0): [90.2, 91.0, 89.6],
-              ("before", 1): [98.0, 98.5, 99.0], ("after", 1): [88.1, 88.9, 89.3]}
-    result = compare_scenario("before", "after", rounds)
-    assert result["verdict"] == "slower" and result["delta_pct"] < 0
-    low, high = result["ci_pct"]
-    assert low < result["delta_pct"] < high < 0
-    assert result["delta_pct"] == pytest.approx(-9.9, abs=0.2)
-    assert result["noise_floor_pct"] == pytest.approx(abs(98.5 - 100.1667) / 100.1667 * 100, rel=1e-3)
+    baseline = {0: [100.0, 101.0, 99.5], 1: [98.0, 98.5, 99.0], 2: [100.5, 99.8, 100.1]}
+    arm = {0: [90.2, 91.0, 89.6], 1: [88.1, 88.9, 89.3], 2: [90.0, 90.4, 90.9]}
+    result = compare_boots(baseline, arm)
+    assert result.verdict == "slower" and result.pairs == 3
+    low, high = result.ci_pct
+    assert low < result.delta_pct < high < 0
+    assert result.delta_pct == pytest.approx(-9.8, abs=0.3)
+    assert result.noise.round_sd_pct is not None and result.noise.boot_sd_pct is not None
 
 
-def test_identical_arms_are_within_noise():
-    rounds = {("a", 0): [100.0, 101.0, 99.0], ("b", 0): [100.5, 99.0, 100.0],
-              ("a", 1): [97.0, 98.0, 99.0], ("b", 1): [98.5, 97.0, 98.0]}
-    assert compare_scenario("a", "b", rounds)["verdict"] == "within noise"
+def test_identical_arms_give_no_verdict_and_latency_reads_lower_is_better():
+    a = {0: [100.0, 101.0, 99.0], 1: [97.0, 98.0, 99.0], 2: [99.0, 100.0, 101.0]}
+    b = {0: [100.5, 99.0, 100.0], 1: [98.5, 97.0, 98.0], 2: [100.0, 99.5, 100.5]}
+    assert compare_boots(a, b).verdict.startswith("no difference resolved")
+    ttft = compare_boots({0: [50.0], 1: [51.0], 2: [50.5]}, {0: [40.0], 1: [41.0], 2: [40.2]}, "ttft_p50_ms", higher_is_better=False)
+    assert ttft.verdict == "lower (better)"
 
 
-def test_verdict_rules():
-    assert verdict(1.14, (0.6, 1.7), 0.3) == "faster"
-    assert verdict(1.14, (0.6, 1.7), 2.0) == "within noise"  # below the measured noise floor
-    assert verdict(-3.0, (-5.0, -1.0), None) == "slower"
-    assert verdict(0.5, (-0.5, 1.5), 0.1) == "within noise"
+def test_noise_estimates_do_not_grow_with_more_boots():
+    """The old floor (largest same-arm difference) grew with boots; an estimate of the sd must not."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+
+    def boots(n):
+        return [list(100 * np.exp(rng.normal(0, 0.03) + rng.normal(0, 0.01, 3))) for _ in range(n)]
+
+    few = [noise_components({"a": boots(2), "b": boots(2)}).boot_sd_pct for _ in range(200)]
+    many = [noise_components({"a": boots(8), "b": boots(8)}).boot_sd_pct for _ in range(200)]
+    assert abs(np.median(many) - 3.0) < 0.5 and np.median(many) <= np.median(few) + 0.5
+    assert pairs_needed(0.0424, 1.0) > pairs_needed(0.0163, 1.0) >= 2
 
 
-def test_bootstrap_carries_boot_variance():
-    tight = bootstrap_ci([[1.0, 1.1, 0.9], [1.0, 1.05, 0.95]])
-    spread = bootstrap_ci([[1.0, 1.1, 0.9], [5.0, 5.05, 4.95]])
-    assert (spread[1] - spread[0]) > 10 * (tight[1] - tight[0])
-    assert noise_floor({"a": [100.0, 102.0], "b": [50.0]}) == pytest.approx(2.0)
+def test_greedy_identity_needs_reproducibility_first():
+    def entry(index, arm, greedy, control=False):
+        return BootEntry(index=index, block=index // 2, arm=arm, spec="", control=control, attempt=1, greedy=greedy)
+
+    same = [entry(0, "a", {"p": "1"}), entry(1, "b", {"p": "1"}), entry(2, "b", {"p": "1"}), entry(3, "a", {"p": "1"})]
+    assert greedy_report(same + [entry(4, "c", {"p": "2"}, True)], ["a", "b"], "c")["control"]["discriminates"]
+    assert greedy_report(same, ["a", "b"], None)["status"] == "identical"
+    flaky = [entry(0, "a", {"p": "1"}), entry(1, "b", {"p": "1"}), entry(2, "b", {"p": "1"}), entry(3, "a", {"p": "9"})]
+    report = greedy_report(flaky + [entry(4, "c", {"p": "2"}, True)], ["a", "b"], "c")
+    assert report["status"].startswith("inconclusive") and report["control"]["discriminates"] is False
 
 
 def test_log_normalisation_keeps_what_identifies_a_line():
     a = normalize("2026-11-29 17:13:43,680 rig_adapters[4212] WARNING MXFP8 backend 'b12x' rejected N=5120 K=576 (x)")
     b = normalize("2026-11-30 09:01:02,001 rig_adapters[99] WARNING MXFP8 backend 'b12x' rejected N=5120 K=576 (x)")
     assert a == b and "K=576" in a
-    assert normalize('INFO:     127.0.0.1:55872 - "GET /health HTTP/1.1" 200 OK') == normalize(
-        'INFO:     127.0.0.1:41234 - "GET /health HTTP/1.1" 200 OK')
 
 
-def test_resume_skips_finished_boots(tmp_path, monkeypatch):
+def test_resume_redoes_exactly_the_missing_boots(tmp_path, monkeypatch):
     calls = []
 
     def fake_boot(plan, index, block, arm, out, progress):
-        calls.append(index)
-        if index == 2 and len(calls) == 3:
+        attempt, _ = compare_run._attempt_dir(out, index, arm)
+        (out / "runs" / f"{index:02d}-{arm.name}" / f"attempt-{attempt}").mkdir(parents=True)
+        calls.append((index, attempt))
+        if index == 2 and attempt == 1:
             raise KeyboardInterrupt
-        return {"index": index, "block": block, "arm": arm.name, "spec": arm.spec, "control": False, "voided": False,
-                "problems": [], "rounds": [{"prose-c1": {"figure": 100.0 + index}}], "greedy": {}, "check": None,
-                "healthy_after_s": 1.0, "log_path": None, "boot_id": f"b{index}"}
+        return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=attempt,
+                         rounds=[{"prose-c1": RunResult("prose-c1", "", {"user_decode_tok_s": 100.0 + index}, [])}])
 
     monkeypatch.setattr(compare_run, "run_boot", fake_boot)
-    plan = compare_run.ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:X=0"), parse_arm("b:X=1")], control=None,
-                                   boots=2, rounds=1, scenarios=["prose-c1"], small=True)
+    plan = ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:X=0"), parse_arm("b:X=1")], control=None,
+                       boots=2, rounds=1, scenarios=["prose-c1"], small=True)
     with pytest.raises(KeyboardInterrupt):
         compare_run.run_compare(plan, tmp_path, progress=False)
     assert sorted(p.name for p in (tmp_path / "boots").iterdir()) == ["00-a.json", "01-b.json"]
     entries = compare_run.run_compare(plan, tmp_path, progress=False)
-    assert calls == [0, 1, 2, 2, 3] and [e["index"] for e in entries] == [0, 1, 2, 3]
+    assert calls == [(0, 1), (1, 1), (2, 1), (2, 2), (3, 1)] and [e.index for e in entries] == [0, 1, 2, 3]
+    assert [e.attempt for e in entries] == [1, 1, 2, 1] and not any(e.voided for e in entries)
     assert json.loads((tmp_path / "plan.json").read_text())["order"] == [[0, "a"], [0, "b"], [1, "b"], [1, "a"]]
-    other = compare_run.ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:X=0"), parse_arm("c:X=2")], control=None,
-                                    boots=2, rounds=1, scenarios=["prose-c1"], small=True)
+    other = ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:X=0"), parse_arm("c:X=2")], control=None,
+                        boots=2, rounds=1, scenarios=["prose-c1"], small=True)
     with pytest.raises(RigError, match="different comparison"):
         compare_run.run_compare(other, tmp_path, progress=False)
 
 
-def test_a_single_pair_gets_no_interval_and_no_verdict():
-    result = compare_scenario("a", "b", {("a", 0): [100.0], ("b", 0): [90.0]})
-    assert result["ci_pct"] is None and "no verdict" in result["verdict"] and result["delta_pct"] == pytest.approx(-10.0)
+def test_target_adds_pairs_until_met_or_limit(tmp_path, monkeypatch):
+    def fake_boot(plan, index, block, arm, out, progress):
+        value = 100.0 * (1.05 if arm.name == "b" else 1.0) * (1 + 0.002 * ((index * 7) % 5 - 2))
+        return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1,
+                         rounds=[{"prose-c1": RunResult("prose-c1", "", {"user_decode_tok_s": value}, [])}])
+
+    monkeypatch.setattr(compare_run, "run_boot", fake_boot)
+    plan = ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:X=0"), parse_arm("b:X=1")], control=None, boots=2, rounds=1,
+                       scenarios=["prose-c1"], small=True, target_pct=1.0, max_boots=6)
+    entries = compare_run.run_compare(plan, tmp_path, progress=False)
+    from rig.compare.report import analyze
+
+    analysis = analyze(ComparePlan.read(tmp_path), entries)
+    assert analysis.target["met"] and 2 < ComparePlan.read(tmp_path).boots <= 6, analysis.target
+    order = [(e.block, e.arm) for e in entries]
+    assert order[:4] == [(0, "a"), (0, "b"), (1, "b"), (1, "a")] and order[4:6] == [(2, "a"), (2, "b")]

@@ -3,61 +3,96 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 from rig.compare.command import compare
 
 pytestmark = pytest.mark.e2e
 
-DELAY_MS = 10.0
 
-
-@pytest.fixture
-def isolated(results_dir):
-    return results_dir
-
-
-def test_token_delay_is_found_and_greedy_identity_discriminates(isolated):
-    out, analysis = compare("tiny-cpu", ["before:RIG_TOKEN_DELAY_MS=0", f"after:RIG_TOKEN_DELAY_MS={DELAY_MS:g}"], "bf16:@bf16",
-                            boots=2, rounds=2, scenarios=["prose-c1"], small=True, workers=1, resume=None, progress=False,
-                            duration_s=3.0)
-    stats = analysis["scenarios"]["prose-c1"]["vs"]["after"]
-    assert stats["verdict"] == "slower", stats
-    # The injected size: what token_delay measured itself sleeping per model step (overshoot included).
-    boots = [json.loads(p.read_text()) for p in sorted((out / "boots").glob("*-after.json"))]
+def test_gate_off_vs_gate_on_finds_the_injected_delay_and_target_stops(results_dir):
+    """off:@delay,RIG_TOKEN_DELAY_MS=0 vs on:@delay (5 ms per model step): every boot used, "slower",
+    and the interval covers what the adapter reports it injected; --target stops once met."""
+    out, analysis = compare("tiny-cpu", ["off:@delay,RIG_TOKEN_DELAY_MS=0", "on:@delay"], None, boots=2, rounds=2,
+                            scenarios=["prose-c1"], small=True, workers=1, resume=None, progress=False, duration_s=3.0,
+                            target_pct=25.0, max_boots=4)
+    stats = analysis.scenarios["prose-c1"].vs["on"]
+    pairs = json.loads((out / "plan.json").read_text())["boots"]
+    assert analysis.boots["used"] == 2 * pairs and not analysis.boots["voided"], analysis.boots
+    assert stats.verdict == "slower" and stats.pairs == pairs, stats
+    assert analysis.target["met"] and analysis.target["widest_half_width_pct"] <= 25.0, analysis.target
+    boots = [json.loads(p.read_text()) for p in sorted((out / "boots").glob("*-on.json"))]
     injected_ms = sum(b["adapter_stats"]["token_delay"]["injected_ms"]["mean"] for b in boots) / len(boots)
-    assert DELAY_MS <= injected_ms < DELAY_MS * 1.05
+    assert 5.0 <= injected_ms < 5.0 * 1.1
+    off = [json.loads(p.read_text()) for p in sorted((out / "boots").glob("*-off.json"))]
+    assert all(b["check"]["expected"] == {"token_delay": "off"} for b in off)
+    assert all(not b["adapter_stats"] for b in off)
     # Every token costs `injected` more, so tok/s goes from A to 1 / (1/A + injected). In time per
-    # token, the CI is the range of added milliseconds the data allow. This server pays ~5% on top of
-    # a longer step (measured 10.65 ms per token for 10.13 ms slept), so the CI must meet
-    # [injected, 1.1 x injected]: the slowdown is the injection, not something else.
-    baseline = stats["baseline_mean"]
-    added = sorted(1000 * (1 / (baseline * (1 + c / 100)) - 1 / baseline) for c in stats["ci_pct"])
+    # token the interval is the range of added milliseconds the data allow; the server pays a little
+    # on top of a longer step (~5% measured), so the interval must meet [injected, 1.1 x injected].
+    baseline = stats.baseline_mean
+    added = sorted(1000 * (1 / (baseline * (1 + c / 100)) - 1 / baseline) for c in stats.ci_pct)
     assert added[0] <= injected_ms * 1.10 and added[1] >= injected_ms, (added, injected_ms, stats)
-    greedy = analysis["greedy"]
-    assert all(greedy["identical_across_arms"].values()), greedy
-    assert greedy["control"]["discriminates"], greedy["control"]
-    assert analysis["boots"]["used"] == 4 and not analysis["boots"]["voided"]
-    assert any("token_delay ARMED" in line for line in analysis["boot_log_diff"]["after"])
     for name in ("compare.json", "compare.md", "compare.png", "boot-log-diff.txt", "plan.json"):
         assert (out / name).exists()
-    assert "prose-c1" in (out / "compare.md").read_text() and "slower" in (out / "compare.md").read_text()
+    text = (out / "compare.md").read_text()
+    assert "slower" in text and "target met" in text and "boot sd" in text
 
 
-def test_identical_arms_are_within_noise_and_a_failed_boot_is_voided(isolated):
-    # "broken" boots the delay variant with its gate malformed: the adapter refuses, its ARMED line
-    # never appears, and the boot checks void the boot instead of measuring an unpatched server.
+def test_identical_arms_give_no_verdict_and_a_failed_boot_is_voided(results_dir):
+    # "broken" boots the delay variant with its gate malformed: the adapter refuses, and the boot
+    # checks void the boot instead of measuring an unpatched server.
     out, analysis = compare("tiny-cpu", ["a:RIG_TOKEN_DELAY_MS=0", "b:RIG_TOKEN_DELAY_MS=0", "broken:@delay,RIG_TOKEN_DELAY_MS=abc"],
                             None, boots=2, rounds=2, scenarios=["prose-c1"], small=True, workers=1, resume=None, progress=False,
                             duration_s=3.0)
-    assert analysis["scenarios"]["prose-c1"]["vs"]["b"]["verdict"] == "within noise", analysis["scenarios"]
-    assert all(analysis["greedy"]["identical_across_arms"].values())
+    verdict = analysis.scenarios["prose-c1"].vs["b"].verdict
+    assert verdict not in ("faster", "slower"), analysis.scenarios["prose-c1"].vs["b"]
+    greedy = analysis.greedy
+    assert greedy["status"] == "identical", greedy
     saved = json.loads((out / "compare.json").read_text())
     assert saved["boots"]["planned"] == 6 and saved["boots"]["used"] == 4
     voided = saved["boots"]["voided"]
     assert [v["arm"] for v in voided] == ["broken", "broken"]
-    assert any("token_delay ARMED" in p for p in voided[0]["problems"])
     assert any("refused" in p for p in voided[0]["problems"])
-    assert saved["scenarios"]["prose-c1"]["vs"]["broken"]["verdict"] == "no data"
+    assert saved["scenarios"]["prose-c1"]["vs"]["broken"]["verdict"].startswith("no data")
     assert "Voided boot" in (out / "compare.md").read_text()
+    assert analysis.batching["compared_prompts"] > 0 and analysis.batching["identical"] == analysis.batching["compared_prompts"]
+
+
+def test_a_comparison_killed_mid_boot_resumes_without_voiding(results_dir, tmp_path):
+    """SIGKILL the comparison while its second boot runs: the server it left behind is stopped on
+    resume, that boot is redone as a new attempt, and no boot is voided for it."""
+    env = {**os.environ, "RIG_RESULTS_DIR": str(results_dir), "RIG_STATE_DIR": str(tmp_path / "state")}
+    arms = ["--arm", "a:RIG_TOKEN_DELAY_MS=0", "--arm", "b:RIG_TOKEN_DELAY_MS=0"]
+    common = ["--boots", "1", "--rounds", "1", "--scenario", "prose-c1", "--small", "--workers", "1", "--duration", "2"]
+    process = subprocess.Popen([sys.executable, "-m", "rig", "compare", "tiny-cpu", *arms, *common], cwd=REPO, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    out = None
+    while time.monotonic() < deadline:
+        found = list((results_dir / "compare").glob("*/boots/01-b.in-progress.json")) if (results_dir / "compare").exists() else []
+        if found and json.loads(found[0].read_text()).get("boot_id"):
+            out = found[0].parent.parent
+            break
+        time.sleep(0.2)
+    assert out is not None, "the second boot never started"
+    time.sleep(2)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    result = subprocess.run([sys.executable, "-m", "rig", "compare", "tiny-cpu", *arms, *common, "--resume", str(out)],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    saved = json.loads((out / "compare.json").read_text())
+    assert saved["boots"]["used"] == 2 and not saved["boots"]["voided"], saved["boots"]
+    entry = json.loads((out / "boots" / "01-b.json").read_text())
+    assert entry["attempt"] == 2 and not entry["voided"]
+    assert not list((tmp_path / "state").glob("*.json")), "a server was left running"
+    assert len(list(Path(out, "runs", "01-b").glob("attempt-*"))) == 2

@@ -1,6 +1,7 @@
 """Load-test arithmetic against a streaming server whose token timing is known exactly:
-TTFT, ITL, TPOT, per-user and window-clipped aggregate tok/s within 1% of the truth; a server
-that dies mid-run leaves the records written so far and a summary that counts the errors."""
+TTFT, ITL, TPOT, per-user and window-clipped aggregate tok/s within 1% of the truth, the
+steady-state window, several tokens per chunk, client stalls caught; a server that dies
+mid-run leaves the records written so far and a summary that counts the errors."""
 
 from __future__ import annotations
 
@@ -14,8 +15,7 @@ import pytest
 from conftest import REPO, free_port
 
 from rig.boot.base import BootRecord
-from rig.load.metrics import summarize
-from rig.load.runner import LoadTarget, read_records, run_scenario
+from rig.load.runner import LoadTarget, run_scenario
 from rig.load.scenarios import Scenario, TokenCounter
 from rig.recipe import load
 
@@ -74,44 +74,136 @@ def within(value: float, truth: float, tolerance: float = 0.01) -> bool:
 
 def test_c1_metrics_match_the_known_timing(timed_target, tmp_path):
     target, _ = timed_target
-    summary = run_scenario(target, scenario(duration_s=7.0), tmp_path / "run", counter=FixedPrompts(), prompts=PROMPTS, progress=False)
-    metrics = summary["metrics"]
+    summary = run_scenario(target, scenario(duration_s=7.0), tmp_path / "run", counter=FixedPrompts(), prompts=PROMPTS, progress=False,
+                           settle_s=2.5)
+    metrics = summary.metrics
     assert metrics["requests"]["completed"] >= 3
     assert within(metrics["ttft_s"]["mean"], TTFT), metrics["ttft_s"]
     assert within(metrics["itl_s"]["mean"], ITL), metrics["itl_s"]
     assert within(metrics["tpot_s"]["mean"], ITL), metrics["tpot_s"]
-    assert within(metrics["user_decode_tok_s"]["mean"], 1 / ITL), metrics["user_decode_tok_s"]
+    assert within(metrics["user_decode_tok_s"]["token_weighted"], 1 / ITL), metrics["user_decode_tok_s"]
+    assert within(metrics["user_decode_tok_s"]["p50"], 1 / ITL), metrics["user_decode_tok_s"]
     assert within(metrics["e2e_s"]["mean"], TTFT + 20 * ITL), metrics["e2e_s"]
     assert metrics["tokens"]["usage_vs_chunks_mismatched_requests"] == 0
-    assert summary["provenance"]["boot_id"] == "timed-test" and summary["schema"] == 1
+    # One fixed prompt, repeated: the server's stand-in prefix cache answers all but the first.
+    assert metrics["tokens"]["cached_share"] == 1.0 and not metrics["requests"]["unique_prompts"]
+    # The window opens after the first request (first token + one lifetime): steady state at c=1.
+    assert metrics["window"]["steady"] and metrics["window"]["start"] > metrics["window"]["run_start"] + TTFT
+    assert summary.client["valid"], summary.client
+    assert summary.provenance["boot_id"] == "timed-test" and summary.schema == 2 and not summary.problems()
     for name in ("summary.json", "summary.csv", "summary.md", "config.json"):
         assert (tmp_path / "run" / name).exists()
 
 
-def test_window_clipping_counts_streams_the_window_cuts(timed_target, tmp_path):
-    """Streams far longer than the window: none completes, yet aggregate tok/s is 4 x 1/ITL."""
+def test_every_prompt_is_unique_and_exact_in_tokens(timed_target, tmp_path):
+    """Prompts built for the served tokenizer get a per-request nonce: no prefix cache can answer
+    them, and each stays exactly the scenario's token count."""
+    from rig.boot.native import CACHE_DIR
+    from rig.tinymodel import ensure_tiny_model
+
     target, _ = timed_target
-    summary = run_scenario(target, scenario(users=4, max_tokens=2000, duration_s=4.0, kind="concurrency"),
-                           tmp_path / "run", counter=FixedPrompts(), prompts=PROMPTS, progress=False)
-    metrics = summary["metrics"]
-    assert metrics["requests"]["completed"] == 0 and metrics["requests"]["cut_by_window"] == 4
-    # The window opens when the users are spawned, TTFT later the tokens start: count from then.
-    start, end = metrics["window"]["start"], metrics["window"]["end"]
+    counter = TokenCounter(str(ensure_tiny_model(CACHE_DIR / "models")))
+    summary = run_scenario(target, scenario(users=2, spawn_rate=2, duration_s=4.0, max_tokens=11, prompt_tokens=64),
+                           tmp_path / "run", counter=counter, progress=False)
+    from rig.load.records import read_records
+
     records = read_records(tmp_path / "run")
-    first = min(r["t_first"] for r in records)
-    clipped = summarize(records, (first, end))
-    assert within(clipped["output_tok_s"], 4 / ITL), clipped["output_tok_s"]
-    assert start < first < end
+    assert len(records) >= 4 and all(r.prompt_nonce for r in records)
+    assert len({(r.prompt, r.prompt_nonce) for r in records}) == len(records)
+    assert summary.metrics["requests"]["unique_prompts"] and summary.metrics["tokens"]["cached_share"] == 0.0
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    for record in records[:6]:
+        prompt = next(p for p in config["prompts"] if p["name"] == record.prompt)
+        assert len(counter.encode(record.prompt_nonce + prompt["text"])) == 64
+
+
+def test_window_opens_at_steady_state(timed_target, tmp_path):
+    """4 users spawned 0.25 s apart, TTFT 1 s, ITL 20 ms, streams far longer than the run: the true
+    steady rate is 4 / ITL = 200 tok/s. A window opened at spawning_complete read 171 (-14%)."""
+    target, _ = timed_target
+    summary = run_scenario(target, scenario(users=4, spawn_rate=4, max_tokens=2000, duration_s=4.0, kind="concurrency"),
+                           tmp_path / "run", counter=FixedPrompts(), prompts=PROMPTS, progress=False, settle_s=2.0)
+    metrics = summary.metrics
+    assert metrics["requests"]["completed"] == 0 and metrics["requests"]["cut_by_window"] == 4
+    assert metrics["window"]["steady"], metrics["window"]
+    assert within(metrics["output_tok_s"], 4 / ITL), metrics["output_tok_s"]
+    assert metrics["window"]["seconds"] >= 3.5 and metrics["window"]["kept_fraction"] < 1
+
+
+def test_two_tokens_per_chunk_are_counted_as_tokens(tmp_path):
+    """MTP / speculative decoding put several tokens in a chunk: continuous usage counts them
+    exactly, also in streams the window cuts (a chunk count read 244 tok/s for a true 282)."""
+    port = free_port()
+    server = start_timed_server(port, "--tokens-per-chunk", "2")
+    record = BootRecord(boot_id="chunks", ref="timed", recipe="tiny-cpu", variant=None, driver="test",
+                        base_url=f"http://127.0.0.1:{port}", boot_dir=str(tmp_path / "boot"), log_path="", manifest_dir="",
+                        served_model="timed")
+    try:
+        summary = run_scenario(LoadTarget(load("tiny-cpu"), record, None),
+                               scenario(users=4, spawn_rate=4, max_tokens=2000, duration_s=4.0, kind="concurrency"),
+                               tmp_path / "run", counter=FixedPrompts(), prompts=PROMPTS, progress=False, settle_s=2.0)
+    finally:
+        server.kill()
+        server.wait()
+    metrics = summary.metrics
+    assert metrics["tokens"]["per_chunk"] == "continuous usage"
+    assert within(metrics["output_tok_s"], 4 / ITL), metrics["output_tok_s"]
+    from rig.load.records import read_records
+
+    records = read_records(tmp_path / "run")
+    assert all(r.chunk_tokens and set(r.chunk_tokens) == {2} for r in records), [r.chunk_tokens[:5] for r in records]
+
+
+def test_stalled_client_is_invalid_or_right(timed_target, tmp_path):
+    """SIGSTOP the Locust process for 100-300 ms, several times: the run is either within 2% of the
+    truth or INVALID and names the stall; never 'ok' with wrong figures."""
+    import os
+    import signal
+    import threading
+
+    import psutil
+
+    target, _ = timed_target
+    out = tmp_path / "run"
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.update(summary=run_scenario(
+        target, scenario(duration_s=6.0), out, counter=FixedPrompts(), prompts=PROMPTS, progress=False)))
+    thread.start()
+    me = psutil.Process()
+    locust = None
+    for _ in range(100):
+        found = [p for p in me.children(recursive=True) if "locust" in " ".join(p.cmdline())]
+        if found and (out / "window.jsonl").exists():
+            locust = found[0]
+            break
+        time.sleep(0.05)
+    assert locust is not None
+    time.sleep(2.5)
+    for pause in (0.1, 0.3, 0.2, 0.3, 0.15):
+        os.kill(locust.pid, signal.SIGSTOP)
+        time.sleep(pause)
+        os.kill(locust.pid, signal.SIGCONT)
+        time.sleep(0.4)
+    thread.join(timeout=60)
+    summary = result["summary"]
+    rate = summary.metrics["user_decode_tok_s"]["token_weighted"]
+    ttft = summary.metrics["ttft_s"]["mean"]
+    right = within(rate, 1 / ITL, 0.02) and within(ttft, TTFT, 0.02)
+    if summary.client["valid"]:
+        assert right, (rate, ttft, summary.client)
+    else:
+        assert any("stalled" in reason for reason in summary.client["reasons"]), summary.client
+        assert any("client INVALID" in problem for problem in summary.problems())
 
 
 def test_distributed_run_master_and_workers(timed_target, tmp_path):
     target, _ = timed_target
     summary = run_scenario(target, scenario(users=6, distributed=True, spawn_rate=6, kind="concurrency", duration_s=3.0),
-                           tmp_path / "run", workers=2, counter=FixedPrompts(), prompts=PROMPTS, progress=False)
-    assert summary["provenance"]["client"]["workers"] == 2 and summary["provenance"]["client"]["distributed"]
+                           tmp_path / "run", workers=2, counter=FixedPrompts(), prompts=PROMPTS, progress=False, settle_s=2.0)
+    assert summary.provenance["client"]["workers"] == 2 and summary.provenance["client"]["distributed"]
     assert len(list((tmp_path / "run").glob("records-*.jsonl"))) == 2
-    assert summary["client"]["processes"] == 2
-    assert within(summary["metrics"]["itl_s"]["mean"], ITL)
+    assert summary.client["processes"] == 2
+    assert within(summary.metrics["itl_s"]["mean"], ITL)
 
 
 def test_server_dying_mid_run_keeps_records_and_counts_errors(tmp_path):
@@ -126,8 +218,10 @@ def test_server_dying_mid_run_keeps_records_and_counts_errors(tmp_path):
     finally:
         server.kill()
         server.wait()
-    requests = summary["metrics"]["requests"]
-    assert requests["completed"] >= 2
+    from rig.load.records import read_records
+
+    requests = summary.metrics["requests"]
+    assert sum(r.complete for r in read_records(tmp_path / "run")) >= 2
     errors = requests["errors"]
     assert sum(n for kind, n in errors.items() if kind != "cut_by_window") >= 1, errors
     assert set(errors) <= {"stream_cut", "connection", "cut_by_window", "ChunkedEncodingError", "ConnectionError"}
@@ -146,7 +240,7 @@ def test_a_worker_on_another_machine_ships_its_records_to_the_master(timed_targe
     result: dict = {}
     thread = threading.Thread(target=lambda: result.update(summary=run_scenario(
         target, scenario(users=4, distributed=True, spawn_rate=4, kind="concurrency", duration_s=3.0), out, workers=1,
-        counter=FixedPrompts(), prompts=PROMPTS, progress=False, remote_workers=1)))
+        counter=FixedPrompts(), prompts=PROMPTS, progress=False, remote_workers=1, settle_s=2.0)))
     thread.start()
     for _ in range(200):
         if (out / "remote-worker.txt").exists():
@@ -163,5 +257,5 @@ def test_a_worker_on_another_machine_ships_its_records_to_the_master(timed_targe
     summary = result["summary"]
     assert not (tmp_path / "not-on-this-machine").exists()
     assert len(list(out.glob("records-*.jsonl"))) == 2 and len(list(out.glob("client-*.json"))) == 2
-    assert summary["metrics"]["requests"]["completed"] >= 4
-    assert within(summary["metrics"]["itl_s"]["mean"], ITL)
+    assert summary.metrics["requests"]["completed"] >= 4
+    assert within(summary.metrics["itl_s"]["mean"], ITL)

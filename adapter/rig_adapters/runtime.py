@@ -166,9 +166,12 @@ class AdapterContext:
                 self._last_stat_write = now
                 MANIFEST.write()
 
-    def layer_patched(self, layer: str, detail: str) -> None:
+    def layer_patched(self, layer: str, detail: str, shape: tuple[int, ...] | None = None) -> None:
+        """`shape`: the GEMM shape (N, K) the layer has now; boot checks fail a boot in which a
+        kernel then rejected exactly that shape (the adapter armed but rescued nothing)."""
         with MANIFEST.lock:
-            MANIFEST.adapter(self.spec)["layers_patched"].append({"layer": layer, "detail": detail})
+            MANIFEST.adapter(self.spec)["layers_patched"].append(
+                {"layer": layer, "detail": detail, "shape": list(shape) if shape else None})
             MANIFEST.write()
 
     def reject_shape(self, key: tuple, message: str) -> bool:

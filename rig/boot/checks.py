@@ -1,5 +1,14 @@
-"""Boot checks: the recipe's must/forbid boot-log lines, the adapter manifests, boot time.
-A boot that fails them is voided by comparisons and reported, never silently used."""
+"""Boot checks: the recipe's own must/forbid lines, plus expectations derived from its adapters.
+A boot that fails them is voided by comparisons and reported, never silently used.
+
+What each adapter must show follows from its gate in the environment the boot actually ran
+(recipe + arm overlay), so `before:GATE=0 after:GATE=1` works for every adapter:
+- gate on: `<name> ARMED` (or a redundancy refusal) in the log and an armed/redundant state in
+  the manifests, never `<name> REFUSED (refused)`;
+- gate off: no process reports it armed;
+- after load (`after_load=True`): every armed adapter shows first-use evidence, a process that
+  patched layers also used them, and no kernel rejected a shape an adapter produced to rescue it.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +20,10 @@ from typing import Any
 
 from rig.boot.base import BootRecord
 from rig.recipe import BootLog, Resolved
+from rig_adapters.gates import gate_is_on
+from rig_adapters.registry import BY_NAME
+
+REJECTED_LINE = re.compile(r"rejected N=(\d+) K=(\d+)")
 
 
 @dataclass
@@ -21,6 +34,7 @@ class BootCheck:
     missing: list[str] = field(default_factory=list)
     forbidden: list[str] = field(default_factory=list)
     adapters: dict[str, list[str]] = field(default_factory=dict)
+    expected: dict[str, str] = field(default_factory=dict)  # adapter -> "on" | "off"
     problems: list[str] = field(default_factory=list)
     manifests: int = 0
 
@@ -32,10 +46,24 @@ def read_manifests(directory: str | Path) -> list[dict[str, Any]]:
     manifests = []
     for path in sorted(Path(directory).glob("manifest-*.json")):
         try:
-            manifests.append(json.loads(path.read_text()))
+            data = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
+        if isinstance(data, dict):
+            manifests.append(data)
     return manifests
+
+
+def adapter_expectations(resolved: Resolved, overlay: dict[str, str] | None = None) -> dict[str, bool]:
+    """adapter -> whether its gate is on in the environment this boot runs with."""
+    env = {**resolved.full_env(), **(overlay or {})}
+    return {use.name: gate_is_on(env.get(BY_NAME[use.name].gate)) for use in resolved.adapters}
+
+
+def derived_boot_log(expectations: dict[str, bool]) -> BootLog:
+    must = [rf"{re.escape(name)} (ARMED|REFUSED \(redundant\))" for name, on in expectations.items() if on]
+    forbid = [rf"{re.escape(name)} REFUSED \(refused\)" for name, on in expectations.items() if on]
+    return BootLog(must=must, forbid=forbid)
 
 
 def check_log(text: str, boot_log: BootLog) -> tuple[list[str], list[str]]:
@@ -48,8 +76,47 @@ def check_log(text: str, boot_log: BootLog) -> tuple[list[str], list[str]]:
     return missing, forbidden
 
 
-def check_boot(record: BootRecord, resolved: Resolved) -> BootCheck:
-    missing, forbidden = check_log(record.log_text(), resolved.boot_log)
+def _evidence_problems(manifests: list[dict[str, Any]], log_text: str, expectations: dict[str, bool]) -> list[str]:
+    problems = []
+    produced: dict[tuple[int, ...], str] = {}
+    for manifest in manifests:
+        for name, entry in manifest.get("adapters", {}).items():
+            for layer in entry.get("layers_patched") or []:
+                if isinstance(layer, dict) and layer.get("shape"):
+                    produced[tuple(layer["shape"])] = name
+    for manifest in manifests:
+        for name, entry in manifest.get("adapters", {}).items():
+            for rejected in entry.get("shapes_rejected") or []:
+                shape = tuple(rejected.get("shape") or ())
+                if shape in produced:
+                    problems.append(f"{name} rejected N={shape[0]} K={shape[1]}, the shape {produced[shape]} padded to rescue it")
+    for match in REJECTED_LINE.finditer(log_text):
+        shape = (int(match.group(1)), int(match.group(2)))
+        if shape in produced and not any(f"N={shape[0]} K={shape[1]}" in p for p in problems):
+            problems.append(f"the log shows N={shape[0]} K={shape[1]} rejected, the shape {produced[shape]} padded to rescue it")
+    for name, on in expectations.items():
+        if not on:
+            continue
+        entries = [(m, m.get("adapters", {}).get(name)) for m in manifests]
+        armed = [(m, e) for m, e in entries if e and e.get("state") == "armed"]
+        if armed and not any(e.get("first_use") for _, e in armed):
+            problems.append(f"adapter {name} armed but no process shows first use: it never ran on its target")
+        for manifest, entry in armed:
+            if entry.get("layers_patched") and not entry.get("first_use"):
+                problems.append(f"adapter {name} patched {len(entry['layers_patched'])} layer(s) in pid {manifest.get('pid')} "
+                                "but that process never used them")
+    return problems
+
+
+def check_boot(record: BootRecord, resolved: Resolved, overlay: dict[str, str] | None = None,
+               after_load: bool = False) -> BootCheck:
+    """`overlay` is what the boot added to the recipe's environment (an arm); with `after_load`
+    the evidence that adapters ran on their targets is required too (call it after load)."""
+    expectations = adapter_expectations(resolved, overlay if overlay is not None else record.overlay)
+    derived = derived_boot_log(expectations)
+    text = record.log_text()
+    missing, forbidden = check_log(text, BootLog(must=resolved.boot_log.must + derived.must,
+                                                 forbid=resolved.boot_log.forbid + derived.forbid))
     manifests = read_manifests(record.manifest_dir)
     states: dict[str, set[str]] = {}
     for manifest in manifests:
@@ -57,14 +124,19 @@ def check_boot(record: BootRecord, resolved: Resolved) -> BootCheck:
             states.setdefault(name, set()).add(entry.get("state", "?"))
     problems = [f"pattern {p!r} never appeared in the boot log" for p in missing]
     problems += [f"forbidden line: {line}" for line in forbidden]
-    for use in resolved.adapters:
-        seen = states.get(use.name, set())
-        if "refused" in seen:
-            problems.append(f"adapter {use.name} refused to arm (see the manifest)")
-        elif "armed" not in seen and "redundant" not in seen:
-            problems.append(f"adapter {use.name} is enabled but no process reported it armed")
+    for name, on in expectations.items():
+        seen = states.get(name, set())
+        if on and "refused" in seen:
+            problems.append(f"adapter {name} refused to arm (see the manifest)")
+        elif on and "armed" not in seen and "redundant" not in seen:
+            problems.append(f"adapter {name} is enabled but no process reported it armed")
+        elif not on and "armed" in seen:
+            problems.append(f"adapter {name} has its gate off in this boot but a process reported it armed")
+    if after_load:
+        problems += _evidence_problems(manifests, text, expectations)
     return BootCheck(
         boot_id=record.boot_id, ok=not problems, healthy_after_s=record.healthy_after_s, missing=missing,
-        forbidden=forbidden, adapters={name: sorted(s) for name, s in states.items()}, problems=problems,
+        forbidden=forbidden, adapters={name: sorted(s) for name, s in states.items()},
+        expected={name: "on" if on else "off" for name, on in expectations.items()}, problems=problems,
         manifests=len(manifests),
     )

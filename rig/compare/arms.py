@@ -1,11 +1,15 @@
-"""Arms: what differs between the sides of a comparison, and the boot order that cancels drift."""
+"""Arms: what differs between the sides of a comparison, resolved through the recipe, and the
+boot order that cancels drift."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from rig.errors import RigError
-from rig.recipe import Resolved, load
+from rig.recipe import AdapterUse, Resolved, Variant, check_semantics, load, parse_recipe, recipe_path
+
+IMAGE_TAG_VARIABLE = "RIG_IMAGE_TAG"
 
 
 @dataclass(frozen=True)
@@ -18,11 +22,66 @@ class Arm:
     image_tag: str | None = None
     spec: str = ""
 
-    def resolve(self, recipe_name: str) -> Resolved:
+    def base(self, recipe_name: str) -> Resolved:
+        """The recipe (variant) this arm boots; its rendered compose file is what compose runs."""
         return load(f"{recipe_name}:{self.variant}" if self.variant else recipe_name)
 
     def overlay(self) -> dict[str, str]:
-        return {**self.env, **({"RIG_IMAGE_TAG": self.image_tag} if self.image_tag else {})}
+        """What the boot driver adds to the server's environment (and compose's, for the image tag)."""
+        return {**self.env, **({IMAGE_TAG_VARIABLE: self.image_tag} if self.image_tag else {})}
+
+    def resolve(self, recipe_name: str) -> Resolved:
+        """The recipe as this arm runs it: the overlay applied and validated like a variant. A gate in
+        the overlay turns its adapter on or off (an adapter the recipe does not list is added, and
+        must be allowed for the recipe); settings go to their adapter; the rest is server env."""
+        from rig_adapters.registry import REGISTRY
+
+        base = self.base(recipe_name)
+        recipe = base.recipe
+        gates = {spec.gate: spec for spec in REGISTRY}
+        settings = {key: spec for spec in REGISTRY for key in spec.settings}
+        adapters = {use.name: dict(use.gates) for use in base.adapters}
+        env = {k: v for k, v in base.env.items()}
+        for key, value in self.env.items():
+            if key in gates:
+                adapters.setdefault(gates[key].name, {})[key] = value
+            elif key in settings:
+                owner = settings[key].name
+                if owner not in adapters and settings[key].gate not in self.env:
+                    raise RigError("command line", f"--arm {self.spec}", f"{key} is a setting of {owner}, which this arm does not enable",
+                                   f"add {settings[key].gate}=1 to the arm, or drop {key}")
+                adapters.setdefault(owner, {})[key] = value
+            else:
+                env[key] = value
+        original = recipe.variants.get(base.variant) if base.variant else None
+        synthetic = f"arm-{self.name}"
+        try:
+            variant = Variant(
+                description=f"comparison arm {self.spec}",
+                topology=base.topology,
+                env={k: v for k, v in env.items() if k not in recipe.env or recipe.env[k] != v},
+                server_args=list(original.server_args) if original else [],
+                adapters=[AdapterUse(name=name, gates=gate_values) for name, gate_values in adapters.items()],
+                boot_log=original.boot_log if original else None,
+                audit=base.audit,
+            )
+            overlaid = recipe.model_copy(update={"variants": {**recipe.variants, synthetic: variant}})
+        except ValueError as error:
+            raise RigError("command line", f"--arm {self.spec}", str(error).splitlines()[0], "fix the overlay") from None
+        try:
+            check_semantics(overlaid, f"--arm {self.spec}")
+        except RigError as error:
+            field_name = error.field.removeprefix(f"variants.{synthetic}.")
+            raise RigError("command line", f"--arm {self.spec}", f"{field_name}: {error.problem}",
+                           f"{error.fix} (or drop it from this arm)") from None
+        return overlaid.variant(synthetic)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Arm:
+        return cls(**data)
 
 
 def parse_arm(spec: str) -> Arm:
@@ -34,7 +93,7 @@ def parse_arm(spec: str) -> Arm:
     if rest.startswith("@"):
         variant, _, rest = rest[1:].partition(",")
     if rest.startswith("image="):
-        return Arm(name, image_tag=rest.removeprefix("image="), spec=spec)
+        return Arm(name, variant=variant, image_tag=rest.removeprefix("image="), spec=spec)
     env = {}
     for pair in filter(None, rest.split(",")):
         key, eq, value = pair.partition("=")
@@ -42,6 +101,12 @@ def parse_arm(spec: str) -> Arm:
             raise RigError("command line", "--arm", f"{pair!r} in {spec!r} is not KEY=VALUE", "write NAME:KEY=VALUE[,KEY=VALUE]")
         env[key] = value
     return Arm(name, variant=variant, env=env, spec=spec)
+
+
+def check_arms(recipe_name: str, arms: list[Arm]) -> dict[str, Resolved]:
+    """Every arm resolves (one line per bad overlay) before any boot starts."""
+    parse_recipe(recipe_path(recipe_name))
+    return {arm.name: arm.resolve(recipe_name) for arm in arms}
 
 
 def boot_order(arms: list[Arm], boots: int) -> list[tuple[int, Arm]]:

@@ -4,17 +4,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rig.compare.arms import parse_arm
-from rig.compare.report import analyze, write_report
-from rig.compare.run import ComparePlan, compare_root, run_compare
+from rig.compare.arms import check_arms, parse_arm
+from rig.compare.goodput import parse_slos
+from rig.compare.model import ComparePlan
+from rig.compare.report import Analysis, analyze, write_report
+from rig.compare.run import compare_root, run_compare
 from rig.errors import RigError
 from rig.load.command import default_small
 from rig.recipe import load, split_ref
 
+# Boot pairs per comparison. From the calibration table (tests/test_compare_calibration.py):
+# 4 pairs is the smallest design whose wrong-signed verdicts stay well under 1% at boot sd 3%
+# (2 pairs: 1.4%, 3: 0.8%, 4: 0.15%) while false verdicts stay at the stated 5%; with quiet
+# boots (sd 1%) it resolves about +-2.2%. Use --target to keep adding pairs to a precision.
+DEFAULT_BOOTS = 4
+DEFAULT_ROUNDS = 3
+
 
 def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, rounds: int, scenarios: list[str] | None,
             small: bool | None, workers: int | None, resume: str | None, progress: bool = True,
-            duration_s: float | None = None) -> tuple[Path, dict]:
+            duration_s: float | None = None, target_pct: float | None = None, max_boots: int | None = None,
+            goodput: str | None = None, accept_fingerprint: list[str] | None = None) -> tuple[Path, Analysis]:
     name, variant = split_ref(recipe)
     if variant:
         raise RigError("command line", "recipe", "compare takes a recipe name; variants are arms", f"use --arm NAME:@{variant}")
@@ -22,20 +32,25 @@ def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, 
     if len(arms) < 2 or len({a.name for a in arms}) != len(arms):
         raise RigError("command line", "--arm", "a comparison needs at least two arms with distinct names",
                        "e.g. --arm before:DSV41_SHARED_PAD_K=0 --arm after:DSV41_SHARED_PAD_K=1")
+    if boots < 1 or rounds < 1:
+        raise RigError("command line", "--boots/--rounds", "need at least one boot per arm and one round per boot",
+                       f"e.g. --boots {DEFAULT_BOOTS} --rounds {DEFAULT_ROUNDS}")
+    if target_pct is not None and target_pct <= 0:
+        raise RigError("command line", "--target", f"{target_pct}% is not a positive precision", "e.g. --target 1")
+    controls = [parse_arm(control)] if control else []
+    check_arms(name, arms + controls)
     resolved = load(name)
-    plan = ComparePlan(recipe=name, arms=arms, control=parse_arm(control) if control else None, boots=boots, rounds=rounds,
+    plan = ComparePlan(recipe=name, arms=arms, control=controls[0] if controls else None, boots=boots, rounds=rounds,
                        scenarios=scenarios or ["prose-c1"], small=default_small(resolved) if small is None else small,
-                       workers=workers, duration_s=duration_s)
+                       workers=workers, duration_s=duration_s, target_pct=target_pct,
+                       max_boots=max(max_boots or boots, boots) if target_pct is not None else None,
+                       slos=parse_slos(goodput), accept_fingerprint=list(accept_fingerprint or []))
     out = Path(resume) if resume else compare_root()
+    if resume and not (out / "plan.json").exists():
+        raise RigError(str(out), "--resume", "no comparison (plan.json) in this directory", "name a results/compare/<timestamp> directory")
     entries = run_compare(plan, out, progress)
-    analysis = analyze(_saved_plan(out), entries)
+    analysis = analyze(ComparePlan.read(out), entries)
     text = write_report(out, analysis)
     print(text)
     print(f"report: {out}/compare.md, compare.json, compare.png, boot-log-diff.txt")
     return out, analysis
-
-
-def _saved_plan(out: Path) -> ComparePlan:
-    import json
-
-    return ComparePlan.from_json(json.loads((out / "plan.json").read_text()))

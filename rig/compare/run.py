@@ -1,7 +1,8 @@
-"""`rig compare`: boots each arm in ABBA order through the boot drivers, discards the first run
-after every boot, runs R interleaved rounds, checks greedy identity, shuts every boot down
-(also when it fails), and writes each finished boot at once so an interrupted comparison
-can continue with --resume."""
+"""`rig compare`: boots each arm in ABBA order through the boot drivers, discards each scenario's
+first run after every boot, runs R interleaved rounds, checks greedy identity, shuts every boot
+down (also when it fails), and writes each finished boot at once. Each attempt at a boot has its
+own directory, so a resumed comparison redoes exactly the boots that did not finish, and a
+server left behind by a killed attempt is stopped before its redo."""
 
 from __future__ import annotations
 
@@ -9,50 +10,22 @@ import hashlib
 import io
 import json
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rig.boot import BootFailed, driver_for
+from rig.atomic import write_text_atomic
+from rig.boot import BootFailed, current_boot, driver_for, driver_named
 from rig.boot import base as boot_base
+from rig.boot.base import BootRecord
 from rig.boot.checks import check_boot, read_manifests
 from rig.chat import stream_chat
-from rig.compare.arms import Arm, boot_order
-from rig.compare.stats import figure
+from rig.compare.arms import Arm
+from rig.compare.model import BootEntry, ComparePlan, RunResult
 from rig.errors import RigError
-from rig.load.command import model_dir_for, run_scenarios
+from rig.load.command import Interrupted, model_dir_for, run_scenarios
 from rig.load.runner import LoadTarget
 from rig.load.scenarios import greedy_prompts, load_scenario
-
-
-@dataclass
-class ComparePlan:
-    recipe: str
-    arms: list[Arm]
-    control: Arm | None
-    boots: int
-    rounds: int
-    scenarios: list[str]
-    small: bool
-    workers: int | None = None
-    duration_s: float | None = None
-    created: float = field(default_factory=time.time)
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["order"] = [(block, arm.name) for block, arm in self.order()]
-        return data
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ComparePlan:
-        data = {k: v for k, v in data.items() if k != "order"}
-        data["arms"] = [Arm(**a) for a in data["arms"]]
-        data["control"] = Arm(**data["control"]) if data["control"] else None
-        return cls(**data)
-
-    def order(self) -> list[tuple[int, Arm]]:
-        order = boot_order(self.arms, self.boots)
-        return order + ([(0, self.control)] if self.control else [])
+from rig.load.summary import RunSummary
 
 
 def greedy_identity(base_url: str, model: str, small: bool) -> dict[str, str]:
@@ -65,71 +38,165 @@ def greedy_identity(base_url: str, model: str, small: bool) -> dict[str, str]:
     return hashes
 
 
-def run_boot(plan: ComparePlan, index: int, block: int, arm: Arm, out: Path, progress: bool) -> dict[str, Any]:
+def run_result(summary: RunSummary, out_dir: Path, slos: dict[str, float] | None) -> RunResult:
+    from rig.compare.goodput import goodput
+
+    return RunResult(scenario=summary.name, dir=str(out_dir), figures=summary.figures(), problems=summary.problems(),
+                     goodput=goodput(out_dir, summary, slos) if slos else None)
+
+
+def _attempt_dir(out: Path, index: int, arm: Arm) -> tuple[int, Path]:
+    root = out / "runs" / f"{index:02d}-{arm.name}"
+    attempt = 1 + sum(1 for p in root.glob("attempt-*") if p.is_dir()) if root.exists() else 1
+    return attempt, root / f"attempt-{attempt}"
+
+
+def _in_progress(out: Path, index: int, arm: Arm) -> Path:
+    return out / "boots" / f"{index:02d}-{arm.name}.in-progress.json"
+
+
+def stop_leftover(out: Path, index: int, arm: Arm) -> str | None:
+    """A killed attempt can leave its server running: stop it (only if it is that very boot)."""
+    marker = _in_progress(out, index, arm)
+    if not marker.exists():
+        return None
+    try:
+        boot_id = json.loads(marker.read_text()).get("boot_id")
+    except ValueError:
+        boot_id = None
+    note = None
+    for path in sorted(boot_base.STATE_DIR.glob("*.json")):
+        try:
+            record = BootRecord.load(path)
+        except (ValueError, TypeError, OSError):
+            continue
+        if boot_id and record.boot_id == boot_id:
+            driver_named(record.driver).down(record)
+            note = f"stopped {record.boot_id}, left running by an interrupted attempt"
+    marker.unlink(missing_ok=True)
+    return note
+
+
+def run_boot(plan: ComparePlan, index: int, block: int, arm: Arm, out: Path, progress: bool) -> BootEntry:
+    base = arm.base(plan.recipe)
     resolved = arm.resolve(plan.recipe)
-    driver = driver_for(resolved)
-    entry: dict[str, Any] = {"index": index, "block": block, "arm": arm.name, "spec": arm.spec, "control": arm is plan.control,
-                             "boot_id": None, "voided": False, "problems": [], "rounds": [], "greedy": {}, "check": None,
-                             "healthy_after_s": None, "log_path": None, "adapter_stats": {}}
+    driver = driver_for(base)
+    attempt, runs_dir = _attempt_dir(out, index, arm)
+    entry = BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=arm is plan.control,
+                      attempt=attempt, started=time.time())
+    marker = _in_progress(out, index, arm)
+    write_text_atomic(marker, json.dumps({"attempt": attempt, "boot_id": None}))
     try:
-        record = driver.up(resolved, overlay=arm.overlay(), progress=progress)
+        record = driver.up(base, overlay=arm.overlay(), progress=progress)
     except BootFailed as error:
-        entry.update(voided=True, problems=[str(error)])
+        entry.voided, entry.problems = True, [str(error)]
+        marker.unlink(missing_ok=True)
         return entry
-    entry.update(boot_id=record.boot_id, healthy_after_s=record.healthy_after_s, log_path=record.log_path)
+    write_text_atomic(marker, json.dumps({"attempt": attempt, "boot_id": record.boot_id}))
+    entry.boot_id, entry.healthy_after_s, entry.log_path = record.boot_id, record.healthy_after_s, record.log_path
+    entry.fingerprint = fingerprint_of(record)
     try:
-        check = check_boot(record, resolved)
-        entry["check"] = check.to_json()
+        check = check_boot(record, resolved, arm.overlay())
+        entry.check = check.to_json()
         if not check.ok:
-            entry.update(voided=True, problems=check.problems)
+            entry.voided, entry.problems = True, check.problems
             return entry
         target = LoadTarget(resolved, record, model_dir_for(resolved))
-        for round_index in range(0 if arm is plan.control else plan.rounds):
+        for round_index in range(0 if entry.control else plan.rounds):
             shift = round_index % len(plan.scenarios)
             names = plan.scenarios[shift:] + plan.scenarios[:shift]  # interleaved: the order rotates per round
-            summaries = run_scenarios(target, names, plan.small, plan.workers, out / "runs" / f"{index:02d}-{arm.name}" / f"round-{round_index}",
-                                      progress=progress, duration_s=plan.duration_s)
-            measured = {s["scenario"]["name"]: s for s in summaries if not s["warmup"]}
-            entry["rounds"].append({name: {"figure": figure(s), "client_valid": s["client"]["valid"] or bool(s["client"].get("note")),
-                                           "errors": s["metrics"]["requests"]["errors"]} for name, s in measured.items()})
-        entry["greedy"] = greedy_identity(record.base_url, record.served_model or "", plan.small)
-        # What the adapters report they actually did during the boot (e.g. token_delay's injected_ms).
-        entry["adapter_stats"] = {name: adapter.get("stats") for manifest in read_manifests(record.manifest_dir)
-                                  for name, adapter in manifest.get("adapters", {}).items() if adapter.get("stats")}
+            root = runs_dir / f"round-{round_index}"
+            summaries = run_scenarios(target, names, plan.small, plan.workers, root, progress=progress, duration_s=plan.duration_s)
+            entry.rounds.append({s.name: run_result(s, root / s.name, plan.slos) for s in summaries if not s.warmup})
+        entry.greedy = greedy_identity(record.base_url, record.served_model or "", plan.small)
+        # Evidence that the adapters ran on their targets exists only once the model has served.
+        after = check_boot(record, resolved, arm.overlay(), after_load=True)
+        entry.check = after.to_json()
+        if not after.ok:
+            entry.voided, entry.problems = True, after.problems
+        entry.adapter_stats = {name: adapter.get("stats") for manifest in read_manifests(record.manifest_dir)
+                               for name, adapter in manifest.get("adapters", {}).items() if adapter.get("stats")}
     except RigError as error:
-        entry.update(voided=True, problems=[str(error)])
+        entry.voided, entry.problems = True, [str(error)]
     finally:
         driver.down(record)
+        marker.unlink(missing_ok=True)
     return entry
 
 
-def run_compare(plan: ComparePlan, out: Path, progress: bool = True) -> list[dict[str, Any]]:
+def fingerprint_of(record: BootRecord) -> dict[str, Any]:
+    """The boot's host fingerprint: what the comparison checks every boot for (a power limit or a
+    driver that changed between arms voids it), with the image that ran and the adapter manifests."""
+    from rig.observe.fingerprint import host_fingerprint, manifest_hashes
+
+    image = record.image or {}
+    return host_fingerprint({"image_id": image.get("id"), "image_digests": image.get("digests"),
+                             "adapter_manifests": manifest_hashes(record.manifest_dir)})
+
+
+def run_compare(plan: ComparePlan, out: Path, progress: bool = True) -> list[BootEntry]:
+    """Every boot of the plan, finished ones read back; `--target` extends the plan by whole ABBA
+    blocks until the widest headline interval is narrow enough or max_boots is reached."""
     out.mkdir(parents=True, exist_ok=True)
-    plan_path = out / "plan.json"
-    if plan_path.exists():
-        saved = ComparePlan.from_json(json.loads(plan_path.read_text()))
+    if (out / "plan.json").exists():
+        try:
+            saved = ComparePlan.read(out)
+        except (ValueError, TypeError, KeyError) as error:
+            raise RigError(str(out / "plan.json"), "(file)", f"unreadable comparison plan ({error})",
+                           "start a new comparison; this directory's boots stay for reference") from None
         if [a.spec for a in saved.arms] != [a.spec for a in plan.arms] or saved.scenarios != plan.scenarios:
-            raise RigError(str(plan_path), "arms/scenarios", "this directory holds a different comparison",
+            raise RigError(str(out / "plan.json"), "arms/scenarios", "this directory holds a different comparison",
                            "resume with the same arms and scenarios, or start a new comparison")
         plan = saved
     else:
-        plan_path.write_text(json.dumps(plan.to_json(), indent=1))
+        plan.write(out)
     for name in plan.scenarios:
         load_scenario(name)
-    entries = []
-    for index, (block, arm) in enumerate(plan.order()):
-        path = out / "boots" / f"{index:02d}-{arm.name}.json"
-        if path.exists():
-            entries.append(json.loads(path.read_text()))
-            continue
+    while True:
+        entries = _run_order(plan, out, progress)
+        if plan.target_pct is None:
+            return entries
+        from rig.compare.report import widest_half_width
+
+        widest = widest_half_width(plan, entries)
+        if widest is not None and widest <= plan.target_pct:
+            return entries
+        if plan.boots >= (plan.max_boots or plan.boots):
+            return entries
+        plan.boots += 1
+        plan.write(out)
         if progress:
-            print(f"compare: boot {index + 1}/{len(plan.order())}: {arm.name} ({arm.spec}), block {block}")
-        entry = run_boot(plan, index, block, arm, out, progress)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(entry, indent=1))
+            shown = "none yet" if widest is None else f"+-{widest:.2f}%"
+            print(f"compare: widest interval {shown} > target {plan.target_pct:g}%: adding boot pair {plan.boots}")
+
+
+def _run_order(plan: ComparePlan, out: Path, progress: bool) -> list[BootEntry]:
+    entries = []
+    order = plan.order()
+    for index, (block, arm) in enumerate(order):
+        path = BootEntry.path(out, index, arm.name)
+        if path.exists():
+            try:
+                entries.append(BootEntry.read(path))
+                continue
+            except (ValueError, TypeError, KeyError):
+                path.rename(path.with_suffix(".unreadable"))  # a truncated entry: redo the boot
+        leftover = stop_leftover(out, index, arm)
+        if progress:
+            print(f"compare: boot {index + 1}/{len(order)}: {arm.name} ({arm.spec}), block {block}"
+                  + (f" ({leftover})" if leftover else ""))
+        try:
+            entry = run_boot(plan, index, block, arm, out, progress)
+        except Interrupted:
+            raise KeyboardInterrupt from None  # nothing written for this boot: a resume redoes it
+        entry.write(out)
         entries.append(entry)
     return entries
 
 
 def compare_root() -> Path:
     return boot_base.RESULTS_DIR / "compare" / time.strftime("%Y%m%d-%H%M%S")
+
+
+def leftover_boot(recipe: str) -> BootRecord | None:
+    return current_boot(recipe)

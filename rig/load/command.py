@@ -5,13 +5,16 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
+from rig.atomic import write_text_atomic
 from rig.boot import BootRecord, current_boot, driver_for
 from rig.boot.native import NativeDriver
+from rig.engines import engine
+from rig.errors import RigError
 from rig.load.report import markdown_table, notes
-from rig.load.runner import LoadTarget, note_run, results_root, run_scenario, warmup_pending
+from rig.load.runner import LoadTarget, note_run, results_root, run_scenario, settle_estimate, warmup_pending
 from rig.load.scenarios import TokenCounter, load_scenario
+from rig.load.summary import RunSummary
 from rig.recipe import Resolved, load
 
 DEFAULT_SCENARIOS = ["prose-c1", "code-c1", "c3000"]
@@ -20,60 +23,100 @@ DEFAULT_SCENARIOS = ["prose-c1", "code-c1", "c3000"]
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C during a run: the interrupted run's summary is written; callers stop and report."""
 
-    def __init__(self, summaries: list[dict[str, Any]]) -> None:
+    def __init__(self, summaries: list[RunSummary]) -> None:
         super().__init__("interrupted")
         self.summaries = summaries
 
 
-def model_dir_for(resolved: Resolved) -> str | None:
+def model_dir_for(resolved: Resolved | None) -> str | None:
     """Where the served tokenizer can be read on this host."""
+    if resolved is None:
+        return os.environ.get("RIG_MODEL_DIR")
     if resolved.recipe.model.source == "generated":
         return NativeDriver().model_path(resolved)
     return os.environ.get("RIG_MODEL_DIR")
 
 
-def default_small(resolved: Resolved) -> bool:
-    return resolved.recipe.driver == "native"
+def default_small(resolved: Resolved | None) -> bool:
+    return resolved is None or resolved.recipe.driver == "native"
+
+
+def flush_prefix_cache(target: LoadTarget) -> str:
+    """POST the engine's cache-reset endpoint (SGLang /flush_cache, vLLM /reset_prefix_cache)."""
+    import requests
+
+    endpoint = engine(target.engine_name).cache_reset
+    if endpoint is None:
+        return f"{target.engine_name} has no cache-reset endpoint: nothing flushed"
+    headers = {"Authorization": f"Bearer {os.environ['RIG_API_KEY']}"} if os.environ.get("RIG_API_KEY") else {}
+    response = requests.post(target.record.base_url + endpoint, headers=headers, timeout=60)
+    if response.status_code >= 400:
+        raise RigError("command line", "--flush-cache", f"POST {endpoint} answered {response.status_code}",
+                       "start the server with its cache-reset endpoint enabled, or drop --flush-cache")
+    return f"prefix cache flushed ({endpoint})"
 
 
 def run_scenarios(target: LoadTarget, names: list[str], small: bool, workers: int | None, root: Path,
                   progress: bool = True, warmup: bool = True, duration_s: float | None = None,
-                  remote_workers: int = 0, master_bind: str = "127.0.0.1") -> list[dict[str, Any]]:
-    """The warmup rule lives here: a boot's first run is run, kept, marked and left out of results."""
+                  remote_workers: int = 0, master_bind: str = "127.0.0.1", flush_cache: bool = False) -> list[RunSummary]:
+    """The warmup rule lives here: each scenario's first complete run after a boot is run, kept,
+    marked and left out of results; the measured run waits for the steady state its warmup timed."""
     scenarios = [load_scenario(name).scaled(small) for name in names]
     if duration_s:
         scenarios = [replace(s, duration_s=duration_s) for s in scenarios]
     counter = TokenCounter(target.model_dir, target.record.base_url, target.record.served_model)
-    summaries = []
-    plan = [(scenario, True) for scenario in scenarios[:1] if warmup and warmup_pending(target.record)]
-    plan += [(scenario, False) for scenario in scenarios]
-    for scenario, is_warmup in plan:
-        out = root / (f"warmup-{scenario.name}" if is_warmup else scenario.name)
-        summaries.append(run_scenario(target, scenario, out, workers, counter, warmup=is_warmup, progress=progress,
-                                      remote_workers=remote_workers if scenario.distributed else 0, master_bind=master_bind))
-        note_run(target.record, out, warmup=is_warmup)
-        if summaries[-1]["interrupted"]:
-            raise Interrupted(summaries)
+    summaries: list[RunSummary] = []
+    for scenario in scenarios:
+        passes = ([True] if warmup and warmup_pending(target.record, scenario.name) else []) + [False]
+        for is_warmup in passes:
+            out = root / (f"warmup-{scenario.name}" if is_warmup else scenario.name)
+            if flush_cache:
+                note = flush_prefix_cache(target)
+                if progress:
+                    print(f"{scenario.name}: {note}")
+            summary = run_scenario(target, scenario, out, workers, counter, warmup=is_warmup, progress=progress,
+                                   remote_workers=remote_workers if scenario.distributed else 0, master_bind=master_bind,
+                                   settle_s=settle_estimate(target.record, scenario.name))
+            note_run(target.record, out, summary)
+            summaries.append(summary)
+            if summary.interrupted:
+                raise Interrupted(summaries)
     return summaries
 
 
-def loadtest(ref: str, names: list[str] | None, small: bool | None, workers: int | None, duration_s: float | None = None,
-             remote_workers: int = 0, master_bind: str = "127.0.0.1") -> int:
-    resolved = load(ref)
-    record: BootRecord | None = current_boot(resolved.recipe.name)
+def loadtest(ref: str | None, names: list[str] | None, small: bool | None, workers: int | None, duration_s: float | None = None,
+             remote_workers: int = 0, master_bind: str = "127.0.0.1", url: str | None = None, model: str | None = None,
+             boot_id: str | None = None, flush_cache: bool = False) -> int:
+    """Measure a recipe's server (booting it if nothing is up), or with `url` a server rig did not start."""
     driver = None
-    if record is None:
-        driver = driver_for(resolved)
-        record = driver.up(resolved)
-    elif record.ref != resolved.ref and ":" in ref:
-        print(f"note: {record.ref} is up (boot {record.boot_id}); measuring it, not {resolved.ref}")
-    target = LoadTarget(resolved, record, model_dir_for(resolved))
-    root = results_root(resolved.recipe.name)
+    engine_name = None
+    resolved: Resolved | None
+    if url:
+        from rig.load.attach import attach
+
+        resolved, record, engine_name = attach(url, ref, model, boot_id)
+        print(f"attached to {record.base_url}: {engine_name} server, model {record.served_model}, "
+              f"boot {record.boot_id} ({record.image['identity']})")
+    else:
+        if ref is None:
+            raise RigError("command line", "recipe", "no recipe and no --url", "name a recipe, or pass --url URL")
+        resolved = load(ref)
+        current: BootRecord | None = current_boot(resolved.recipe.name)
+        if current is None:
+            driver = driver_for(resolved)
+            record = driver.up(resolved)
+        else:
+            record = current
+            if record.ref != resolved.ref and ":" in ref:
+                print(f"note: {record.ref} is up (boot {record.boot_id}); measuring it, not {resolved.ref}")
+    target = LoadTarget(resolved, record, model_dir_for(resolved), engine_name)
+    root = results_root(record.recipe)
     small = default_small(resolved) if small is None else small
     interrupted = False
+    summaries: list[RunSummary] = []
     try:
         summaries = run_scenarios(target, names or DEFAULT_SCENARIOS, small, workers, root, duration_s=duration_s,
-                                  remote_workers=remote_workers, master_bind=master_bind)
+                                  remote_workers=remote_workers, master_bind=master_bind, flush_cache=flush_cache)
     except Interrupted as stop:
         summaries, interrupted = stop.summaries, True
     finally:
@@ -81,10 +124,9 @@ def loadtest(ref: str, names: list[str] | None, small: bool | None, workers: int
             driver.down(record)
     table = markdown_table(summaries)
     lines = [table, ""] + [n for s in summaries for n in notes(s)]
-    (root / "summary.md").write_text("\n".join(lines) + "\n")
+    write_text_atomic(root / "summary.md", "\n".join(lines) + "\n")
     print("\n" + "\n".join(lines))
     print(f"\nresults: {root}")
     if interrupted:
         return 130
-    invalid = [s for s in summaries if not s["warmup"] and not s["client"]["valid"] and s["client"].get("note") is None]
-    return 4 if invalid else 0
+    return 4 if any(s.problems() for s in summaries if not s.warmup) else 0

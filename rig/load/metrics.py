@@ -1,141 +1,272 @@
-"""Metrics from raw per-request records, never from Locust's histograms.
+"""Metrics from raw per-request records (rig.load.records), never from Locust's histograms.
 
-A record (one JSON line, written by loadtests/locustfile.py) holds t_send, t_first, t_end,
-the arrival time of every content chunk, usage, finish_reason, status and error.
+Three rules keep a figure honest:
+- Headline rates are token-weighted (total tokens over total time), never a mean of per-request
+  ratios: one request whose chunks reached a descheduled client in a burst cannot move them.
+- Decode runs from the first to the last chunk that carries output; E2E ends at the last one too.
+- The aggregate window is at steady state (`steady_window`): it opens once every user has had
+  its first token plus one typical request lifetime, and closes when Locust starts stopping users.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from statistics import median
 from typing import Any
 
 import numpy as np
 
+from rig.load.records import RequestRecord
+
 TOKEN_MISMATCH_TOLERANCE = 0.02  # usage vs chunk count, as a fraction
+STALL_THRESHOLD_S = 0.020  # an event-loop wake-up later than this blocked every stream the process reads
+STALL_FRACTION_LIMIT = 0.01  # blocked for more than 1% of the window: the figures describe the client
+LAG_P99_LIMIT_MS = 5.0
+CPU_LIMIT_PERCENT = 90.0
+BURST_GAP_FRACTION = 0.1  # an inter-chunk gap under 10% of the run's median ITL ...
+BURST_MIN_GAPS = 3  # ... three times in a row: chunks the client read from a backlog
 
 
 def describe(values: list[float]) -> dict[str, float | int | None]:
     if not values:
-        return {"n": 0, "mean": None, "p50": None, "p90": None, "p99": None}
+        return {"n": 0, "mean": None, "p10": None, "p50": None, "p90": None, "p99": None}
     array = np.asarray(values, dtype=float)
-    return {"n": len(values), "mean": float(array.mean()), "p50": float(np.percentile(array, 50)),
-            "p90": float(np.percentile(array, 90)), "p99": float(np.percentile(array, 99))}
+    return {"n": len(values), "mean": float(array.mean()), "p10": float(np.percentile(array, 10)),
+            "p50": float(np.percentile(array, 50)), "p90": float(np.percentile(array, 90)),
+            "p99": float(np.percentile(array, 99))}
 
 
-def output_tokens(record: dict[str, Any]) -> int:
-    usage = record.get("usage") or {}
-    return int(usage.get("completion_tokens") or len(record.get("chunks") or []))
+@dataclass(frozen=True)
+class Window:
+    """The measurement window of a run and how it was chosen."""
+
+    start: float
+    end: float
+    run_start: float  # users spawned (Locust's spawning_complete), else the first request
+    run_end: float  # Locust began stopping users, else the last request's end
+    steady: bool  # False: no steady state was reached; the figures cover a transient
+    opened_by: str  # why the window opens where it does
+
+    @property
+    def seconds(self) -> float:
+        return max(self.end - self.start, 1e-9)
+
+    @property
+    def kept_fraction(self) -> float:
+        return self.seconds / max(self.run_end - self.run_start, 1e-9)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "seconds": self.seconds, "kept_fraction": self.kept_fraction}
 
 
-def tokens_per_chunk(record: dict[str, Any]) -> float:
-    """Servers may put several tokens in one chunk; usage tells how many on average."""
-    chunks = len(record.get("chunks") or [])
-    usage = (record.get("usage") or {}).get("completion_tokens")
-    return usage / chunks if usage and chunks else 1.0
+LAG_PERIOD_S = 0.01  # the locustfile's lag monitor sleeps this long between samples
 
 
-def complete(record: dict[str, Any]) -> bool:
-    return record.get("error") is None and record.get("t_first") is not None and record.get("finish_reason") is not None
+def responsive_end(clients: list[dict[str, Any]], stopping: float) -> float:
+    """Locust blocks its event loop for tens of milliseconds while it starts stopping (measured:
+    86 ms before `test_stopping` fired), and no chunk is read meanwhile: the window must close when
+    the client was last responsive, not when the stop was announced."""
+    end = stopping
+    for client in clients:
+        for wake, lag in client.get("lag", []):
+            free = wake - lag - LAG_PERIOD_S  # when the sleep that woke late began
+            if wake >= stopping and free < stopping:
+                end = min(end, free)
+    return end
 
 
-def summarize(records: list[dict[str, Any]], window: tuple[float, float] | None = None,
+def steady_window(records: list[RequestRecord], events: dict[str, float], ramp_s: float = 0.0,
+                  users: int | None = None) -> Window:
+    """Opens once every user has received its first token plus one typical (median) request
+    lifetime, so every user's stream is past its first prefill and requests start and end at
+    their steady rate; closes when Locust starts stopping users. A detector over per-second token
+    counts was the alternative; it needs many seconds of data to tell a plateau from noise and
+    fails on short windows, while this rule follows from the closed loop's own structure."""
+    sends = [r.t_send for r in records]
+    run_start = events.get("spawning_complete", min(sends, default=0.0))
+    run_end = events.get("stopping", max((r.t_end or r.t_send for r in records), default=run_start))
+    floor = run_start + ramp_s
+    first_by_user: dict[str, float] = {}
+    for record in records:
+        if record.t_first is not None:
+            first_by_user[record.user] = min(first_by_user.get(record.user, record.t_first), record.t_first)
+    waiting = {r.user for r in records} - set(first_by_user)
+    if users is not None and len({r.user for r in records}) < users:
+        return Window(floor, run_end, run_start, run_end, False,
+                      f"only {len({r.user for r in records})} of {users} users sent a request: no steady state")
+    if waiting or not first_by_user:
+        return Window(floor, run_end, run_start, run_end, False,
+                      f"{len(waiting) or 'no'} user(s) never received a token: no steady state")
+    lifetimes = [r.t_last - r.t_send for r in records if r.complete and r.t_last is not None]
+    lifetime = median(lifetimes) if lifetimes else 0.0
+    start = max(floor, max(first_by_user.values()) + lifetime)
+    reason = (f"every user had its first token (last at +{max(first_by_user.values()) - run_start:.2f} s) "
+              + (f"plus one request lifetime ({lifetime:.2f} s)" if lifetimes else "(no request completed: streams outlive the run)"))
+    if start >= run_end:
+        return Window(floor, run_end, run_start, run_end, False,
+                      f"the run ended before a steady state ({reason}); lengthen the scenario's duration_s")
+    return Window(start, run_end, run_start, run_end, True, reason)
+
+
+def run_tokens_per_chunk(records: list[RequestRecord]) -> float:
+    """The run's own usage/chunk ratio over requests whose final usage is known: how many tokens
+    a chunk carries when the server does not say (several under MTP or speculative decoding)."""
+    tokens = chunks = 0
+    for record in records:
+        if record.complete and record.usage_tokens and record.chunks:
+            tokens += record.usage_tokens
+            chunks += len(record.chunks)
+    return tokens / chunks if chunks else 1.0
+
+
+def chunk_token_counts(record: RequestRecord, ratio: float) -> list[float]:
+    """Tokens carried by each output chunk: exact from continuous usage; from the final usage spread
+    evenly; for a stream cut before its usage arrived, the run's own tokens-per-chunk ratio."""
+    if record.chunk_tokens is not None and len(record.chunk_tokens) == len(record.chunks):
+        return [float(n) for n in record.chunk_tokens]
+    if record.usage_tokens is not None and record.chunks and record.finish_reason is not None:
+        return [record.usage_tokens / len(record.chunks)] * len(record.chunks)
+    return [ratio] * len(record.chunks)
+
+
+def _bursty(record: RequestRecord, gap_limit: float) -> bool:
+    run = 0
+    for a, b in zip(record.chunks, record.chunks[1:]):
+        run = run + 1 if b - a < gap_limit else 0
+        if run >= BURST_MIN_GAPS:
+            return True
+    return False
+
+
+def summarize(records: list[RequestRecord], window: Window,
               count_tokens: Callable[[str], int] | None = None) -> dict[str, Any]:
-    """Per-request latency statistics over completed requests that started inside the window,
-    plus aggregate throughput from every chunk that arrived inside it. With `count_tokens` (the
-    served tokenizer), usage is also checked against a re-tokenisation of the streamed text."""
-    if window is None:
-        starts = [r["t_send"] for r in records] or [0.0]
-        ends = [r["t_end"] for r in records if r.get("t_end")] or [0.0]
-        window = (min(starts), max(ends))
-    start, end = window
-    span = max(end - start, 1e-9)
-    done = [r for r in records if complete(r) and start <= r["t_send"] <= end]
-    ttft, tpot, e2e, user_tps, prefill_tps = [], [], [], [], []
+    """Per-request statistics over completed requests sent inside the window, aggregate rates from
+    every chunk that arrived inside it. With `count_tokens` (the served tokenizer), usage is also
+    checked against a re-tokenisation of the streamed text."""
+    start, end, span = window.start, window.end, window.seconds
+    ratio = run_tokens_per_chunk(records)
+    done = [r for r in records if r.complete and start <= r.t_send <= end and r.t_last is not None]
+    ttft, tpot, e2e, user_rates, prefill_rates = [], [], [], [], []
     itl: list[float] = []
-    mismatches = []
-    tokenizer_differences = []
+    decode_tokens = decode_seconds = 0.0
+    prompt_tokens_total = ttft_total = 0.0
+    mismatches, tokenizer_differences = [], []
+    cached = prompted_with_cache_report = 0
     for r in done:
-        n = output_tokens(r)
-        ttft.append(r["t_first"] - r["t_send"])
-        e2e.append(r["t_end"] - r["t_send"])
-        decode_time = r["t_end"] - r["t_first"]
-        if n > 1 and decode_time > 0:
-            tpot.append(decode_time / (n - 1))
-            user_tps.append((n - 1) / decode_time)
-        chunks = r["chunks"]
-        itl.extend(b - a for a, b in zip(chunks, chunks[1:]))
-        prompt_tokens = (r.get("usage") or {}).get("prompt_tokens")
-        if prompt_tokens and r["t_first"] > r["t_send"]:
-            prefill_tps.append(prompt_tokens / (r["t_first"] - r["t_send"]))
-        usage_tokens = (r.get("usage") or {}).get("completion_tokens")
-        if usage_tokens is not None and len(chunks) and abs(usage_tokens - len(chunks)) > TOKEN_MISMATCH_TOLERANCE * usage_tokens:
-            mismatches.append(usage_tokens - len(chunks))
-        if count_tokens is not None and usage_tokens and r.get("text") is not None:
-            recount = count_tokens(r["text"])
+        counts = chunk_token_counts(r, ratio)
+        ttft_s = r.t_first - r.t_send  # type: ignore[operator]
+        ttft.append(ttft_s)
+        e2e.append(r.t_last - r.t_send)  # type: ignore[operator]
+        decode_time = r.t_last - r.t_first  # type: ignore[operator]
+        decoded = sum(counts) - counts[0]
+        if decoded > 0 and decode_time > 0:
+            tpot.append(decode_time / decoded)
+            user_rates.append(decoded / decode_time)
+            decode_tokens += decoded
+            decode_seconds += decode_time
+        itl.extend(b - a for a, b in zip(r.chunks, r.chunks[1:]))
+        prompt_tokens = r.prompt_tokens
+        if prompt_tokens and ttft_s > 0:
+            prefill_rates.append(prompt_tokens / ttft_s)
+            prompt_tokens_total += prompt_tokens
+            ttft_total += ttft_s
+        if r.cached_tokens is not None and prompt_tokens:
+            cached += r.cached_tokens
+            prompted_with_cache_report += prompt_tokens
+        usage_tokens = r.usage_tokens
+        if usage_tokens is not None and r.chunk_tokens is None and abs(usage_tokens - len(r.chunks)) > TOKEN_MISMATCH_TOLERANCE * usage_tokens:
+            mismatches.append(usage_tokens - len(r.chunks))
+        if count_tokens is not None and usage_tokens and r.text is not None:
+            recount = count_tokens(r.text)
             if abs(usage_tokens - recount) > TOKEN_MISMATCH_TOLERANCE * usage_tokens:
                 tokenizer_differences.append(usage_tokens - recount)
-    # Aggregate throughput: each chunk's tokens count at its arrival time, clipped to the window,
-    # so requests the window's end cut still count what they produced inside it.
+    median_itl = float(np.median(itl)) if itl else 0.0
+    bursts = [r.id for r in done if median_itl > 0 and _bursty(r, BURST_GAP_FRACTION * median_itl)]
+    # Aggregate throughput: each chunk's tokens count at its arrival, clipped to the window, so
+    # streams the window's edges cut still count what they produced inside it.
     window_tokens = 0.0
     window_prompt_tokens = 0
     for r in records:
-        per_chunk = tokens_per_chunk(r)
-        window_tokens += per_chunk * sum(1 for t in r.get("chunks") or [] if start <= t <= end)
-        if r.get("t_first") and start <= r["t_first"] <= end:
-            window_prompt_tokens += int((r.get("usage") or {}).get("prompt_tokens") or r.get("prompt_tokens_target") or 0)
-    errors = Counter(r["error"] for r in records if r.get("error"))
-    prompt_targets = [r.get("prompt_tokens_target") for r in done if r.get("prompt_tokens_target")]
-    prompt_actual = [(r.get("usage") or {}).get("prompt_tokens") for r in done if (r.get("usage") or {}).get("prompt_tokens")]
+        for arrival, tokens in zip(r.chunks, chunk_token_counts(r, ratio)):
+            if start <= arrival <= end:
+                window_tokens += tokens
+        if r.t_first is not None and start <= r.t_first <= end:
+            window_prompt_tokens += int(r.prompt_tokens or 0)
+    errors = Counter(r.error for r in records if r.error)
+    prompt_targets = [float(r.prompt_tokens_target) for r in done if r.prompt_tokens_target]
+    prompt_actual = [float(r.usage["prompt_tokens"]) for r in done if (r.usage or {}).get("prompt_tokens")]
     return {
-        "window": {"start": start, "end": end, "seconds": span},
+        "window": window.to_json(),
         "requests": {"total": len(records), "completed": len(done), "errors": dict(errors),
-                     "cut_by_window": errors.get("cut_by_window", 0)},
+                     "cut_by_window": errors.get("cut_by_window", 0),
+                     "error_rate": sum(n for k, n in errors.items() if k != "cut_by_window") / max(len(records), 1),
+                     "burst_requests": len(bursts), "burst_request_ids": bursts[:20],
+                     "unique_prompts": len({(r.prompt, r.prompt_nonce) for r in records}) == len(records)
+                     if all(r.prompt_nonce for r in records) else False},
         "ttft_s": describe(ttft),
         "itl_s": describe(itl),
         "tpot_s": describe(tpot),
         "e2e_s": describe(e2e),
-        "user_decode_tok_s": describe(user_tps),
-        "prefill_tok_s": describe(prefill_tps),
+        # The decode headline: total decode tokens / total decode time; per request beside it.
+        "user_decode_tok_s": {"token_weighted": decode_tokens / decode_seconds if decode_seconds else None,
+                              **describe(user_rates)},
+        "prefill_tok_s": {"token_weighted": prompt_tokens_total / ttft_total if ttft_total else None,
+                          **describe(prefill_rates)},
         "output_tok_s": window_tokens / span,
         "prompt_tok_s": window_prompt_tokens / span,
         "tokens": {
+            "per_chunk": "continuous usage" if any(r.chunk_tokens is not None for r in records) else "final usage / chunks",
+            "run_tokens_per_chunk": ratio,
             "usage_vs_chunks_mismatched_requests": len(mismatches),
             "usage_vs_chunks_mean_difference": float(np.mean(mismatches)) if mismatches else 0.0,
             "tolerance": TOKEN_MISMATCH_TOLERANCE,
             "tokenizer_checked": count_tokens is not None,
             "usage_vs_tokenizer_mismatched_requests": len(tokenizer_differences),
             "usage_vs_tokenizer_mean_difference": float(np.mean(tokenizer_differences)) if tokenizer_differences else 0.0,
-            "prompt_tokens_target": describe([float(x) for x in prompt_targets])["mean"],
-            "prompt_tokens_usage": describe([float(x) for x in prompt_actual])["mean"],
+            "prompt_tokens_target": describe(prompt_targets)["mean"],
+            "prompt_tokens_usage": describe(prompt_actual)["mean"],
+            # Share of prompt tokens the server answered from its prefix cache (None: not reported).
+            "cached_share": cached / prompted_with_cache_report if prompted_with_cache_report else None,
         },
     }
 
 
-def client_lag(client: dict[str, Any], window: tuple[float, float]) -> dict[str, Any]:
-    """Event-loop lag percentiles of one Locust process, inside the measurement window only."""
-    inside = sorted(lag for t, lag in client.get("lag", []) if window[0] <= t <= window[1])
+def client_lag(client: dict[str, Any], window: Window) -> dict[str, Any]:
+    """One Locust process's event loop inside the window: lag percentiles, and stalls: every
+    wake-up later than STALL_THRESHOLD_S blocked all its streams for that long."""
+    inside = sorted(lag for t, lag in client.get("lag", []) if window.start <= t <= window.end)
     stats = describe(inside)
+    stalls = [lag for lag in inside if lag > STALL_THRESHOLD_S]
     return {"process": client.get("process"), "lag_samples": len(inside),
             "lag_p50_ms": None if stats["p50"] is None else 1000 * stats["p50"],
             "lag_p99_ms": None if stats["p99"] is None else 1000 * stats["p99"],
             "lag_max_ms": 1000 * inside[-1] if inside else None,
+            "stalls": len(stalls), "stalled_s": sum(stalls), "stalled_fraction": sum(stalls) / window.seconds,
             "cpu_percent_mean": client.get("cpu_percent_mean"), "cpu_percent_max": client.get("cpu_percent_max")}
 
 
-def client_verdict(clients: list[dict[str, Any]], lag_limit_ms: float = 5.0, cpu_limit: float = 90.0) -> dict[str, Any]:
-    """A run whose client was saturated is invalid: its numbers describe the client, not the server.
-    `clients` are client_lag() results."""
+def client_verdict(clients: list[dict[str, Any]]) -> dict[str, Any]:
+    """A run whose client was saturated or stalled is invalid: its figures describe the client,
+    not the server. Checked for every run, c=1 included. `clients` are client_lag() results."""
     if not clients:
         return {"valid": False, "reasons": ["no client statistics were written"], "processes": 0}
     worst_lag = max(c.get("lag_p99_ms") or 0.0 for c in clients)
     worst_cpu = max((c.get("cpu_percent_mean") or 0.0) for c in clients)
+    worst_stall = max(clients, key=lambda c: c.get("stalled_fraction") or 0.0)
     reasons = []
-    if worst_lag > lag_limit_ms:
-        reasons.append(f"client event-loop lag p99 {worst_lag:.1f} ms > {lag_limit_ms} ms")
-    if worst_cpu > cpu_limit:
-        reasons.append(f"a client process averaged {worst_cpu:.0f}% CPU > {cpu_limit}%")
+    if (worst_stall.get("stalled_fraction") or 0.0) > STALL_FRACTION_LIMIT:
+        reasons.append(f"client {worst_stall['process']} stalled {worst_stall['stalls']} time(s), "
+                       f"{1000 * worst_stall['stalled_s']:.0f} ms in all ({100 * worst_stall['stalled_fraction']:.1f}% of the window, "
+                       f"longest {worst_stall['lag_max_ms']:.0f} ms) > {100 * STALL_FRACTION_LIMIT:.0f}%")
+    if worst_lag > LAG_P99_LIMIT_MS:
+        reasons.append(f"client event-loop lag p99 {worst_lag:.1f} ms > {LAG_P99_LIMIT_MS} ms")
+    if worst_cpu > CPU_LIMIT_PERCENT:
+        reasons.append(f"a client process averaged {worst_cpu:.0f}% CPU > {CPU_LIMIT_PERCENT:.0f}%")
     return {"valid": not reasons, "reasons": reasons, "processes": len(clients), "lag_p99_ms": worst_lag,
             "lag_p50_ms": max(c.get("lag_p50_ms") or 0.0 for c in clients),
-            "cpu_percent_mean_max": worst_cpu, "lag_limit_ms": lag_limit_ms,
+            "lag_max_ms": max(c.get("lag_max_ms") or 0.0 for c in clients),
+            "stalled_fraction": worst_stall.get("stalled_fraction") or 0.0,
+            "cpu_percent_mean_max": worst_cpu, "lag_limit_ms": LAG_P99_LIMIT_MS,
             "server_clock": "unavailable (OpenAI streams carry only whole-second timestamps)"}

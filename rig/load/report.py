@@ -3,25 +3,33 @@
 from __future__ import annotations
 
 import csv
-import json
+import io
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-COLUMNS = [
-    ("scenario", lambda s: s["scenario"]["name"] + (" (warmup)" if s["warmup"] else "")),
-    ("users", lambda s: s["scenario"]["users"]),
-    ("done", lambda s: s["metrics"]["requests"]["completed"]),
-    ("errors", lambda s: sum(n for k, n in s["metrics"]["requests"]["errors"].items() if k != "cut_by_window")),
-    ("cut", lambda s: s["metrics"]["requests"]["cut_by_window"]),
-    ("user tok/s", lambda s: s["metrics"]["user_decode_tok_s"]["mean"]),
-    ("output tok/s", lambda s: s["metrics"]["output_tok_s"]),
-    ("prefill tok/s", lambda s: s["metrics"]["prefill_tok_s"]["mean"]),
-    ("TTFT p50 ms", lambda s: _ms(s["metrics"]["ttft_s"]["p50"])),
-    ("TTFT p99 ms", lambda s: _ms(s["metrics"]["ttft_s"]["p99"])),
-    ("ITL p50 ms", lambda s: _ms(s["metrics"]["itl_s"]["p50"])),
-    ("TPOT mean ms", lambda s: _ms(s["metrics"]["tpot_s"]["mean"])),
-    ("E2E p90 s", lambda s: s["metrics"]["e2e_s"]["p90"]),
-    ("client", lambda s: "ok" if s["client"]["valid"] else "INVALID: " + "; ".join(s["client"]["reasons"])),
+from rig.atomic import write_text_atomic
+from rig.load.summary import RunSummary
+
+COLUMNS: list[tuple[str, Callable[[RunSummary], Any]]] = [
+    ("scenario", lambda s: s.name + (" (warmup)" if s.warmup else "")),
+    ("users", lambda s: s.scenario["users"]),
+    ("done", lambda s: s.metrics["requests"]["completed"]),
+    ("errors", lambda s: sum(n for k, n in s.metrics["requests"]["errors"].items() if k != "cut_by_window")),
+    ("cut", lambda s: s.metrics["requests"]["cut_by_window"]),
+    ("user tok/s", lambda s: s.metrics["user_decode_tok_s"]["token_weighted"]),
+    ("user p50", lambda s: s.metrics["user_decode_tok_s"]["p50"]),
+    ("user p10", lambda s: s.metrics["user_decode_tok_s"]["p10"]),
+    ("output tok/s", lambda s: s.metrics["output_tok_s"]),
+    ("prefill tok/s", lambda s: s.metrics["prefill_tok_s"]["token_weighted"]),
+    ("TTFT p50 ms", lambda s: _ms(s.metrics["ttft_s"]["p50"])),
+    ("TTFT p99 ms", lambda s: _ms(s.metrics["ttft_s"]["p99"])),
+    ("ITL p50 ms", lambda s: _ms(s.metrics["itl_s"]["p50"])),
+    ("TPOT p50 ms", lambda s: _ms(s.metrics["tpot_s"]["p50"])),
+    ("E2E p90 s", lambda s: s.metrics["e2e_s"]["p90"]),
+    ("window s", lambda s: f"{s.metrics['window']['seconds']:.1f} ({100 * s.metrics['window']['kept_fraction']:.0f}%)"),
+    ("cached", lambda s: None if s.metrics["tokens"]["cached_share"] is None else f"{100 * s.metrics['tokens']['cached_share']:.0f}%"),
+    ("usable", lambda s: "warmup" if s.warmup else ("yes" if not s.problems() else "NO: " + "; ".join(s.problems()))),
 ]
 
 
@@ -37,43 +45,62 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def row(summary: dict[str, Any]) -> list[Any]:
+def row(summary: RunSummary) -> list[Any]:
     return [get(summary) for _, get in COLUMNS]
 
 
-def markdown_table(summaries: list[dict[str, Any]]) -> str:
+def markdown_table(summaries: list[RunSummary]) -> str:
     header = "| " + " | ".join(name for name, _ in COLUMNS) + " |"
     rule = "|" + "|".join(" --- " for _ in COLUMNS) + "|"
     lines = [header, rule] + ["| " + " | ".join(_fmt(v) for v in row(s)) + " |" for s in summaries]
     return "\n".join(lines)
 
 
-def notes(summary: dict[str, Any]) -> list[str]:
+def notes(summary: RunSummary) -> list[str]:
     out = []
-    tokens = summary["metrics"]["tokens"]
+    name = summary.name
+    metrics = summary.metrics
+    tokens = metrics["tokens"]
+    window = metrics["window"]
+    out.append(f"{name}: window {window['seconds']:.1f} s of {window['run_end'] - window['run_start']:.1f} s "
+               f"({'steady state: ' if window['steady'] else 'NOT at steady state: '}{window['opened_by']})")
     if tokens["usage_vs_chunks_mismatched_requests"]:
-        out.append(f"{summary['scenario']['name']}: usage and chunk counts differ by more than {tokens['tolerance']:.0%} in "
+        out.append(f"{name}: usage and chunk counts differ by more than {tokens['tolerance']:.0%} in "
                    f"{tokens['usage_vs_chunks_mismatched_requests']} request(s) (mean {tokens['usage_vs_chunks_mean_difference']:+.1f} "
-                   "tokens): the server puts several tokens in some chunks; ITL is per chunk, token rates use usage")
+                   f"tokens): the server puts several tokens in some chunks; ITL is per chunk, token rates count tokens "
+                   f"({tokens['per_chunk']}, {tokens['run_tokens_per_chunk']:.2f} tokens per chunk)")
     if tokens.get("usage_vs_tokenizer_mismatched_requests"):
-        out.append(f"{summary['scenario']['name']}: usage and a re-tokenisation of the streamed text differ beyond "
+        out.append(f"{name}: usage and a re-tokenisation of the streamed text differ beyond "
                    f"{tokens['tolerance']:.0%} in {tokens['usage_vs_tokenizer_mismatched_requests']} request(s) (mean "
                    f"{tokens['usage_vs_tokenizer_mean_difference']:+.1f} tokens; decoded text does not always re-encode to the same tokens)")
-    if summary.get("interrupted"):
-        out.append(f"{summary['scenario']['name']}: interrupted; the summary covers what was measured")
+    if metrics["requests"].get("burst_requests"):
+        out.append(f"{name}: {metrics['requests']['burst_requests']} request(s) received chunks in a burst no server makes "
+                   "(gaps under a tenth of the run's median ITL): the client read a backlog; per-request rates of those are "
+                   "client artefacts, the token-weighted figures are not moved by them")
+    if not summary.scenario.get("unique_prompts"):
+        out.append(f"{name}: prompts are not unique per request: a prefix cache may answer repeated prompts")
+    if tokens.get("cached_share"):
+        out.append(f"{name}: the server answered {100 * tokens['cached_share']:.1f}% of prompt tokens from its prefix cache")
+    if summary.interrupted:
+        out.append(f"{name}: interrupted; the summary covers what was measured")
+    for problem in summary.problems():
+        if problem != "warmup run":
+            out.append(f"{name}: not usable: {problem}")
     return out
 
 
-def write_run(out_dir: Path, summary: dict[str, Any]) -> None:
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
-    with open(out_dir / "summary.csv", "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow([name for name, _ in COLUMNS])
-        writer.writerow(row(summary))
-    provenance = summary["provenance"]
+def write_run(out_dir: Path, summary: RunSummary) -> None:
+    summary.write(out_dir)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow([name for name, _ in COLUMNS])
+    writer.writerow(row(summary))
+    write_text_atomic(out_dir / "summary.csv", buffer.getvalue())
+    provenance = summary.provenance
+    host = provenance.get("host", {})
     text = [markdown_table([summary]), "",
-            f"recipe {provenance['recipe']}{':' + provenance['variant'] if provenance['variant'] else ''}, boot {provenance['boot_id']}, "
-            f"engine {provenance['engine']}, host {provenance['host']['cpu']} x{provenance['host']['cpu_count']}, "
-            f"GPUs {', '.join(provenance['host']['gpus']) or 'none'}"]
+            f"recipe {provenance['recipe']}{':' + provenance['variant'] if provenance.get('variant') else ''}, boot {provenance['boot_id']}, "
+            f"engine {provenance['engine']}, host {host.get('cpu')} x{host.get('cpu_count')}, "
+            f"GPUs {', '.join(host.get('gpus') or []) or 'none'}"]
     text += notes(summary)
-    (out_dir / "summary.md").write_text("\n".join(text) + "\n")
+    write_text_atomic(out_dir / "summary.md", "\n".join(text) + "\n")

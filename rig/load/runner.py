@@ -3,6 +3,7 @@ booted server, then computes the summary from the raw records the workers wrote.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -10,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,21 +20,44 @@ from rig.boot import base as boot_base
 from rig.boot.base import BootRecord
 from rig.engines import LENGTH_PINNING
 from rig.errors import RigError
-from rig.load.metrics import client_lag, client_verdict, summarize
+from rig.load.metrics import (
+    Window,
+    chunk_token_counts,
+    client_lag,
+    client_verdict,
+    responsive_end,
+    run_tokens_per_chunk,
+    steady_window,
+    summarize,
+)
+from rig.load.records import RequestRecord, read_records
 from rig.load.scenarios import LOADTESTS, Scenario, TokenCounter, build_prompts
+from rig.load.summary import RunSummary
+from rig.observe.gpu import GpuSampler, summarize_gpu_samples
+from rig.observe.server_metrics import MetricsScraper, summarize_server_metrics
+from rig.observe.timeline import write_timeline
 from rig.recipe import Resolved
+from rig.secrets import redact_for
 
 LOCUSTFILE = LOADTESTS / "locustfile.py"
-SUMMARY_SCHEMA = 1
+SERVER_METRICS = "server-metrics.jsonl"  # raw Prometheus samples, one line per scrape
+GPU_SAMPLES = "gpu-samples.jsonl"  # NVML samples of the local GPUs
+TIMELINE = "timeline.png"
 
 
 @dataclass
 class LoadTarget:
-    """What a run is aimed at: a boot (its id decides warmup) and how to reach it."""
+    """What a run is aimed at: a boot (its id decides warmup), how to reach it, and the recipe it
+    runs (None for a server attached by URL without one: then `engine` says what it is)."""
 
-    resolved: Resolved
+    resolved: Resolved | None
     record: BootRecord
     model_dir: str | None
+    engine: str | None = None
+
+    @property
+    def engine_name(self) -> str:
+        return self.resolved.recipe.engine.name if self.resolved is not None else (self.engine or "transformers")
 
     @property
     def boot_id(self) -> str:
@@ -54,37 +79,27 @@ def _locust() -> list[str]:
             "--loglevel", "WARNING", "--stop-timeout", "0"]
 
 
-def read_records(directory: Path) -> list[dict[str, Any]]:
-    records = []
-    for path in sorted(directory.glob("records-*.jsonl")):
-        for line in path.read_text().splitlines():
-            try:
-                records.append(json.loads(line))
-            except ValueError:
-                continue  # a line cut by a kill mid-write
-    return records
-
-
-def read_window(directory: Path, scenario: Scenario, records: list[dict[str, Any]]) -> tuple[float, float]:
+def read_window_events(directory: Path) -> dict[str, float]:
+    """Locust's own moments (spawning_complete, stopping), as the locustfile wrote them."""
     events: dict[str, float] = {}
     path = directory / "window.jsonl"
     if path.exists():
-        for line in path.read_text().splitlines():
-            event = json.loads(line)
-            events.setdefault(event["event"], event["time"])
-    starts = [r["t_send"] for r in records] or [time.time()]
-    ends = [r["t_end"] for r in records if r.get("t_end")] or [time.time()]
-    start = events.get("spawning_complete", min(starts)) + scenario.ramp_s
-    end = events.get("stopping", max(ends))
-    return start, end
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                event = json.loads(line)
+                events.setdefault(str(event["event"]), float(event["time"]))
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut by a kill mid-write
+    return events
 
 
 class LocustRun:
     """One scenario run. Processes are started here and always stopped here."""
 
     def __init__(self, scenario: Scenario, base_url: str, config: dict[str, Any], out_dir: Path, workers: int,
-                 remote_workers: int = 0, master_bind: str = "127.0.0.1") -> None:
+                 remote_workers: int = 0, master_bind: str = "127.0.0.1", settle_s: float = 0.0) -> None:
         self.scenario, self.base_url, self.out_dir = scenario, base_url, out_dir
+        self.settle_s = settle_s
         self.distributed = (scenario.distributed and scenario.users > 1) or remote_workers > 0
         self.workers = workers if self.distributed else 1
         self.remote_workers, self.master_bind = remote_workers, master_bind
@@ -95,8 +110,10 @@ class LocustRun:
         self._seen: dict[Path, tuple[int, int]] = {}
 
     def run_time_s(self) -> float:
+        """Spawning, the ramp, the time to a steady state (every user's first token plus one request
+        lifetime, estimated from this boot's warmup of the scenario), then the measured duration."""
         spawn = self.scenario.users / (self.scenario.spawn_rate or self.scenario.users)
-        return spawn + self.scenario.ramp_s + self.scenario.duration_s
+        return spawn + self.scenario.ramp_s + self.settle_s + self.scenario.duration_s
 
     def start(self) -> None:
         run_time = f"{max(1, round(self.run_time_s()))}s"
@@ -168,61 +185,94 @@ class LocustRun:
 def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers: int | None = None,
                  counter: TokenCounter | None = None, warmup: bool = False, progress: bool = True,
                  keep_text: bool = False, prompts: list[dict[str, Any]] | None = None, remote_workers: int = 0,
-                 master_bind: str = "127.0.0.1") -> dict[str, Any]:
+                 master_bind: str = "127.0.0.1", settle_s: float = 0.0) -> RunSummary:
     if out_dir.exists() and any(out_dir.iterdir()):
         raise RigError(str(out_dir), "(directory)", "already holds a run; records of two runs must never mix",
                        "use a new results directory")
     out_dir.mkdir(parents=True, exist_ok=True)
     record = target.record
-    engine = target.resolved.recipe.engine.name
+    engine = target.engine_name
     counter = counter or TokenCounter(target.model_dir, record.base_url, record.served_model)
-    prompts = prompts or build_prompts(scenario, counter)
+    nonce = None
+    if prompts is None:
+        prompts, nonce = build_prompts(scenario, counter)
     config = {"scenario": scenario.name, "base_url": record.base_url, "model": record.served_model,
               "endpoint": scenario.endpoint, "max_tokens": scenario.max_tokens, "temperature": scenario.temperature,
               "seed": scenario.seed, "extra_body": LENGTH_PINNING.get(engine, {}), "prompts": prompts,
+              "nonce": nonce.to_json() if nonce else None,
+              # Same label in the same round of every boot: the nonce sequence repeats across arms.
+              "nonce_seed": f"{scenario.seed}/{out_dir.parent.name}/{out_dir.name}",
               "out_dir": str(out_dir), "read_timeout_s": scenario.read_timeout_s,
               "keep_text": keep_text or counter.tokenizer is not None}
-    run = LocustRun(scenario, record.base_url, config, out_dir, workers or default_workers(), remote_workers, master_bind)
+    run = LocustRun(scenario, record.base_url, config, out_dir, workers or default_workers(), remote_workers, master_bind,
+                    settle_s)
     interrupted = False
-    run.start()
-    try:
-        run.wait(progress)
-    except KeyboardInterrupt:
-        interrupted = True
-        run.stop()
+    local = urllib.parse.urlsplit(record.base_url).hostname in ("127.0.0.1", "localhost", "::1")
+    # Server metrics and GPU telemetry are sampled beside the load, into this run's directory.
+    with MetricsScraper(record.base_url, out_dir / SERVER_METRICS, 1.0, os.environ.get("RIG_API_KEY")), \
+            GpuSampler(out_dir / GPU_SAMPLES, 0.25) if local else contextlib.nullcontext():
+        run.start()
+        try:
+            run.wait(progress)
+        except KeyboardInterrupt:
+            interrupted = True
+            run.stop()
     records = read_records(out_dir)
-    window = read_window(out_dir, scenario, records)
-    clients = [client_lag(json.loads(p.read_text()), window) for p in sorted(out_dir.glob("client-*.json"))]
-    summary = {
-        "schema": SUMMARY_SCHEMA,
-        "scenario": {"name": scenario.name, "version": scenario.version, "kind": scenario.kind, "users": scenario.users,
-                     "prompt_tokens": scenario.prompt_tokens, "max_tokens": scenario.max_tokens,
-                     "duration_s": scenario.duration_s},
-        "warmup": warmup,
-        "interrupted": interrupted,
-        "provenance": provenance(target, run, counter),
-        "metrics": summarize(records, window, counter.count if counter.tokenizer is not None else None),
-        "client": client_verdict(clients) if run.distributed or scenario.users > 1 else
-                  {**client_verdict(clients), "note": "single-process run"},
-        "clients": clients,
-    }
+    raw_clients = []
+    for path in sorted(out_dir.glob("client-*.json")):
+        try:
+            raw_clients.append(json.loads(path.read_text()))
+        except ValueError:
+            continue  # cut by a kill mid-write: the verdict then counts one process fewer
+    events = read_window_events(out_dir)
+    if "stopping" in events:
+        events["stopping"] = responsive_end(raw_clients, events["stopping"])
+    window = steady_window(records, events, scenario.ramp_s, scenario.users)
+    clients = [client_lag(client, window) for client in raw_clients]
+    metrics = summarize(records, window, counter.count if counter.tokenizer is not None else None)
+    summary = RunSummary(
+        scenario={"name": scenario.name, "version": scenario.version, "kind": scenario.kind, "users": scenario.users,
+                  "prompt_tokens": scenario.prompt_tokens, "max_tokens": scenario.max_tokens,
+                  "duration_s": scenario.duration_s, "settle_s": settle_s, "unique_prompts": nonce is not None,
+                  "prefix": scenario.prefix},
+        warmup=warmup, interrupted=interrupted, provenance=provenance(target, run, counter),
+        metrics=metrics, client=client_verdict(clients), clients=clients,
+        observations=observe(out_dir, records, window, metrics, f"{scenario.name} on {record.ref} (boot {record.boot_id})"),
+    )
     from rig.load.report import write_run
 
     write_run(out_dir, summary)
     return summary
 
 
+def observe(out_dir: Path, records: list[RequestRecord], window: Window, metrics: dict[str, Any], title: str) -> dict[str, Any]:
+    """What the server and the GPUs did inside the window, and the run's timeline picture."""
+    observations: dict[str, Any] = {"server": summarize_server_metrics(out_dir / SERVER_METRICS, (window.start, window.end))}
+    if (out_dir / GPU_SAMPLES).exists():
+        tokens = metrics["output_tok_s"] * window.seconds
+        observations["gpu"] = summarize_gpu_samples(out_dir / GPU_SAMPLES, (window.start, window.end), tokens)
+    ratio = run_tokens_per_chunk(records)
+    events = [(t, n) for r in records for t, n in zip(r.chunks, chunk_token_counts(r, ratio))]
+    picture = write_timeline(out_dir / TIMELINE, events, out_dir / SERVER_METRICS,
+                             out_dir / GPU_SAMPLES if (out_dir / GPU_SAMPLES).exists() else None, (window.start, window.end), title)
+    observations["timeline"] = picture.name if picture else None
+    return observations
+
+
 def provenance(target: LoadTarget, run: LocustRun, counter: TokenCounter) -> dict[str, Any]:
     from rig.load.hostfacts import host_facts
 
     resolved, record = target.resolved, target.record
-    recipe = resolved.recipe
+    described: dict[str, Any] = {"recipe": record.recipe, "variant": record.variant, "engine": target.engine_name,
+                                 "image": record.image, "adapter_gates": redact_for(resolved, record.overlay) if resolved else {}}
+    if resolved is not None:
+        recipe = resolved.recipe
+        described.update(engine=f"{recipe.engine.name} {recipe.engine.version}",
+                         image=record.image or {"base": recipe.image.reference(resolved.topology.platform)},
+                         adapter_gates=redact_for(resolved, {**resolved.adapter_env(), **record.overlay}))
     return {
-        "recipe": recipe.name, "variant": resolved.variant, "boot_id": record.boot_id, "driver": record.driver,
+        **described, "boot_id": record.boot_id, "driver": record.driver,
         "base_url": record.base_url, "served_model": record.served_model,
-        "engine": f"{recipe.engine.name} {recipe.engine.version}",
-        "image": record.image or {"base": recipe.image.reference(resolved.topology.platform)},
-        "adapter_gates": {**resolved.adapter_env(), **{k: v for k, v in record.overlay.items()}},
         "host": host_facts(),
         "client": {"processes": run.workers + (1 if run.distributed else 0), "workers": run.workers,
                    "remote_workers": run.remote_workers,
@@ -233,15 +283,41 @@ def provenance(target: LoadTarget, run: LocustRun, counter: TokenCounter) -> dic
     }
 
 
-def warmup_pending(record: BootRecord) -> bool:
-    """The first run after each boot is a warmup; a boot's runs are listed in its boot directory."""
-    return not (Path(record.boot_dir) / "runs.jsonl").exists()
+def boot_runs(record: BootRecord) -> list[dict[str, Any]]:
+    """The runs made against a boot so far (its runs.jsonl), oldest first."""
+    path = Path(record.boot_dir) / "runs.jsonl"
+    runs = []
+    if path.exists():
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                runs.append(json.loads(line))
+            except ValueError:
+                continue
+    return runs
 
 
-def note_run(record: BootRecord, out_dir: Path, warmup: bool) -> None:
+def warmup_pending(record: BootRecord, scenario: str) -> bool:
+    """Each scenario's first complete run after a boot is its warmup (new batch shapes, autotuning,
+    graph captures). An interrupted warmup does not count."""
+    return not any(run.get("warmup") and run.get("complete") and run.get("scenario") == scenario for run in boot_runs(record))
+
+
+def settle_estimate(record: BootRecord, scenario: str) -> float:
+    """Seconds to a steady state measured by this boot's warmup of the scenario: the last user's
+    first token plus one request lifetime (0 before any warmup)."""
+    for run in reversed(boot_runs(record)):
+        if run.get("scenario") == scenario and run.get("settle_s") is not None:
+            return float(run["settle_s"])
+    return 0.0
+
+
+def note_run(record: BootRecord, out_dir: Path, summary: RunSummary) -> None:
+    window = summary.metrics["window"]
+    settle = window["start"] - window["run_start"] if window.get("steady") else None
     Path(record.boot_dir).mkdir(parents=True, exist_ok=True)
     with open(Path(record.boot_dir) / "runs.jsonl", "a") as handle:
-        handle.write(json.dumps({"dir": str(out_dir), "warmup": warmup, "time": time.time()}) + "\n")
+        handle.write(json.dumps({"dir": str(out_dir), "scenario": summary.name, "warmup": summary.warmup,
+                                 "complete": not summary.interrupted, "settle_s": settle, "time": time.time()}) + "\n")
 
 
 def results_root(recipe: str) -> Path:

@@ -34,6 +34,10 @@ class Scenario:
     spawn_rate: float | None = None
     distributed: bool = False
     read_timeout_s: float = 600.0
+    # Every request's prompt starts with a unique nonce, so no prefix cache can answer it. A
+    # scenario that wants shared prefixes says so: prefix: {shared_tokens: N, groups: G}.
+    unique_prompts: bool = True
+    prefix: dict[str, int] | None = None
     small: dict[str, Any] = field(default_factory=dict)
 
     def scaled(self, small: bool) -> Scenario:
@@ -107,20 +111,87 @@ def exact_prompt(counter: TokenCounter, ids: list[int], tokens: int) -> tuple[st
     return text, len(counter.encode(text))
 
 
-def build_prompts(scenario: Scenario, counter: TokenCounter) -> list[dict[str, Any]]:
+NONCE_CANDIDATES = [f" {c}" for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"]
+NONCE_SEPARATOR = "\n"
+NONCE_SPACE = 2**32  # distinct nonces at least: a collision within a run is practically impossible
+NONCE_SAMPLES = 4  # random nonces re-encoded with every prompt to prove the token count
+
+
+@dataclass(frozen=True)
+class NonceSpec:
+    """A nonce is `length` picks from `alphabet` plus the separator; every pick is one token and no
+    two picks merge, so every nonce is exactly `tokens` tokens long in front of any prompt body."""
+
+    alphabet: tuple[str, ...]
+    length: int
+    tokens: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"alphabet": list(self.alphabet), "length": self.length, "separator": NONCE_SEPARATOR, "tokens": self.tokens}
+
+    def sample(self, rng: Any) -> str:
+        return "".join(rng.choice(self.alphabet) for _ in range(self.length)) + NONCE_SEPARATOR
+
+
+def nonce_spec(counter: TokenCounter) -> NonceSpec | None:
+    """Pick single-token candidates whose pairs never merge under the served tokenizer."""
+    import math
+
+    singles = [c for c in NONCE_CANDIDATES if len(counter.encode(c)) == 1]
+    alphabet: list[str] = []
+    for candidate in singles:
+        if all(len(counter.encode(candidate + other)) == 2 and len(counter.encode(other + candidate)) == 2 for other in alphabet) \
+                and len(counter.encode(candidate + candidate)) == 2:
+            alphabet.append(candidate)
+        if len(alphabet) == 16:
+            break
+    if len(alphabet) < 4:
+        return None
+    length = math.ceil(math.log(NONCE_SPACE) / math.log(len(alphabet)))
+    tokens = len(counter.encode("".join(alphabet[i % len(alphabet)] for i in range(length)) + NONCE_SEPARATOR))
+    return NonceSpec(tuple(alphabet), length, tokens)
+
+
+def build_prompts(scenario: Scenario, counter: TokenCounter) -> tuple[list[dict[str, Any]], NonceSpec | None]:
+    """A pool of prompts, each exactly `prompt_tokens` long for the served tokenizer once the Locust
+    user puts its per-request nonce (and the scenario's shared prefix, if any) in front."""
+    import random
+
     source = (PROMPT_DIR / f"{scenario.prompt_set}.txt").read_text()
     ids = counter.encode(source)
     if not ids:
         raise RigError(f"loadtests/prompts/{scenario.prompt_set}.txt", "(text)", "encodes to no tokens", "put text in it")
-    pool = []
+    where = f"loadtests/scenarios/{scenario.name}.yaml"
+    nonce = nonce_spec(counter) if scenario.unique_prompts else None
+    if scenario.unique_prompts and nonce is None:
+        raise RigError(where, "unique_prompts", "no nonce alphabet fits the served tokenizer",
+                       "set unique_prompts: false (prefix caches may then answer repeated prompts)")
+    shared = (scenario.prefix or {}).get("shared_tokens", 0)
+    groups = max(1, (scenario.prefix or {}).get("groups", 1))
+    body_tokens = scenario.prompt_tokens - shared - (nonce.tokens if nonce else 0)
+    if body_tokens < 1:
+        raise RigError(where, "prompt_tokens", f"{scenario.prompt_tokens} tokens leave no room for the body after the "
+                       f"shared prefix ({shared}) and the nonce ({nonce.tokens if nonce else 0})",
+                       "raise prompt_tokens, lower prefix.shared_tokens, or set unique_prompts: false")
     stride = max(1, len(ids) // PROMPT_POOL)
     needed = scenario.prompt_tokens + PROMPT_POOL * stride + 8
     stream = (ids * (needed // len(ids) + 1))[:needed]
+    prefixes = [exact_prompt(counter, stream[(g * 7 * stride) % len(ids):], shared)[0] if shared else "" for g in range(groups)]
+    rng = random.Random(scenario.seed)
+    pool = []
     for index in range(PROMPT_POOL):
-        start = index * stride
-        text, actual = exact_prompt(counter, stream[start:], scenario.prompt_tokens)
-        pool.append({"name": f"{scenario.prompt_set}-{index}", "text": text, "tokens": actual})
-    return pool
+        prefix = prefixes[index % groups]
+        text, _ = exact_prompt(counter, stream[index * stride:], body_tokens)
+        samples = [nonce.sample(rng) for _ in range(NONCE_SAMPLES)] if nonce else [""]
+        totals = {len(counter.encode(prefix + sample + text)) for sample in samples}
+        if totals != {scenario.prompt_tokens}:
+            raise RigError(where, "prompt_tokens", f"prompt {index} re-encodes to {sorted(totals)} tokens with its prefix and "
+                           f"nonce, not {scenario.prompt_tokens}", "report this tokenizer; set unique_prompts: false meanwhile")
+        entry = {"name": f"{scenario.prompt_set}-{index}", "text": text, "tokens": scenario.prompt_tokens}
+        if prefix:
+            entry.update(prefix=prefix, group=index % groups)
+        pool.append(entry)
+    return pool, nonce
 
 
 def greedy_prompts(small: bool) -> tuple[list[dict[str, Any]], int]:

@@ -1,8 +1,9 @@
 """A small OpenAI-compatible streaming server whose token timing is known exactly.
 
 For the metric tests and the client-capacity benchmark only (real servers are used
-everywhere else): the first token arrives `ttft` after the request, token i at
-ttft + i * itl, each in its own chunk, usage on the last chunk, then `data: [DONE]`.
+everywhere else): the first token is made `ttft` after the request, token i at ttft + i * itl;
+a chunk carries `--tokens-per-chunk` tokens and leaves when its last one is made; usage comes on
+the last chunk (on every chunk when the request asks for continuous usage), then `data: [DONE]`.
 Deadlines are absolute, so sleep jitter does not accumulate. `--processes N` shares the
 port through SO_REUSEPORT to serve thousands of streams.
 
@@ -22,9 +23,14 @@ import uuid
 
 
 class TimedServer:
-    def __init__(self, ttft: float, itl: float, die_after: float | None = None) -> None:
+    def __init__(self, ttft: float, itl: float, die_after: float | None = None, tokens_per_chunk: int = 1,
+                 continuous_usage: bool = True) -> None:
         self.ttft, self.itl, self.die_after = ttft, itl, die_after
+        self.tokens_per_chunk, self.continuous_usage = tokens_per_chunk, continuous_usage
+        self.seen_prompts: set[str] = set()  # a stand-in prefix cache: a repeated prompt is a full hit
         self.started = time.monotonic()
+        self.running = 0  # live streams and tokens sent, for the /metrics page (per process)
+        self.generated = 0
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -39,17 +45,40 @@ class TimedServer:
                     key, _, value = line.decode().partition(":")
                     headers[key.strip().lower()] = value.strip()
                 body = await reader.readexactly(int(headers.get("content-length", 0) or 0))
+                if method == "GET" and path.startswith("/metrics"):
+                    data = self.metrics_page()
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %d\r\n\r\n" % len(data) + data)
+                    await writer.drain()
+                    continue
                 if method == "GET":
                     payload = {"status": "ok"} if path.startswith("/health") else {"object": "list", "data": [{"id": "timed", "object": "model"}]}
                     data = json.dumps(payload).encode()
                     writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(data) + data)
                     await writer.drain()
                     continue
-                await self.stream(json.loads(body or b"{}"), path, arrival, writer)
+                self.running += 1
+                try:
+                    await self.stream(json.loads(body or b"{}"), path, arrival, writer)
+                finally:
+                    self.running -= 1
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
             writer.close()
+
+    def metrics_page(self) -> bytes:
+        """A small Prometheus page under vLLM's names, so server-metric scraping is tested end to end."""
+        return (
+            "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+            "# TYPE vllm:num_requests_running gauge\n"
+            f'vllm:num_requests_running{{model_name="timed"}} {self.running}\n'
+            "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
+            "# TYPE vllm:num_requests_waiting gauge\n"
+            'vllm:num_requests_waiting{model_name="timed"} 0\n'
+            "# HELP vllm:generation_tokens_total Number of generation tokens processed.\n"
+            "# TYPE vllm:generation_tokens_total counter\n"
+            f'vllm:generation_tokens_total{{model_name="timed"}} {self.generated}\n'
+        ).encode()
 
     async def stream(self, request: dict, path: str, arrival: float, writer: asyncio.StreamWriter) -> None:
         loop = asyncio.get_running_loop()
@@ -62,35 +91,48 @@ class TimedServer:
             data = b"data: " + (event.encode() if isinstance(event, str) else json.dumps(event).encode()) + b"\n\n"
             writer.write(b"%x\r\n%s\r\n" % (len(data), data))
 
-        for index in range(tokens):
+        per_chunk = self.tokens_per_chunk
+        continuous = bool((request.get("stream_options") or {}).get("continuous_usage_stats")) and self.continuous_usage
+        chunks = -(-tokens // per_chunk)
+        prompt = json.dumps(request.get("messages") or request.get("prompt"))
+        cached = 8 if prompt in self.seen_prompts else 0
+        self.seen_prompts.add(prompt)
+        for index in range(chunks):
             if self.die_after is not None and time.monotonic() - self.started > self.die_after:
                 os._exit(0)  # the fault test: the server dies mid-stream
-            delay = arrival + self.ttft + index * self.itl - loop.time()
+            carried = min(per_chunk, tokens - index * per_chunk)
+            # A chunk leaves when its last token is made: token j at ttft + j * itl.
+            delay = arrival + self.ttft + (index * per_chunk + carried - 1) * self.itl - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
-            last = index == tokens - 1
-            choice = {"index": 0, "delta": {"content": f" t{index}"}} if chat else {"index": 0, "text": f" t{index}"}
+            last = index == chunks - 1
+            piece = "".join(f" t{index * per_chunk + j}" for j in range(carried))
+            choice = {"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece}
             if last:
                 choice["finish_reason"] = "length"
             event = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "choices": [choice],
                      "server_time": time.time()}
-            if last:
-                event["usage"] = {"prompt_tokens": 8, "completion_tokens": tokens, "total_tokens": tokens + 8}
+            done = min(tokens, (index + 1) * per_chunk)
+            if last or continuous:
+                event["usage"] = {"prompt_tokens": 8, "completion_tokens": done, "total_tokens": done + 8,
+                                  "prompt_tokens_details": {"cached_tokens": cached}}
             send(event)
+            self.generated += carried
             await writer.drain()
         send("[DONE]")
         writer.write(b"0\r\n\r\n")
         await writer.drain()
 
 
-def serve(port: int, ttft: float, itl: float, die_after: float | None, host: str = "127.0.0.1") -> None:
+def serve(port: int, ttft: float, itl: float, die_after: float | None, host: str = "127.0.0.1", tokens_per_chunk: int = 1,
+          continuous_usage: bool = True) -> None:
     async def main() -> None:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
         sock.listen(4096)
-        server = await asyncio.start_server(TimedServer(ttft, itl, die_after).handle, sock=sock, limit=1 << 20)
+        server = await asyncio.start_server(TimedServer(ttft, itl, die_after, tokens_per_chunk, continuous_usage).handle, sock=sock, limit=1 << 20)
         async with server:
             await server.serve_forever()
 
@@ -104,11 +146,14 @@ def main() -> None:
     parser.add_argument("--itl", type=float, default=0.02)
     parser.add_argument("--processes", type=int, default=1)
     parser.add_argument("--die-after", type=float)
+    parser.add_argument("--tokens-per-chunk", type=int, default=1, help="tokens in each chunk (MTP / speculative decoding)")
+    parser.add_argument("--no-continuous-usage", action="store_true", help="usage on the last chunk only, whatever is asked")
     args = parser.parse_args()
+    options = (args.port, args.ttft, args.itl, args.die_after, "127.0.0.1", args.tokens_per_chunk, not args.no_continuous_usage)
     if args.processes == 1:
-        serve(args.port, args.ttft, args.itl, args.die_after)
+        serve(*options)
         return
-    workers = [multiprocessing.Process(target=serve, args=(args.port, args.ttft, args.itl, args.die_after))
+    workers = [multiprocessing.Process(target=serve, args=options)
                for _ in range(args.processes)]
     for worker in workers:
         worker.start()

@@ -137,7 +137,7 @@ def install_prepare(ctx: AdapterContext) -> None:
             padded = pad_layer(layer, prefix)
             if padded is not None:
                 n, k, target = padded
-                ctx.layer_patched(prefix, f"weight {(n, k)} -> {(n, target)}, scales padded with ones")
+                ctx.layer_patched(prefix, f"weight {(n, k)} -> {(n, target)}, scales padded with ones", shape=(n, target))
         return original(self, layer)
 
     ctx.replace(prepare, "pads shared down_proj weights and scales before SGLang's MXFP8 swizzle")

@@ -1,0 +1,52 @@
+"""Goodput: completed requests per second that met every SLO, as vLLM's `--goodput` defines it
+(ttft, tpot and e2e limits; a request counts only if it meets all that are given)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rig.errors import RigError
+from rig.load.metrics import chunk_token_counts, run_tokens_per_chunk
+from rig.load.records import read_records
+from rig.load.summary import RunSummary
+
+SLO_KEYS = {"ttft": "time to first token", "tpot": "time per output token", "e2e": "end-to-end latency"}
+_UNITS = {"ms": 0.001, "s": 1.0}
+
+
+def parse_slos(text: str | None) -> dict[str, float] | None:
+    """'ttft<=2s,tpot<=50ms' -> {'ttft': 2.0, 'tpot': 0.05} (seconds)."""
+    if not text:
+        return None
+    slos = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, limit = part.partition("<=")
+        unit = next((u for u in ("ms", "s") if limit.endswith(u)), None)
+        try:
+            value = float(limit[: -len(unit)]) * _UNITS[unit] if unit else None
+        except ValueError:
+            value = None
+        if not sep or key.strip() not in SLO_KEYS or value is None or value <= 0:
+            raise RigError("command line", "--goodput", f"{part!r} is not KEY<=LIMIT with a unit",
+                           f"write e.g. ttft<=2s,tpot<=50ms (keys: {', '.join(SLO_KEYS)})")
+        slos[key.strip()] = value
+    return slos
+
+
+def goodput(out_dir: Path, summary: RunSummary, slos: dict[str, float]) -> dict[str, Any]:
+    records = read_records(out_dir)
+    window = summary.metrics["window"]
+    ratio = run_tokens_per_chunk(records)
+    met = total = 0
+    for r in records:
+        if not (r.complete and r.t_last is not None and window["start"] <= r.t_send <= window["end"]):
+            continue
+        total += 1
+        counts = chunk_token_counts(r, ratio)
+        decoded = sum(counts) - counts[0]
+        observed = {"ttft": r.t_first - r.t_send, "e2e": r.t_last - r.t_send,  # type: ignore[operator]
+                    "tpot": (r.t_last - r.t_first) / decoded if decoded > 0 else 0.0}  # type: ignore[operator]
+        met += all(observed[key] <= limit for key, limit in slos.items())
+    return {"slos_s": slos, "requests_per_s": met / window["seconds"], "met": met, "completed": total,
+            "share": met / total if total else None}
