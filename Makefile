@@ -5,25 +5,26 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 RIG := $(VENV)/bin/rig
-POSITIONAL_TARGETS := build up down logs loadtest compare audit validate
+POSITIONAL_TARGETS := build up down logs status loadtest compare audit validate rehearse
 ifneq ($(filter $(POSITIONAL_TARGETS),$(firstword $(MAKECMDGOALS))),)
   ifneq ($(word 2,$(MAKECMDGOALS)),)
     RECIPE := $(word 2,$(MAKECMDGOALS))
-    $(eval $(word 2,$(MAKECMDGOALS)):;@:)
+    $(eval $(subst :,\:,$(word 2,$(MAKECMDGOALS))):;@:)
   endif
 endif
 RECIPE ?= tiny-cpu
 SCENARIO ?=
 ARMS ?= before:RIG_TOKEN_DELAY_MS=0 after:RIG_TOKEN_DELAY_MS=5
-BOOTS ?= 2
+BOOTS ?= 4
 ROUNDS ?= 3
+SIZE ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup render lint test demo build up down logs status loadtest compare audit adapters validate
+.PHONY: help setup render lint test demo build up down logs status loadtest compare audit adapters validate lab lab-down rehearse
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
-	@echo "  RECIPE=<name> (default tiny-cpu), or positionally: make build mia-tp4"
+	@echo "  RECIPE=<name> (default tiny-cpu), or positionally: make build mia-tp4; SIZE=small|full for loadtest/compare"
 
 $(VENV)/.rig-setup: pyproject.toml adapter/pyproject.toml
 	python3 -m venv $(VENV)
@@ -68,10 +69,10 @@ status: setup ## what is up
 	$(RIG) status
 
 loadtest: setup ## Locust load test against RECIPE (SCENARIO= to pick)
-	$(RIG) loadtest $(RECIPE) $(if $(SCENARIO),--scenario $(SCENARIO),)
+	$(RIG) loadtest $(RECIPE) $(if $(SCENARIO),--scenario $(SCENARIO),) $(if $(SIZE),--$(SIZE),)
 
 compare: setup ## before/after comparison across boots (ARMS=, BOOTS=, ROUNDS=)
-	$(RIG) compare $(RECIPE) $(foreach a,$(ARMS),--arm $(a)) --boots $(BOOTS) --rounds $(ROUNDS)
+	$(RIG) compare $(RECIPE) $(foreach a,$(ARMS),--arm $(a)) --boots $(BOOTS) --rounds $(ROUNDS) $(if $(SIZE),--$(SIZE),)
 
 audit: setup ## GEMM shape audit of a recipe against backend constraints
 	$(RIG) audit $(RECIPE)
@@ -79,3 +80,12 @@ audit: setup ## GEMM shape audit of a recipe against backend constraints
 adapters: setup ## the adapter registry and its drift matrix
 	$(RIG) adapters list
 	$(RIG) adapters check
+
+lab: setup ## container lab: dockerd, registry on 127.0.0.1:5000, Debian base image, compose plugin (idempotent)
+	lab/lab.sh up
+
+lab-down: ## stop what `make lab` started (keeps .rig/lab caches and registry storage)
+	lab/lab.sh down
+
+rehearse: setup ## build a GPU recipe's Dockerfile unchanged on the lab's STAND-IN base and arm its adapters
+	$(PY) -m rig.lab rehearse $(RECIPE)

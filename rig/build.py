@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
+from pathlib import Path
 
 from rig.errors import RigError
+from rig.lab import is_lab_image, lab_digests
 from rig.recipe import REPO_ROOT, load, split_ref
 from rig.render import dockerfile_path, image_name, render
 
@@ -17,6 +20,30 @@ def source_commit() -> str:
     return result.stdout.strip() or "unknown"
 
 
+def context_size(root: Path = REPO_ROOT) -> tuple[int, int]:
+    """(files, bytes) the daemon is sent: the context after .dockerignore, read as Docker reads it."""
+    from docker.utils.build import exclude_paths
+
+    ignore = root / ".dockerignore"
+    patterns = [line.strip() for line in ignore.read_text().splitlines() if line.strip() and not line.startswith("#")] \
+        if ignore.exists() else []
+    files = total = 0
+    for relative in exclude_paths(str(root), patterns):
+        path = root / relative
+        if path.is_file() and not path.is_symlink():
+            files += 1
+            total += path.stat().st_size
+    return files, total
+
+
+def builder_env() -> dict[str, str]:
+    """The classic builder where BuildKit's CLI (buildx) is absent, as on the container lab."""
+    if "DOCKER_BUILDKIT" in os.environ:
+        return {}
+    buildx = subprocess.run(["docker", "buildx", "version"], capture_output=True, check=False)
+    return {} if buildx.returncode == 0 else {"DOCKER_BUILDKIT": "0"}
+
+
 def build(ref: str, allow_unpinned: bool = False, platform: str | None = None) -> int:
     resolved = load(ref)
     recipe = resolved.recipe
@@ -24,7 +51,11 @@ def build(ref: str, allow_unpinned: bool = False, platform: str | None = None) -
     if render([REPO_ROOT / "recipes" / f"{split_ref(ref)[0]}.yaml"], check=True):
         raise RigError(where, "(rendered files)", "docker/ or compose/ files are stale", "run `make render` and commit")
     platform = platform or resolved.topology.platform
-    digest = recipe.image.digest_for(platform)
+    lab = is_lab_image(recipe.image.repository)
+    digest = recipe.image.digest_for(platform) or (lab_digests(recipe.image).get(platform) if lab else None)
+    if lab and not digest:
+        raise RigError(where, "image.repository", f"the lab base {recipe.image.repository}:{recipe.image.tag} is not pinned on this machine",
+                       f"run `make lab` and then `rig pin {recipe.name}` (writes .rig/lab/pins.yaml)")
     if not digest and not (allow_unpinned or os.environ.get(ALLOW_UNPINNED_ENV) == "1"):
         raise RigError(where, f"image.digests.{platform}", "the base image is unpinned",
                        f"run `rig pin {recipe.name}`, or build anyway with {ALLOW_UNPINNED_ENV}=1")
@@ -36,5 +67,13 @@ def build(ref: str, allow_unpinned: bool = False, platform: str | None = None) -
                "--build-arg", f"RIG_SOURCE_COMMIT={source_commit()}"]
     if digest:
         command += ["--build-arg", f"BASE_DIGEST={digest}"]
-    print(" ".join(command + ["."]))
-    return subprocess.run(command + ["."], cwd=REPO_ROOT, check=False).returncode
+    if lab:  # the lab base installs torch from the lab's loopback wheelhouse (PIP_FIND_LINKS)
+        command += ["--network", "host"]
+    files, size = context_size()
+    env = builder_env()
+    print(f"build context: {files} files, {size / 1e6:.2f} MB (what .dockerignore lets through)")
+    print(" ".join([*(f"{k}={v}" for k, v in env.items()), *command, "."]))
+    started = time.monotonic()
+    code = subprocess.run(command + ["."], cwd=REPO_ROOT, env={**os.environ, **env}, check=False).returncode
+    print(f"{tag}: {'built' if code == 0 else 'FAILED'} in {time.monotonic() - started:.0f}s")
+    return code

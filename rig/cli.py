@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Callable
+from types import FrameType
 
 from rig.errors import RigError
 
@@ -12,13 +14,41 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def _env_pairs(pairs: list[str] | None) -> dict[str, str]:
+    from rig import grammar
+
     env = {}
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise RigError("command line", "--env", f"{pair!r} is not KEY=VALUE", "write --env NAME=value")
+            raise RigError("command line", "--env", f"{key!r} is not followed by =VALUE", "write --env NAME=value")
+        try:
+            grammar.env_key(key)
+        except ValueError as error:
+            raise RigError("command line", "--env", str(error), "write --env NAME=value") from None
+        if grammar.control_character(value):
+            raise RigError("command line", f"--env {key}", "the value contains a control character", "pass a one-line value")
         env[key] = value
     return env
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, handled exactly like Ctrl-C: whatever rig started is stopped first."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    for other in (signal.SIGTERM, signal.SIGHUP):  # the cleanup runs once; SIGKILL still ends rig
+        signal.signal(other, signal.SIG_IGN)
+    raise Terminated(signum)
+
+
+def _handle_termination() -> None:
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # respect nohup
+            signal.signal(signum, _terminate)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -73,6 +103,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     from rig.recipe import load
 
     resolved = load(args.recipe)
+    if args.port is not None and not 1 <= args.port <= 65535:
+        raise RigError("command line", "--port", f"{args.port} is not a TCP port", "pass a port from 1 to 65535")
     record = driver_for(resolved, args.driver).up(resolved, _env_pairs(args.env), port=args.port)
     check = check_boot(record, resolved)
     print(f"{record.ref} up: {record.base_url} model={record.served_model} boot={record.boot_id} "
@@ -97,6 +129,9 @@ def cmd_down(args: argparse.Namespace) -> int:
 
     record = _running(split_ref(args.recipe)[0])
     driver_named(record.driver).down(record)
+    if record.error and record.error.startswith("stale state"):
+        print(f"{record.ref}: removed the stale state of boot {record.boot_id}; nothing was signalled ({record.error})")
+        return 0
     print(f"{record.ref} down (boot {record.boot_id}; log kept in {record.boot_dir})")
     return 0
 
@@ -115,7 +150,12 @@ def cmd_logs(args: argparse.Namespace) -> int:
         if not boots:
             raise
         record = BootRecord.load(boots[-1])
-    with open(record.log_path, errors="replace") as handle:
+    try:
+        handle = open(record.log_path, errors="replace")  # noqa: SIM115 - closed by the with below
+    except FileNotFoundError:
+        raise RigError(record.log_path, "(file)", f"boot {record.boot_id} has no server log (never started, or cleaned up)",
+                       f"read {record.boot_dir}/boot.json for its status and error") from None
+    with handle:
         sys.stdout.write(handle.read())
         while args.follow:
             line = handle.readline()
@@ -127,16 +167,26 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from rig.boot import driver_named
+    from rig.boot import BootFailed, driver_named
     from rig.boot.base import STATE_DIR, BootRecord
 
-    records = [BootRecord.load(p) for p in sorted(STATE_DIR.glob("*.json"))]
-    if not records:
+    paths = sorted(STATE_DIR.glob("*.json"))
+    if not paths:
         print("nothing is up")
-    for record in records:
-        gone = driver_named(record.driver).alive(record)
+    broken = 0
+    for path in paths:
+        try:
+            record = BootRecord.load(path)
+        except RigError as error:  # one unreadable state must not hide the others
+            print(f"BROKEN {error}")
+            broken += 1
+            continue
+        try:
+            gone = driver_named(record.driver).alive(record)
+        except (BootFailed, RigError) as error:  # e.g. a compose record whose container was removed
+            gone = str(error.problem if isinstance(error, RigError) else error)
         print(f"{record.ref:22} {record.driver:8} {record.base_url:28} {'DOWN (' + gone + ')' if gone else 'up'}  boot {record.boot_id}")
-    return 0
+    return 1 if broken else 0
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
@@ -170,7 +220,8 @@ def cmd_loadtest(args: argparse.Namespace) -> int:
     from rig.load.command import loadtest
 
     small = True if args.small else (False if args.full else None)
-    return loadtest(args.recipe, args.scenario, small, args.workers, args.duration, args.remote_workers, args.master_bind)
+    return loadtest(args.recipe, args.scenario, small, args.workers, args.duration, args.remote_workers, args.master_bind,
+                    url=args.url, model=args.model, boot_id=args.boot_id, flush_cache=args.flush_cache)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -178,8 +229,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     small = True if args.small else (False if args.full else None)
     _, analysis = compare(args.recipe, args.arm, args.control, args.boots, args.rounds, args.scenario, small,
-                          args.workers, args.resume, duration_s=args.duration)
-    blind = (analysis["greedy"].get("control") or {}).get("discriminates") is False
+                          args.workers, args.resume, duration_s=args.duration, target_pct=args.target,
+                          max_boots=args.max_boots, goodput=args.goodput, accept_fingerprint=args.accept_fingerprint)
+    if analysis.void:
+        return 6
+    blind = (analysis.greedy.get("control") or {}).get("discriminates") is False
     return 5 if blind else 0
 
 
@@ -249,7 +303,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_chat)
 
     p = sub.add_parser("loadtest", help="Locust load test against a recipe's server (boots it if it is not up)")
-    p.add_argument("recipe")
+    p.add_argument("recipe", nargs="?", help="recipe[:variant]; optional with --url")
+    p.add_argument("--url", help="measure a server rig did not start (e.g. one from plain `docker compose up`)")
+    p.add_argument("--model", help="with --url: the served model name (default: the first in /v1/models)")
+    p.add_argument("--boot-id", help="with --url: the server's boot identity, when rig cannot read it from the server")
+    p.add_argument("--flush-cache", action="store_true", help="empty the engine's prefix cache before each run")
     p.add_argument("--scenario", action="append", help="scenario name (repeatable); default prose-c1, code-c1, c3000")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--small", action="store_true", help="scaled-down sizes (default for native recipes)")
@@ -265,8 +323,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("recipe")
     p.add_argument("--arm", action="append", required=True, help="NAME:KEY=VALUE[,..] | NAME:@variant | NAME:image=TAG")
     p.add_argument("--control", help="an arm known to change greedy output, booted once")
-    p.add_argument("--boots", type=int, default=2, help="boots per arm (default 2)")
+    p.add_argument("--boots", type=int, default=4, help="boot pairs (boots per arm, ABBA; default 4, from the calibration)")
     p.add_argument("--rounds", type=int, default=3, help="measured rounds per boot (default 3)")
+    p.add_argument("--target", type=float, help="keep adding boot pairs until every headline 95%% interval is within "
+                   "+-TARGET percent (e.g. 1), up to --max-boots")
+    p.add_argument("--max-boots", type=int, help="with --target: the most boot pairs to run (default: --boots)")
+    p.add_argument("--goodput", help="SLOs for goodput, e.g. ttft<=2s,tpot<=50ms (vLLM's --goodput)")
+    p.add_argument("--accept-fingerprint", action="append", help="a host fingerprint field allowed to differ between "
+                   "boots (glob, e.g. 'gpus.*.power_limit_w'); any other condition difference voids the comparison")
     p.add_argument("--scenario", action="append", help="scenario name (repeatable; default prose-c1)")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--small", action="store_true")
@@ -314,11 +378,20 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _handle_termination()
+    from rig.boot.base import BootFailed
+
     try:
         return args.func(args)
     except RigError as error:
         print(f"rig: {error}", file=sys.stderr)
         return 2
+    except BootFailed as error:  # already one line: what failed and where its log is
+        print(f"rig: {error}", file=sys.stderr)
+        return 1
+    except Terminated as stop:
+        print(f"rig: stopped by {stop}", file=sys.stderr)
+        return 128 + stop.signum
     except KeyboardInterrupt:
         print("rig: interrupted", file=sys.stderr)
         return 130

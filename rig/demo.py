@@ -17,6 +17,21 @@ from rig.recipe import load
 DEMO_RECIPE = "tiny-cpu"
 DEMO_PROMPT = "Explain in one sentence why zero-padding K from 576 to 640 can make a GEMM faster."
 DEMO_SCENARIOS = ["prose-c1", "c3000"]  # c3000 at its small size: concurrency scaled to this machine
+LOAD_FIELDS = (
+    "How to read it: each scenario runs once as its warmup after the boot (kept, marked, never compared). "
+    "'user tok/s' is total decode tokens over total decode time (first to last output chunk), with the per-request "
+    "p50 and p10 beside it, so one burst cannot move it. The window opens once every user has its first token plus "
+    "one request lifetime and closes when Locust starts stopping users ('window s': its length and the share of the "
+    "run kept). Tokens are counted from the server's usage (per chunk where it reports it). Every prompt starts with "
+    "a unique nonce; 'cached' is the share of prompt tokens the server still answered from its prefix cache. 'usable' "
+    "says whether a comparison may use the run: client neither stalled nor saturated, under 1% errors, a steady window."
+)
+COMPARE_FIELDS = (
+    "How to read it: the boot is the unit of replication. Each boot's figure is the mean of its usable rounds; boots "
+    "are paired by ABBA block and the delta's 95% interval is a paired t interval over the pairs. 'boot sd' and "
+    "'round sd' estimate the noise; 'N pairs resolve 1%' plans the next run (rig compare --target 1). Latency deltas "
+    "(lower is better) sit under the headline."
+)
 
 
 def run_demo() -> int:
@@ -35,11 +50,12 @@ def run_demo() -> int:
         print("\n" + markdown_table(summaries))
         for line in (n for s in summaries for n in notes(s)):
             print(line)
-        print(f"load-test results: {root}\n")
+        print(f"\n{LOAD_FIELDS}\nload-test results: {root}\n")
     finally:
         driver.down(record)
         print(f"{record.ref} stopped; boot log: {record.log_path}\n")
     print("comparison: continuous batching off (serial) vs on (cb), 2 boots each, control bf16")
+    print(COMPARE_FIELDS)
     compare(DEMO_RECIPE, ["serial:@serial", "cb:@cb"], "bf16:@bf16", boots=2, rounds=2, scenarios=["c3000"], small=True,
             workers=None, resume=None, duration_s=4.0)
     return 0

@@ -12,6 +12,7 @@ import zipfile
 from email.parser import Parser
 from pathlib import Path
 
+from rig.engines import ENGINES
 from rig.errors import RigError
 from rig.recipe import Recipe, all_recipe_paths, parse_recipe, recipe_path
 from rig_adapters.registry import REGISTRY
@@ -78,13 +79,19 @@ def engine_release(recipe: Recipe) -> tuple[str, str]:
 
 def matrix(recipe: Recipe) -> list[dict[str, str]]:
     release, note = engine_release(recipe)
-    wheels = [fetch_wheel(recipe.engine.name, release)]
+    wheels = [fetch_wheel(ENGINES[recipe.engine.name].package, release)]
     sources = WheelSources(wheels)
+    # Libraries the adapters depend on, at the version the engine pins: the one that would make an
+    # adapter redundant, and the kernel libraries its route ends in (FlashInfer for b12x).
+    libraries: list[str] = []
     for spec in REGISTRY:
-        if recipe.engine.name in spec.engines and spec.redundant_if:
-            pinned = sources.pinned_requirement(spec.redundant_if[0])
-            if pinned:
-                wheels.append(fetch_wheel(spec.redundant_if[0], pinned))
+        if recipe.engine.name in spec.engines:
+            wanted = ([spec.redundant_if[0]] if spec.redundant_if else []) + [k.distribution for k in spec.kernels]
+            libraries += [name for name in wanted if name not in libraries]
+    for distribution in libraries:
+        pinned = sources.pinned_requirement(distribution)
+        if pinned:
+            wheels.append(fetch_wheel(distribution, pinned))
     sources = WheelSources(wheels)
     enabled = {use.name for name in (recipe.variants or [None]) for use in recipe.variant(name).adapters}
     rows = []
@@ -100,16 +107,28 @@ def matrix(recipe: Recipe) -> list[dict[str, str]]:
 
 def check_image(image: str) -> int:
     """Run the same verification inside a built image, against the engine installed there."""
+    import docker
     from rig.boot.compose import docker_client
 
     client = docker_client()
-    labels = client.images.get(image).labels or {}
+    try:
+        labels = client.images.get(image).labels or {}
+    except docker.errors.ImageNotFound:
+        raise RigError(image, "--image", "no such image on this Docker engine", "build it with `make build <recipe>` (see `docker images`)") from None
     engine = labels.get("io.rig.engine", "").split(" ")[0]
     if not engine:
         raise RigError(image, "label io.rig.engine", "the image carries no rig engine label", "build it with `make build <recipe>`")
-    output = client.containers.run(image, ["-m", "rig_adapters", "check-targets", engine], entrypoint="python3", remove=True)
-    text = output.decode()
-    print(f"{image} ({engine}, installed engine):\n{text}")
+    # check-targets exits 1 when an adapter would refuse: keep its table either way.
+    container = client.containers.run(image, ["-m", "rig_adapters", "check-targets", engine], entrypoint="python3", detach=True)
+    try:
+        code = container.wait(timeout=300).get("StatusCode", 1)
+        text = container.logs(stdout=True, stderr=True).decode(errors="replace")
+    finally:
+        container.remove(force=True)
+    standin = f"; {labels['io.rig.standin']}" if labels.get("io.rig.standin") else ""
+    print(f"{image} ({engine}, installed engine{standin}):\n{text}")
+    if code not in (0, 1):
+        raise RigError(image, "rig_adapters check-targets", f"exited {code} inside the image", "is rig_adapters installed in it? rebuild with `make build <recipe>`")
     return 1 if "\trefuses\t" in text else 0
 
 

@@ -11,19 +11,22 @@ import json
 import re
 import subprocess
 
+from rig.atomic import write_text_atomic
 from rig.errors import RigError
+from rig.lab import is_lab_image, write_lab_digests
 from rig.recipe import parse_recipe, recipe_path
 
 PLATFORMS = ("linux/amd64", "linux/arm64")
 
 
-def resolve_digests(reference: str) -> dict[str, str]:
-    result = subprocess.run(["docker", "manifest", "inspect", "--verbose", reference],
-                            capture_output=True, text=True, check=False)
+def resolve_digests(reference: str, insecure: bool = False) -> dict[str, str]:
+    command = ["docker", "manifest", "inspect", "--verbose", *(["--insecure"] if insecure else []), reference]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         last = (result.stderr.strip().splitlines() or ["no answer"])[-1]
-        raise RigError("registry", reference, f"could not resolve the tag ({last})",
-                       "run `rig pin` on a machine that reaches the registry (docker login if it is private)")
+        fix = ("run `make lab` (it starts the lab registry and pushes the lab base)" if insecure else
+               "run `rig pin` on a machine that reaches the registry (docker login if it is private)")
+        raise RigError("registry", reference, f"could not resolve the tag ({last})", fix)
     entries = json.loads(result.stdout)
     entries = entries if isinstance(entries, list) else [entries]
     digests = {}
@@ -47,13 +50,19 @@ def write_digests(path, digests: dict[str, str]) -> None:
     else:
         text = re.sub(r"^(  tag: .*\n)", lambda m: m.group(1) + block, text, count=1, flags=re.MULTILINE)
     text = re.sub(r"^  unpinned: true\n", "", text, flags=re.MULTILINE)
-    path.write_text(text)
+    write_text_atomic(path, text)
 
 
 def pin(name: str) -> int:
     path = recipe_path(name)
     recipe = parse_recipe(path)
-    digests = resolve_digests(f"{recipe.image.repository}:{recipe.image.tag}")
+    lab = is_lab_image(recipe.image.repository)
+    digests = resolve_digests(f"{recipe.image.repository}:{recipe.image.tag}", insecure=lab)
+    if lab:  # a lab image's digest is per machine: it never goes into a committed file
+        where = write_lab_digests(recipe.image, digests)
+        for platform, digest in sorted(digests.items()):
+            print(f"{recipe.name}: {platform} {digest} (lab registry; written to {where})")
+        return 0
     write_digests(path, digests)
     parse_recipe(path)
     for platform, digest in sorted(digests.items()):

@@ -7,52 +7,78 @@ problem into one RigError line: file, field, fix.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from rig import grammar
+from rig.engines import ENGINES
 from rig.errors import RigError
+from rig.strict_yaml import YamlRefused, load_strict
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RECIPES_DIR = REPO_ROOT / "recipes"
 DATA_DIR = Path(__file__).resolve().parent / "data"
 Platform = Literal["linux/amd64", "linux/arm64"]
-Digest = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
-EngineName = Literal["sglang", "vllm", "transformers"]
+Digest = Annotated[StrictStr, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
+# Every value that reaches a rendered file or a command line has its real grammar (rig/grammar.py).
+EnvKey = Annotated[StrictStr, AfterValidator(grammar.env_key)]
+EnvMap = dict[EnvKey, StrictStr]
+VariantKey = Annotated[StrictStr, AfterValidator(grammar.variant_key)]
+AbsolutePath = Annotated[StrictStr, AfterValidator(grammar.absolute_path)]
+Port = Annotated[StrictInt, Field(ge=1, le=65535)]
+GpuId = Annotated[StrictInt, Field(ge=0)]
+SafeRegex = Annotated[StrictStr, AfterValidator(grammar.safe_regex)]
+EngineName = Literal[tuple(ENGINES)]  # type: ignore[valid-type]  # one row per engine in rig/engines.py
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: no coercion anywhere (port `true` is not 1, "4" is not 4, 1.0 is not "1.0").
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class ModelSpec(Strict):
-    id: str = Field(description="the model's hub id (or a local name)")
-    revision: str = Field(description="the checkpoint revision the recipe was qualified with")
-    path: str = Field(description="where the engine reads the checkpoint (inside the container)")
+    id: Annotated[StrictStr, AfterValidator(grammar.model_id)] = Field(description="the model's hub id (or a local name)")
+    revision: Annotated[StrictStr, AfterValidator(grammar.plain_word)] = Field(
+        description="the checkpoint revision the recipe was qualified with")
+    path: AbsolutePath = Field(description="where the engine reads the checkpoint (inside the container)")
     source: Literal["mount", "generated"] = Field("mount", description="generated: rig builds it (tiny-cpu)")
-    dims: str | None = Field(None, description="name of the model-dimension data for `rig audit`")
+    dims: Annotated[StrictStr, AfterValidator(grammar.data_name)] | None = Field(
+        None, description="name of the model-dimension data for `rig audit`")
 
 
 class EngineSpec(Strict):
     name: EngineName
-    version: str = Field(description="the engine version the image carries")
-    check_release: str | None = Field(
+    version: StrictStr = Field(description="the engine version the image carries")
+    check_release: Annotated[StrictStr, AfterValidator(grammar.release_version)] | None = Field(
         None, description="the PyPI release the drift check reads when the image carries a development build"
     )
-    fork: str | None = Field(None, description="the engine fork the base image carries; None = a stock release")
+    fork: Annotated[StrictStr, AfterValidator(grammar.plain_word)] | None = Field(
+        None, description="the engine fork the base image carries; None = a stock release")
 
 
 class BaseImage(Strict):
-    repository: str
-    tag: str
+    repository: Annotated[StrictStr, AfterValidator(grammar.repository)]
+    tag: Annotated[StrictStr, AfterValidator(grammar.tag)]
     digests: dict[Platform, Digest] = Field(default_factory=dict, description="per-platform manifest digests")
     index_digest: Digest | None = Field(None, description="multi-platform index digest, when that is what is published")
-    digest_source: str | None = Field(None, description="where the digests were read")
-    pip_install: list[str] = Field(default_factory=list, description="packages the image adds on top of the base")
-    unpinned: bool = Field(False, description="true until `rig pin` writes digests; builds then need RIG_ALLOW_UNPINNED=1")
+    digest_source: StrictStr | None = Field(None, description="where the digests were read")
+    pip_install: list[Annotated[StrictStr, AfterValidator(grammar.exact_pin)]] = Field(
+        default_factory=list, description="packages the image adds on top of the base, each name==version")
+    unpinned: StrictBool = Field(False, description="true until `rig pin` writes digests; builds then need RIG_ALLOW_UNPINNED=1")
 
     @field_validator("tag")
     @classmethod
@@ -70,13 +96,20 @@ class BaseImage(Strict):
 
 
 class Topology(Strict):
-    tp: int = Field(1, ge=1)
-    ep: int = Field(1, ge=1)
-    dcp: int = Field(1, ge=1)
-    nodes: int = Field(1, ge=1)
-    gpus_per_node: int = Field(0, ge=0)
+    tp: StrictInt = Field(1, ge=1)
+    ep: StrictInt = Field(1, ge=1)
+    dcp: StrictInt = Field(1, ge=1)
+    nodes: StrictInt = Field(1, ge=1)
+    gpus_per_node: StrictInt = Field(0, ge=0)
     platform: Platform = "linux/amd64"
-    gpu_ids: list[int] | None = Field(None, description="pin these device ids instead of a count")
+    gpu_ids: list[GpuId] | None = Field(None, description="pin these device ids instead of a count")
+
+    @field_validator("gpu_ids")
+    @classmethod
+    def _unique_ids(cls, ids: list[int] | None) -> list[int] | None:
+        if ids is not None and len(set(ids)) != len(ids):
+            raise ValueError(f"gpu_ids {ids} lists a device twice")
+        return ids
 
     @model_validator(mode="after")
     def _consistent(self) -> Topology:
@@ -94,70 +127,71 @@ class Topology(Strict):
 
 
 class AdapterUse(Strict):
-    name: str
-    gates: dict[str, str] = Field(description="environment the adapter reads: its gate and settings")
+    name: StrictStr
+    gates: EnvMap = Field(description="environment the adapter reads: its gate and settings")
+
+
+def _unique_adapters(uses: list[AdapterUse] | None) -> list[AdapterUse] | None:
+    names = [use.name for use in uses or []]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise ValueError(f"adapter {', '.join(duplicates)} is listed twice (its gates would silently merge)")
+    return uses
 
 
 class BootLog(Strict):
-    must: list[str] = Field(default_factory=list, description="regexes that must appear in the boot log")
-    forbid: list[str] = Field(default_factory=list, description="regexes that must not appear")
-
-    @field_validator("must", "forbid")
-    @classmethod
-    def _compiles(cls, patterns: list[str]) -> list[str]:
-        for pattern in patterns:
-            try:
-                re.compile(pattern)
-            except re.error as error:
-                raise ValueError(f"regex {pattern!r} does not compile: {error}") from None
-        return patterns
+    # Each pattern compiles and cannot backtrack catastrophically (rig/grammar.py safe_regex says why).
+    must: list[SafeRegex] = Field(default_factory=list, description="regexes that must appear in the boot log")
+    forbid: list[SafeRegex] = Field(default_factory=list, description="regexes that must not appear")
 
 
 class AuditSpec(Strict):
     """Which backends (ids in rig/audit/constraints.yaml) this deployment's GEMMs are meant to run on."""
 
-    dense: list[str] = Field(default_factory=list, description="dense linears: MLP, shared experts, attention")
-    experts: list[str] = Field(default_factory=list, description="routed-expert kernels (checked on hidden and per-rank intermediate)")
+    dense: list[StrictStr] = Field(default_factory=list, description="dense linears: MLP, shared experts, attention")
+    experts: list[StrictStr] = Field(default_factory=list, description="routed-expert kernels (checked on hidden and per-rank intermediate)")
 
 
 class Serving(Strict):
-    port: int = Field(ge=1, le=65535)
-    bind: str = Field("127.0.0.1", description="host address the port is published on")
-    health: str = "/health"
-    boot_timeout_s: int = Field(1200, ge=10, description="how long a boot may take to become healthy")
-    shm_size: str = "32gb"
+    port: Port
+    bind: Annotated[StrictStr, AfterValidator(grammar.ip_address)] = Field(
+        "127.0.0.1", description="host IP address the port is published on")
+    health: Annotated[StrictStr, AfterValidator(grammar.url_path)] = Field(
+        "/health", description="path (on this server) the health poll requests")
+    boot_timeout_s: StrictInt = Field(1200, ge=10, description="how long a boot may take to become healthy")
+    shm_size: Annotated[StrictStr, AfterValidator(grammar.docker_size)] = "32gb"
 
 
 class Variant(Strict):
-    description: str
+    description: StrictStr
     topology: Topology | None = None
-    env: dict[str, str] = Field(default_factory=dict)
-    server_args: list[str] = Field(default_factory=list, description="appended to the recipe's server_args")
-    adapters: list[AdapterUse] | None = None
+    env: EnvMap = Field(default_factory=dict)
+    server_args: list[StrictStr] = Field(default_factory=list, description="appended to the recipe's server_args")
+    adapters: Annotated[list[AdapterUse] | None, AfterValidator(_unique_adapters)] = None
     boot_log: BootLog | None = None
     audit: AuditSpec | None = None
 
 
 class Recipe(Strict):
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
-    description: str
+    name: StrictStr = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    description: StrictStr
     model: ModelSpec
     engine: EngineSpec
     image: BaseImage
     topology: Topology
     serving: Serving
     driver: Literal["compose", "native"] = "compose"
-    server_args: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
-    adapters: list[AdapterUse] = Field(default_factory=list)
+    server_args: list[StrictStr] = Field(default_factory=list)
+    env: EnvMap = Field(default_factory=dict)
+    adapters: Annotated[list[AdapterUse], AfterValidator(_unique_adapters)] = Field(default_factory=list)
     boot_log: BootLog = Field(default_factory=BootLog)
     audit: AuditSpec = Field(default_factory=AuditSpec)
-    variants: dict[str, Variant] = Field(default_factory=dict)
-    default_variant: str | None = None
+    variants: dict[VariantKey, Variant] = Field(default_factory=dict)
+    default_variant: StrictStr | None = None
 
     @property
     def gpu(self) -> bool:
-        return self.engine.name != "transformers"
+        return ENGINES[self.engine.name].gpu
 
     def variant(self, name: str | None) -> Resolved:
         name = name or self.default_variant
@@ -215,31 +249,86 @@ _FIXES = {
     "missing": "add it",
     "string_pattern_mismatch": "use the documented form",
     "literal_error": "use one of the listed values",
+    "int_type": "write a plain whole number, unquoted (not true/false, not a string, not a float)",
+    "string_type": "quote the value so YAML reads it as a string",
+    "bool_type": "write true or false, unquoted",
+    "list_type": "write a YAML list",
+    "dict_type": "write a YAML mapping",
+    "model_type": "write a YAML mapping",
+    "greater_than_equal": "use a larger value",
+    "less_than_equal": "use a smaller value",
 }
+# Grammar errors (rig/grammar.py): the fix names the form, by the field's last name.
+_FIELD_FIXES = {
+    "repository": "write the image repository as in `docker pull`, e.g. lmsysorg/sglang or ghcr.io/org/name",
+    "tag": "write a versioned tag, e.g. v0.5.23-cu129",
+    "path": "write an absolute path inside the container, e.g. /models/DeepSeek-V4.1-Flash",
+    "pip_install": "pin each package exactly: name==version (extras allowed: name[extra]==version)",
+    "health": "write the path only, e.g. /health",
+    "bind": "write an IP address of this host, e.g. 127.0.0.1",
+    "shm_size": "write a Docker size, e.g. 32gb",
+    "gpu_ids": "list each device id once, each >= 0",
+    "adapters": "list each adapter once, with all its gates",
+    "must": "use a literal string or a simple pattern (no nested or alternated repetition)",
+    "forbid": "use a literal string or a simple pattern (no nested or alternated repetition)",
+    "variants": "name variants like recipes: lowercase letters, digits and -",
+    "[key]": "name environment variables with letters, digits and _ (not starting with a digit)",
+}
+
+
+def _fix_for(error: dict[str, Any]) -> str:
+    names = [str(part) for part in error["loc"] if not isinstance(part, int)]
+    if error["type"] == "value_error":
+        for name in reversed(names):
+            if name in _FIELD_FIXES:
+                return _FIELD_FIXES[name]
+    if error["type"] == "string_pattern_mismatch" and "sha256" in str(error.get("ctx", {})):
+        return "write the digest as sha256: followed by 64 lowercase hex digits, read from the registry (`rig pin`)"
+    return _FIXES.get(error["type"], "see the recipe format in README.md")
+
+
+def _read_raw(path: Path, where: str) -> Any:
+    """The file's YAML, strictly; every way a file can be unreadable is one RigError line."""
+    listing = f"see `rig validate` for the recipes in {_display(RECIPES_DIR)}"
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise RigError(where, "(file)", "no such recipe", listing) from None
+    except IsADirectoryError:
+        raise RigError(where, "(file)", "is a directory, not a recipe file", f"pass a recipe name or a .yaml file; {listing}") from None
+    except PermissionError:
+        raise RigError(where, "(file)", "cannot be read (permission denied)", "make it readable by this user") from None
+    except OSError as error:
+        raise RigError(where, "(file)", f"cannot be read ({error.strerror})", "pass a regular recipe file") from None
+    try:
+        return load_strict(data)
+    except YamlRefused as error:
+        line = f"line {error.line}" if error.line else "(file)"
+        raise RigError(where, line, error.problem, "write the recipe as plain UTF-8 YAML, each key once, like recipes/*.yaml") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        line = f"line {mark.line + 1}" if mark else "(file)"
+        problem = " ".join(str(getattr(error, "problem", None) or error).split())
+        raise RigError(where, line, f"not valid YAML ({problem})", "fix the YAML syntax") from None
 
 
 def parse_recipe(path: Path) -> Recipe:
     """Parse and validate one file; every failure is a one-line RigError."""
     where = _display(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise RigError(where, "(file)", "no such recipe", f"see `rig validate` for the recipes in {_display(RECIPES_DIR)}") from None
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        line = f"line {mark.line + 1}" if mark else "(file)"
-        raise RigError(where, line, f"not valid YAML ({getattr(error, 'problem', error)})", "fix the YAML syntax") from None
+    raw = _read_raw(path, where)
     if not isinstance(raw, dict):
         raise RigError(where, "(top level)", "a recipe must be a mapping", "start from an existing recipe in recipes/")
+    control = grammar.find_control_characters(raw)
+    if control:
+        field, char = control
+        raise RigError(where, field, f"contains the control character {char} (it could inject lines into rendered files)",
+                       "remove it; write multi-word values on one line")
     try:
         recipe = Recipe.model_validate(raw)
     except ValidationError as error:
         first = error.errors()[0]
-        message = first["msg"].removeprefix("Value error, ")
-        fix = _FIXES.get(first["type"], "see the recipe format in README.md")
-        if first["type"] == "string_pattern_mismatch" and "sha256" in str(first.get("ctx", {})):
-            fix = "write the digest as sha256: followed by 64 lowercase hex digits, read from the registry (`rig pin`)"
-        raise RigError(where, _field_path(first["loc"]), message, fix) from None
+        message = " ".join(first["msg"].removeprefix("Value error, ").split())
+        raise RigError(where, _field_path(first["loc"]), message, _fix_for(first)) from None
     if recipe.name != path.stem:
         raise RigError(where, "name", f"name {recipe.name!r} differs from the file name", f"rename the file to {recipe.name}.yaml or set name: {path.stem}")
     check_semantics(recipe, where)
@@ -310,6 +399,9 @@ def recipe_path(name_or_file: str) -> Path:
     candidate = Path(name_or_file)
     if candidate.suffix in (".yaml", ".yml"):
         return candidate
+    if not grammar.RECIPE_NAME.fullmatch(name_or_file):  # a name never walks out of recipes/
+        raise RigError("command line", "recipe", f"{name_or_file!r} is not a recipe name",
+                       "pass a name from `rig validate` (lowercase letters, digits, -) or a path to a .yaml file")
     return RECIPES_DIR / f"{name_or_file}.yaml"
 
 

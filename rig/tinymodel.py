@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from pathlib import Path
 
 # Bump when anything below changes what is generated: the directory name carries it.
@@ -37,7 +38,11 @@ def model_dir(cache_root: Path) -> Path:
 
 def ensure_tiny_model(cache_root: Path) -> Path:
     """Build the model once; later calls return the existing directory."""
-    target = model_dir(cache_root)
+    return build_at(model_dir(cache_root))
+
+
+def build_at(target: Path) -> Path:
+    """Build the model into exactly `target` (the image build uses the recipe's model.path)."""
     if (target / "rig-tiny-model.json").exists():
         return target
     tmp = target.with_name(target.name + ".partial")
@@ -102,3 +107,17 @@ def _build(out: Path) -> None:
     GenerationConfig(
         bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id
     ).save_pretrained(out)
+
+
+def main(argv: list[str]) -> int:
+    """`python3 tinymodel.py DIR`: the image build runs this file standalone (no rig installed)."""
+    if len(argv) != 1:
+        print("usage: python3 tinymodel.py DIR   (writes the generated tiny Llama into DIR)", file=sys.stderr)
+        return 2
+    target = build_at(Path(argv[0]))
+    print(f"tiny model written to {target}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

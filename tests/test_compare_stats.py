@@ -24,7 +24,7 @@ def test_parse_arms():
     assert parse_arm("new:image=dev2").overlay() == {"RIG_IMAGE_TAG": "dev2"}
     both = parse_arm("slow:@delay,RIG_TOKEN_DELAY_MS=9")
     assert both.variant == "delay" and both.env == {"RIG_TOKEN_DELAY_MS": "9"}
-    for bad in ("noname", ":X=1", "a:X", "a:=1"):
+    for bad in ("noname", ":X=1", "a:X", "a:=1", "a:1X=2", "a:X=1,X=2", "A b:X=1", "../x:X=1", "a:X=1\nY=2", "a:image=../x"):
         with pytest.raises(RigError, match="--arm"):
             parse_arm(bad)
 
@@ -186,3 +186,34 @@ def test_target_adds_pairs_until_met_or_limit(tmp_path, monkeypatch):
     assert analysis.target["met"] and 2 < ComparePlan.read(tmp_path).boots <= 6, analysis.target
     order = [(e.block, e.arm) for e in entries]
     assert order[:4] == [(0, "a"), (0, "b"), (1, "b"), (1, "a")] and order[4:6] == [(2, "a"), (2, "b")]
+
+
+def test_a_planted_fingerprint_difference_voids_the_comparison(tmp_path, monkeypatch):
+    """A power limit that differs between boots voids the verdict, naming the field, unless accepted."""
+    from rig.compare.report import analyze, markdown
+
+    def fake_boot(plan, index, block, arm, out, progress):
+        limit = 600.0 if (arm.name == "b" and block == 1) else 700.0
+        return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1,
+                         fingerprint={"driver_version": "580.159.04", "gpus": [{"name": "H200", "power_limit_w": limit}]},
+                         rounds=[{"prose-c1": RunResult("prose-c1", "", {"user_decode_tok_s": 100.0 + index}, [])}])
+
+    monkeypatch.setattr(compare_run, "run_boot", fake_boot)
+    plan = ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:X=0"), parse_arm("b:X=1")], control=None, boots=2, rounds=1,
+                       scenarios=["prose-c1"], small=True)
+    entries = compare_run.run_compare(plan, tmp_path / "one", progress=False)
+    analysis = analyze(plan, entries)
+    assert analysis.void and "gpus.0.power_limit_w" in analysis.void
+    assert "VOID" in markdown(analysis)
+    accepted = ComparePlan(**{**plan.__dict__, "accept_fingerprint": ["gpus.*.power_limit_w"]})
+    assert analyze(accepted, entries).void is None
+
+
+def test_goodput_slos_parse_and_refuse_in_one_line():
+    from rig.compare.goodput import parse_slos
+
+    assert parse_slos("ttft<=2s,tpot<=50ms") == {"ttft": 2.0, "tpot": 0.05}
+    assert parse_slos(None) is None
+    for bad in ("ttft<2s", "ttft<=2", "speed<=1s", "ttft<=-1s", "ttft<=xs"):
+        with pytest.raises(RigError, match="--goodput"):
+            parse_slos(bad)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -39,36 +40,60 @@ def test_prompts_are_exact_in_tokens(tiny):
     counter = TokenCounter(target.model_dir)
     for name in ("decode-ctx3k", "prefill-8k"):
         scenario = load_scenario(name).scaled(True)
-        prompts = build_prompts(scenario, counter)
-        assert all(p["tokens"] == scenario.prompt_tokens for p in prompts)
-        assert all(len(counter.encode(p["text"])) == scenario.prompt_tokens for p in prompts)
+        prompts, nonce = build_prompts(scenario, counter)
+        assert nonce is not None and nonce.tokens >= 2
+        import random
+
+        rng = random.Random(1)
+        for prompt in prompts:
+            for _ in range(3):
+                assert len(counter.encode(nonce.sample(rng) + prompt["text"])) == scenario.prompt_tokens
         assert len({p["text"] for p in prompts}) == len(prompts)
 
 
-def test_every_scenario_runs_and_the_first_run_is_warmup(tiny):
+def test_every_scenario_runs_with_its_own_warmup(tiny):
     target, root = tiny
     names = scenario_names()
     assert {"prose-c1", "code-c1", "decode-ctx0", "decode-ctx3k", "prefill-8k", "prefill-64k", "c3000"} <= set(names)
     summaries = run_scenarios(target, names, small=True, workers=1, root=root / "run", progress=False)
-    assert summaries[0]["warmup"] and not any(s["warmup"] for s in summaries[1:])
-    assert [s["scenario"]["name"] for s in summaries[1:]] == names
+    # Each scenario's first run after the boot is its warmup (new shapes, new concurrency), kept and marked.
+    assert [(s.name, s.warmup) for s in summaries] == [(n, w) for n in names for w in (True, False)]
     for summary in summaries:
-        metrics = summary["metrics"]
-        assert metrics["requests"]["completed"] >= 1, (summary["scenario"], metrics["requests"])
+        metrics = summary.metrics
+        assert metrics["requests"]["total"] >= 1, (summary.name, metrics["requests"])
         errors = {k: n for k, n in metrics["requests"]["errors"].items() if k != "cut_by_window"}
-        assert not errors, (summary["scenario"]["name"], errors)
-        assert metrics["output_tok_s"] > 0 and summary["provenance"]["boot_id"] == target.boot_id
-    by_name = {s["scenario"]["name"]: s for s in summaries[1:]}
-    prefill = by_name["prefill-8k"]["metrics"]
+        assert not errors, (summary.name, errors)
+        assert metrics["output_tok_s"] > 0 and summary.provenance["boot_id"] == target.boot_id
+    by_name = {s.name: s for s in summaries if not s.warmup}
+    prefill = by_name["prefill-8k"].metrics
     assert prefill["tokens"]["prompt_tokens_usage"] == prefill["tokens"]["prompt_tokens_target"] == 512
-    assert prefill["prefill_tok_s"]["mean"] > 0
-    decode = by_name["prose-c1"]["metrics"]
-    assert decode["user_decode_tok_s"]["mean"] > 0 and decode["tpot_s"]["mean"] > 0
+    assert prefill["prefill_tok_s"]["token_weighted"] > 0 and prefill["requests"]["unique_prompts"]
+    decode = by_name["prose-c1"].metrics
+    assert decode["user_decode_tok_s"]["token_weighted"] > 0 and decode["tpot_s"]["p50"] > 0
+    assert decode["window"]["steady"], decode["window"]
     runs = [json.loads(line) for line in Path(target.record.boot_dir, "runs.jsonl").read_text().splitlines()]
-    assert runs[0]["warmup"] and len(runs) == len(summaries)
+    assert [r["warmup"] for r in runs][:2] == [True, False] and all(r["complete"] for r in runs)
     # a second call on the same boot runs no warmup
     again = run_scenarios(target, ["prose-c1"], small=True, workers=1, root=root / "again", progress=False)
-    assert len(again) == 1 and not again[0]["warmup"]
+    assert len(again) == 1 and not again[0].warmup
+
+
+def test_one_connection_per_user_across_sequential_requests(tiny, tmp_path):
+    """Counted by the real server: uvicorn logs each request with the client's port. Two users,
+    several requests each, must arrive over exactly two connections (streams read to the end)."""
+    import re
+
+    target, _ = tiny
+    log = Path(target.record.log_path)
+    before = log.stat().st_size
+    scenario = replace(load_scenario("prose-c1").scaled(True), users=2, spawn_rate=2, duration_s=3.0)
+    summary = run_scenario(target, scenario, tmp_path / "run", progress=False)
+    with open(log, "rb") as handle:
+        handle.seek(before)
+        text = handle.read().decode(errors="replace")
+    ports = re.findall(r'127\.0\.0\.1:(\d+) - "POST /v1/chat/completions', text)
+    assert len(ports) >= 4 and summary.metrics["requests"]["total"] >= 4, text[-2000:]
+    assert len(set(ports)) == 2, sorted(set(ports))
 
 
 def test_interrupt_writes_the_summary_of_what_was_measured(tiny, monkeypatch, tmp_path):
@@ -88,5 +113,29 @@ def test_interrupt_writes_the_summary_of_what_was_measured(tiny, monkeypatch, tm
     scenario = load_scenario("prose-c1").scaled(True)
     summary = run_scenario(target, scenario, tmp_path / "run", progress=False)
     monkeypatch.setattr(LocustRun, "wait", original_wait)
-    assert summary["interrupted"] and summary["metrics"]["requests"]["total"] >= 1
+    assert summary.interrupted and summary.metrics["requests"]["total"] >= 1 and "interrupted" in summary.problems()
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["interrupted"]
+
+
+def test_attach_mode_measures_a_server_rig_did_not_start(tiny, tmp_path):
+    """`rig loadtest --url`: the boot identity comes from the process listening on the port, so the
+    first run against it is the warmup and a second invocation measures at once."""
+    from conftest import rig_cli
+
+    target, _ = tiny
+    env = {"RIG_RESULTS_DIR": str(tmp_path / "results"), "RIG_STATE_DIR": str(tmp_path / "state"),
+           "RIG_MODEL_DIR": target.model_dir or ""}
+    args = ["loadtest", "--url", target.record.base_url, "--scenario", "prose-c1", "--small", "--duration", "2", "--workers", "1"]
+    first = rig_cli(*args, env=env)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    assert "attached to" in first.stdout and "(process-" in first.stdout, first.stdout[-500:]
+    boots = list((tmp_path / "results" / "boots").glob("attached-*"))
+    assert len(boots) == 1
+    runs = [json.loads(line) for line in (boots[0] / "runs.jsonl").read_text().splitlines()]
+    assert [r["warmup"] for r in runs] == [True, False]
+    second = rig_cli(*args, env=env)
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
+    runs = [json.loads(line) for line in (boots[0] / "runs.jsonl").read_text().splitlines()]
+    assert [r["warmup"] for r in runs] == [True, False, False]
+    summaries = sorted((tmp_path / "results" / "attached").glob("*/prose-c1/summary.json"))
+    assert len(summaries) == 2 and json.loads(summaries[-1].read_text())["provenance"]["driver"] == "attached"

@@ -14,12 +14,44 @@ from dataclasses import dataclass
 class Target:
     """One patched attribute: `module` is imported by the engine, `attribute` is a dotted path
     inside it, `params` the parameter names the adapter relies on (checked at arm time and
-    statically by the drift check), `installer` the adapter-module function that patches it."""
+    statically by the drift check), `installer` the adapter-module function that patches it.
+
+    `positional`: how many of `params`, in this order, the wrapper takes and forwards by
+    position (None: all of them); the drift check holds the target's own parameter order and
+    every call site's positional arguments to it. `callers`: dotted paths of the engine
+    functions whose call (or functools.partial) of the target the adapter relies on; the drift
+    check refuses when one of them no longer calls it."""
 
     module: str
     attribute: str
     installer: str
     params: tuple[str, ...] = ()
+    positional: int | None = None
+    callers: tuple[str, ...] = ()
+
+    @property
+    def dotted(self) -> str:
+        return f"{self.module}.{self.attribute}"
+
+    @property
+    def by_position(self) -> tuple[str, ...]:
+        return self.params if self.positional is None else self.params[: self.positional]
+
+
+@dataclass(frozen=True)
+class KernelEntry:
+    """An entry point of a kernel library that the adapter's route ends in (called, not patched),
+    read by the drift check from the version the engine wheel pins (`distribution` as spelled in
+    its Requires-Dist). `accepts`: (parameter, value) pairs the adapter passes, each value must
+    appear in that parameter's annotation (a Literal of backends). `raises`: exception classes
+    (dotted, in the same library) the adapter's fallback catches; they must still exist."""
+
+    distribution: str
+    module: str
+    attribute: str
+    params: tuple[str, ...] = ()
+    accepts: tuple[tuple[str, str], ...] = ()
+    raises: tuple[str, ...] = ()
 
     @property
     def dotted(self) -> str:
@@ -51,6 +83,8 @@ class AdapterSpec:
     # (distribution, module, attribute): when the engine's pinned copy of that distribution has
     # the attribute, upstream does the adapter's job and the adapter refuses as redundant.
     redundant_if: tuple[str, str, str] | None = None
+    # Kernel-library entry points the adapter's route depends on (verified, never patched).
+    kernels: tuple[KernelEntry, ...] = ()
 
     @property
     def module(self) -> str:
@@ -59,6 +93,16 @@ class AdapterSpec:
 
 _FP8_UTILS = "sglang.srt.layers.quantization.fp8_utils"
 _FP8 = "sglang.srt.layers.quantization.fp8"
+# Where SGLang binds the MXFP8 linear for block-FP8 weights served as MXFP8 (a partial per backend).
+_MXFP8_DISPATCH = f"{_FP8_UTILS}.dispatch_block_fp8_mxfp8_linear"
+_B12X_MM_MXFP8 = KernelEntry(
+    distribution="flashinfer_python",
+    module="flashinfer.gemm.gemm_base",
+    attribute="mm_mxfp8",
+    params=("a", "b", "a_descale", "b_descale", "out_dtype", "use_8x4_sf_layout", "backend"),
+    accepts=(("backend", "b12x"),),
+    raises=("flashinfer.utils.BackendSupportedError", "flashinfer.utils.LibraryError"),
+)
 _MXFP8_LINEAR_PARAMS = (
     "input",
     "weight",
@@ -78,8 +122,10 @@ REGISTRY: tuple[AdapterSpec, ...] = (
         settings=(),
         engines=("sglang",),
         targets=(
-            Target(_FP8_UTILS, "flashinfer_mxfp8_blockscaled_linear", "install_linear", _MXFP8_LINEAR_PARAMS),
+            Target(_FP8_UTILS, "flashinfer_mxfp8_blockscaled_linear", "install_linear", _MXFP8_LINEAR_PARAMS,
+                   callers=(_MXFP8_DISPATCH,)),
         ),
+        kernels=(_B12X_MM_MXFP8,),
         lifecycle=Lifecycle(
             works_around="SGLang selects only cutlass/cute-dsl for block-FP8-as-MXFP8 (fp8_utils.dispatch_block_fp8_mxfp8_linear); no b12x choice up to 0.5.23",
             redundant_when="SGLang offers a b12x MXFP8 dense backend of its own",
@@ -95,8 +141,10 @@ REGISTRY: tuple[AdapterSpec, ...] = (
         settings=("DSV41_SHARED_PAD_BUF_ROWS",),
         engines=("sglang",),
         targets=(
-            Target(_FP8, "Fp8LinearMethod._prepare_block_fp8_as_mxfp8", "install_prepare", ("self", "layer")),
-            Target(_FP8_UTILS, "flashinfer_mxfp8_blockscaled_linear", "install_linear", _MXFP8_LINEAR_PARAMS),
+            Target(_FP8, "Fp8LinearMethod._prepare_block_fp8_as_mxfp8", "install_prepare", ("self", "layer"),
+                   callers=(f"{_FP8}.Fp8LinearMethod.process_weights_after_loading_block_quant",)),
+            Target(_FP8_UTILS, "flashinfer_mxfp8_blockscaled_linear", "install_linear", _MXFP8_LINEAR_PARAMS,
+                   callers=(_MXFP8_DISPATCH,)),
         ),
         lifecycle=Lifecycle(
             works_around="FlashInfer b12x mm_mxfp8 needs K % 128 == 0 (gemm_mm_mxfp8_cute_dsl); DeepSeek-V4.1 shared down_proj is K=576 at TP4",
@@ -119,6 +167,8 @@ REGISTRY: tuple[AdapterSpec, ...] = (
                 "B12xExperts._prepare_experts",
                 "install_prepare",
                 ("self", "w1", "w2", "activation", "params_dtype"),
+                positional=1,  # the wrapper takes w1.. by keyword only, as vLLM declares them
+                callers=("vllm.model_executor.layers.fused_moe.b12x.B12xExperts.process_weights_after_loading",),
             ),
         ),
         lifecycle=Lifecycle(
@@ -142,6 +192,7 @@ REGISTRY: tuple[AdapterSpec, ...] = (
                 "LlamaForCausalLM.forward",
                 "install_forward",
                 ("self", "input_ids"),
+                positional=1,  # the wrapper forwards *args and **kwargs untouched
             ),
         ),
         lifecycle=Lifecycle(
@@ -150,7 +201,7 @@ REGISTRY: tuple[AdapterSpec, ...] = (
             last_gain="n/a",
             measured_on="n/a",
         ),
-        recipes=("tiny-cpu",),
+        recipes=("tiny-cpu", "tiny-cpu-docker"),
         test_only=True,
     ),
 )

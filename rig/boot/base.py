@@ -14,7 +14,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from pydantic import ConfigDict, TypeAdapter, ValidationError
+
+from rig.atomic import write_text_atomic
+from rig.errors import RigError
 from rig.recipe import REPO_ROOT, Resolved
+from rig.secrets import redact_for
 
 RESULTS_DIR = Path(os.environ.get("RIG_RESULTS_DIR", REPO_ROOT / "results"))
 BOOTS_DIR = RESULTS_DIR / "boots"
@@ -27,6 +32,9 @@ class BootFailed(Exception):
 
 @dataclass
 class BootRecord:
+    # Read back strictly: a state file that was truncated, extended or edited is refused, not trusted.
+    __pydantic_config__ = ConfigDict(strict=True, extra="forbid")
+
     boot_id: str
     ref: str
     recipe: str
@@ -43,38 +51,86 @@ class BootRecord:
     status: str = "booting"
     served_model: str | None = None
     pid: int | None = None
+    # The kernel's identity of `pid` (rig/boot/process.py): a pid alone is reused after exit.
+    pid_start_ticks: int | None = None
+    kernel_boot_time: int | None = None
     compose_project: str | None = None
     compose_files: list[str] = field(default_factory=list)
     image: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
 
     def save(self) -> None:
-        Path(self.boot_dir).mkdir(parents=True, exist_ok=True)
-        (Path(self.boot_dir) / "boot.json").write_text(json.dumps(asdict(self), indent=1))
+        write_text_atomic(Path(self.boot_dir) / "boot.json", json.dumps(asdict(self), indent=1))
 
     @classmethod
     def load(cls, path: Path) -> BootRecord:
-        return cls(**json.loads(path.read_text()))
+        """Read a boot record or state file; anything but a complete, well-typed record is one RigError line."""
+        try:
+            text = path.read_bytes()
+        except FileNotFoundError:
+            raise RigError(_shown(path), "(file)", "no such boot record", "list boots with `rig status` or under results/boots/") from None
+        except OSError as error:
+            raise RigError(_shown(path), "(file)", f"cannot be read ({error.strerror})", "check the path and its permissions") from None
+        try:
+            return _RECORD.validate_json(text)
+        except ValidationError as error:
+            first = error.errors()[0]
+            field = ".".join(str(part) for part in first["loc"]) or "(file)"
+            problem = " ".join(first["msg"].split())
+            fix = (f"check that nothing of this recipe still runs (`ps -eo pid,pgid,args`), then delete {_shown(path)}"
+                   if path.parent == STATE_DIR else "this boot record is damaged; leave it out of comparisons")
+            raise RigError(_shown(path), field, f"not a complete boot record ({problem})", fix) from None
 
     def log_text(self) -> str:
         path = Path(self.log_path)
         return path.read_text(errors="replace") if path.exists() else ""
 
 
+_RECORD = TypeAdapter(BootRecord)
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
+
+
 def new_boot(resolved: Resolved, driver: str, overlay: dict[str, str], port: int) -> BootRecord:
+    """A new boot record; refused while the recipe's recorded server is still up. The overlay is
+    recorded redacted (rig/secrets.py): the driver hands the real values to the server."""
+    refuse_if_up(resolved.recipe.name)
     boot_id = time.strftime("%Y%m%d-%H%M%S") + f"-{resolved.slug}-{secrets.token_hex(2)}"
     boot_dir = BOOTS_DIR / boot_id
     (boot_dir / "manifests").mkdir(parents=True, exist_ok=True)
     return BootRecord(
         boot_id=boot_id, ref=resolved.ref, recipe=resolved.recipe.name, variant=resolved.variant, driver=driver,
         base_url=f"http://{_client_host(resolved.recipe.serving.bind)}:{port}", boot_dir=str(boot_dir),
-        log_path=str(boot_dir / "server.log"), manifest_dir=str(boot_dir / "manifests"), overlay=dict(overlay),
-        started=time.time(),
+        log_path=str(boot_dir / "server.log"), manifest_dir=str(boot_dir / "manifests"),
+        overlay=redact_for(resolved, overlay), started=time.time(),
     )
 
 
+def refuse_if_up(recipe_name: str) -> None:
+    """`rig up` while the recorded server of this recipe is alive would orphan it: refuse. A state
+    file whose server is gone (or whose pid now names another process) is reported and removed."""
+    from rig.boot import driver_named
+
+    record = current_boot(recipe_name)
+    if record is None:
+        return
+    gone = driver_named(record.driver).alive(record)
+    if gone is None:
+        raise RigError(f"recipes/{recipe_name}.yaml", "(boot)", f"boot {record.boot_id} of this recipe is still up at {record.base_url}",
+                       f"stop it first with `rig down {recipe_name}`")
+    print(f"rig: removing the stale state of boot {record.boot_id} ({gone})", file=sys.stderr)
+    state_path(recipe_name).unlink(missing_ok=True)
+
+
 def _client_host(bind: str) -> str:
-    return "127.0.0.1" if bind in ("0.0.0.0", "") else bind  # noqa: S104 - mapping a wildcard bind to loopback
+    if bind in ("0.0.0.0", "::", ""):  # noqa: S104 - mapping a wildcard bind to loopback
+        return "127.0.0.1"
+    return f"[{bind}]" if ":" in bind else bind
 
 
 def state_path(recipe_name: str) -> Path:
@@ -87,8 +143,7 @@ def current_boot(recipe_name: str) -> BootRecord | None:
 
 
 def remember(record: BootRecord) -> None:
-    STATE_DIR.mkdir(parents=True, exist_ok=True)
-    state_path(record.recipe).write_text(json.dumps(asdict(record), indent=1))
+    write_text_atomic(state_path(record.recipe), json.dumps(asdict(record), indent=1))
     record.save()
 
 
@@ -157,8 +212,8 @@ def await_healthy(driver: BootDriver, record: BootRecord, serving: Any, progress
     """Wait for health; a boot that does not get there (or is interrupted) is stopped and marked failed."""
     try:
         wait_healthy(record, serving.health, serving.boot_timeout_s, lambda: driver.alive(record), progress)
-    except (BootFailed, KeyboardInterrupt) as error:
-        record.status, record.error = "failed", str(error)
+    except (BootFailed, KeyboardInterrupt) as error:  # SIGTERM/SIGHUP arrive as KeyboardInterrupt (rig/cli.py)
+        record.status, record.error = "failed", str(error) or type(error).__name__
         driver.down(record)
         raise
     record.status = "healthy"

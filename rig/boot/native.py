@@ -10,7 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from rig.boot.base import BootRecord, await_healthy, new_boot, remember
+from rig.atomic import write_text_atomic
+from rig.boot import process as kernel
+from rig.boot.base import BootRecord, await_healthy, forget, new_boot, refuse_if_up, remember
 from rig.engines import server_argv
 from rig.errors import RigError
 from rig.recipe import REPO_ROOT, Resolved
@@ -23,7 +25,8 @@ STOP_GRACE_S = 10.0
 def _port_free(port: int, host: str) -> bool:
     import socket
 
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET  # serving.bind is an IPv4 or IPv6 address
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
@@ -52,6 +55,7 @@ class NativeDriver:
            progress: bool = True) -> BootRecord:
         serving = resolved.recipe.serving
         port = port or serving.port
+        refuse_if_up(resolved.recipe.name)  # before the port check: "still up" is the better answer
         if not _port_free(port, serving.bind):
             raise RigError(f"recipes/{resolved.recipe.name}.yaml", "serving.port",
                            f"port {port} on {serving.bind} is already in use", f"stop what uses it (`rig status`, `rig down {resolved.recipe.name}`) or pass --port")
@@ -61,54 +65,61 @@ class NativeDriver:
         env = {**os.environ, **resolved.full_env(), **overlay,
                "RIG_ADAPTER_MANIFEST_DIR": record.manifest_dir, "RIG_BOOT_ID": record.boot_id}
         argv = self.argv(resolved, model, port)
-        (Path(record.boot_dir) / "command.txt").write_text(" ".join(argv) + "\n")
+        write_text_atomic(Path(record.boot_dir) / "command.txt", " ".join(argv) + "\n")
         log = open(record.log_path, "ab")  # noqa: SIM115 - handed to the child, closed below
         try:
             process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                        env=env, cwd=REPO_ROOT, start_new_session=True)
         finally:
             log.close()
-        record.pid = process.pid
-        (Path(record.boot_dir) / "server.pid").write_text(f"{process.pid}\n")
-        remember(record)
         self._process = process
+        record.pid = process.pid
+        try:  # from here on an interruption (Ctrl-C, SIGTERM, SIGHUP) must not orphan the server
+            started = kernel.identity(process.pid)
+            if started is not None:
+                record.pid_start_ticks, record.kernel_boot_time = started.start_ticks, started.kernel_boot
+            write_text_atomic(Path(record.boot_dir) / "server.pid", f"{process.pid}\n")
+            remember(record)
+        except BaseException as error:
+            record.status, record.error = "failed", f"interrupted while starting ({str(error) or type(error).__name__})"
+            self.down(record)
+            raise
         return await_healthy(self, record, serving, progress)
+
+    def _verdict(self, record: BootRecord) -> tuple[kernel.Verdict, str]:
+        if record.pid is None:
+            return "gone", "no pid recorded"
+        expected = (kernel.Identity(record.pid_start_ticks, record.kernel_boot_time)
+                    if record.pid_start_ticks is not None and record.kernel_boot_time is not None else None)
+        return kernel.check(record.pid, expected, record.boot_id)
 
     def alive(self, record: BootRecord) -> str | None:
         process = getattr(self, "_process", None)
         if process is not None and process.pid == record.pid:
             code = process.poll()
             return None if code is None else f"exit code {code}"
-        if record.pid is None:
-            return "no pid"
-        try:
-            os.kill(record.pid, 0)
-        except ProcessLookupError:
-            return "process gone"
-        return None
+        verdict, why = self._verdict(record)
+        return None if verdict == "ours" else why
 
     def down(self, record: BootRecord) -> None:
-        from rig.boot.base import forget
-
-        if record.pid is not None:
-            _stop_group(record.pid)
+        """Stop the boot's process group, only through a leader the kernel still identifies as
+        this boot's; a state whose pid now names another process is reported and dropped, and
+        that process is left alone."""
         process = getattr(self, "_process", None)
-        if process is not None and process.pid == record.pid:
+        if process is not None and process.pid == record.pid:  # our own child: the pid cannot have been reused
+            _stop_group(record.pid)
             process.wait(timeout=5)
+        elif record.pid is not None:
+            verdict, why = self._verdict(record)
+            if verdict == "other":
+                print(f"rig: boot {record.boot_id}: {why}; not signalling it, dropping the stale state", file=sys.stderr)
+                record.error = f"stale state: {why}" + (f"; before that: {record.error}" if record.error else "")
+            else:  # ours, or a leader gone with its group perhaps left: a live group's id is never reused
+                _stop_group(record.pid)
         record.stopped = time.time()
         if record.status != "failed":
             record.status = "stopped"
         forget(record)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _reap(pid: int) -> None:
@@ -123,7 +134,7 @@ def _wait_gone(pgid: int, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         _reap(pgid)
-        if not _group_alive(pgid):
+        if not kernel.group_alive(pgid):
             return True
         time.sleep(0.1)
     return False
@@ -131,9 +142,12 @@ def _wait_gone(pgid: int, seconds: float) -> bool:
 
 def _stop_group(pgid: int) -> None:
     """SIGTERM the whole process group, then SIGKILL what is left after a grace period."""
-    if not _group_alive(pgid):
+    if not kernel.group_alive(pgid):
         return
-    os.killpg(pgid, signal.SIGTERM)
-    if not _wait_gone(pgid, STOP_GRACE_S):
-        os.killpg(pgid, signal.SIGKILL)
-        _wait_gone(pgid, 5.0)
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+        if not _wait_gone(pgid, STOP_GRACE_S):
+            os.killpg(pgid, signal.SIGKILL)
+            _wait_gone(pgid, 5.0)
+    except ProcessLookupError:
+        pass  # the group exited between the check and the signal

@@ -85,20 +85,43 @@ class Arm:
 
 
 def parse_arm(spec: str) -> Arm:
+    """One line per malformed arm; names, keys, values and tags are checked against their grammar
+    (an arm name becomes a directory name, keys and values reach a server's environment)."""
+    from rig import grammar
+
+    def refuse(problem: str, fix: str = "write NAME:KEY=VALUE[,KEY=VALUE], NAME:@variant[,KEY=VALUE] or NAME:image=TAG") -> RigError:
+        return RigError("command line", "--arm", f"{spec!r}: {problem}", fix)
+
+    if grammar.control_character(spec):
+        raise refuse("contains a control character", "pass a one-line arm")
     name, sep, rest = spec.partition(":")
     if not sep or not name or not rest:
-        raise RigError("command line", "--arm", f"{spec!r} is not NAME:OVERLAY",
-                       "write NAME:KEY=VALUE[,KEY=VALUE], NAME:@variant[,KEY=VALUE] or NAME:image=TAG")
+        raise refuse("is not NAME:OVERLAY")
+    if not grammar.RECIPE_NAME.fullmatch(name):
+        raise refuse(f"arm name {name!r} must be lowercase letters, digits and -", "rename the arm, e.g. before, after")
     variant = None
     if rest.startswith("@"):
         variant, _, rest = rest[1:].partition(",")
+        if not grammar.RECIPE_NAME.fullmatch(variant):
+            raise refuse(f"{variant!r} is not a variant name")
     if rest.startswith("image="):
-        return Arm(name, variant=variant, image_tag=rest.removeprefix("image="), spec=spec)
+        tag = rest.removeprefix("image=")
+        try:
+            grammar.tag(tag)
+        except ValueError as error:
+            raise refuse(str(error), "name a tag built by `rig build` (RIG_IMAGE_TAG)") from None
+        return Arm(name, variant=variant, image_tag=tag, spec=spec)
     env = {}
     for pair in filter(None, rest.split(",")):
         key, eq, value = pair.partition("=")
         if not eq or not key:
-            raise RigError("command line", "--arm", f"{pair!r} in {spec!r} is not KEY=VALUE", "write NAME:KEY=VALUE[,KEY=VALUE]")
+            raise refuse(f"{pair!r} is not KEY=VALUE")
+        try:
+            grammar.env_key(key)
+        except ValueError as error:
+            raise refuse(str(error)) from None
+        if key in env:
+            raise refuse(f"{key} is set twice", "set each key once")
         env[key] = value
     return Arm(name, variant=variant, env=env, spec=spec)
 

@@ -38,7 +38,8 @@ def model_dir_for(resolved: Resolved | None) -> str | None:
 
 
 def default_small(resolved: Resolved | None) -> bool:
-    return resolved is None or resolved.recipe.driver == "native"
+    """Scaled-down scenario sizes for CPU servers (tiny-cpu, natively or as a container)."""
+    return resolved is None or not resolved.recipe.gpu
 
 
 def flush_prefix_cache(target: LoadTarget) -> str:

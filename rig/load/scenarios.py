@@ -152,6 +152,20 @@ def nonce_spec(counter: TokenCounter) -> NonceSpec | None:
     return NonceSpec(tuple(alphabet), length, tokens)
 
 
+def _body_in_context(counter: TokenCounter, ids: list[int], tokens: int, prefix: str, nonces: list[str], total: int) -> str | None:
+    """A body that makes prefix + nonce + body exactly `total` tokens for every sample nonce. The
+    cut is searched in context, because the body's first characters can merge with the nonce's
+    separator (a newline before indented code is one token)."""
+    for skip in range(4):
+        for delta in (0, -1, 1, -2, 2, -3, 3):
+            if tokens + delta < 1:
+                continue
+            text = counter.decode(ids[skip: skip + tokens + delta])
+            if all(len(counter.encode(prefix + nonce + text)) == total for nonce in nonces):
+                return text
+    return None
+
+
 def build_prompts(scenario: Scenario, counter: TokenCounter) -> tuple[list[dict[str, Any]], NonceSpec | None]:
     """A pool of prompts, each exactly `prompt_tokens` long for the served tokenizer once the Locust
     user puts its per-request nonce (and the scenario's shared prefix, if any) in front."""
@@ -181,12 +195,11 @@ def build_prompts(scenario: Scenario, counter: TokenCounter) -> tuple[list[dict[
     pool = []
     for index in range(PROMPT_POOL):
         prefix = prefixes[index % groups]
-        text, _ = exact_prompt(counter, stream[index * stride:], body_tokens)
         samples = [nonce.sample(rng) for _ in range(NONCE_SAMPLES)] if nonce else [""]
-        totals = {len(counter.encode(prefix + sample + text)) for sample in samples}
-        if totals != {scenario.prompt_tokens}:
-            raise RigError(where, "prompt_tokens", f"prompt {index} re-encodes to {sorted(totals)} tokens with its prefix and "
-                           f"nonce, not {scenario.prompt_tokens}", "report this tokenizer; set unique_prompts: false meanwhile")
+        text = _body_in_context(counter, stream[index * stride:], body_tokens, prefix, samples, scenario.prompt_tokens)
+        if text is None:
+            raise RigError(where, "prompt_tokens", f"prompt {index} cannot be cut to exactly {scenario.prompt_tokens} tokens "
+                           "behind its prefix and nonce", "report this tokenizer; set unique_prompts: false meanwhile")
         entry = {"name": f"{scenario.prompt_set}-{index}", "text": text, "tokens": scenario.prompt_tokens}
         if prefix:
             entry.update(prefix=prefix, group=index % groups)

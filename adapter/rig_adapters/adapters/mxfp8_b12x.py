@@ -8,9 +8,11 @@ in the manifest and logged once as `MXFP8 backend 'b12x' rejected N=.. K=.. (rea
 from __future__ import annotations
 
 import functools
+import importlib
 from collections.abc import Callable
 from typing import Any
 
+from rig_adapters.registry import BY_NAME
 from rig_adapters.runtime import AdapterContext
 
 BACKEND = "b12x"
@@ -30,6 +32,30 @@ def _cuda_capability(device: Any) -> tuple[int, int] | None:
 
 # Replaceable in tests that run on the CPU.
 device_capability: Callable[[Any], tuple[int, int] | None] = _cuda_capability
+
+# What SGLang's wrapper and FlashInfer's checks raise for a shape or layout b12x cannot take.
+BUILTIN_REFUSALS: tuple[type[Exception], ...] = (RuntimeError, ValueError, NotImplementedError)
+
+
+@functools.cache
+def refusal_errors() -> tuple[type[Exception], ...]:
+    """BUILTIN_REFUSALS plus FlashInfer's own classes for "cannot run here": its
+    `backend_requirement` raises flashinfer.utils.BackendSupportedError for an unsupported
+    backend or compute capability, and LibraryError when an optional kernel library is missing;
+    neither derives from the builtins. The class names are the registry's (the drift check
+    verifies they exist in the FlashInfer version SGLang pins); they are imported on first use,
+    inside the engine, where FlashInfer is already loaded. Without FlashInfer: the builtins."""
+    found: list[type[Exception]] = []
+    for kernel in BY_NAME["mxfp8_b12x"].kernels:
+        for dotted in kernel.raises:
+            module, _, name = dotted.rpartition(".")
+            try:
+                error = getattr(importlib.import_module(module), name)
+            except (ImportError, AttributeError):
+                continue
+            if isinstance(error, type) and issubclass(error, Exception):
+                found.append(error)
+    return BUILTIN_REFUSALS + tuple(found)
 
 
 def reject_reason(n: int, k: int, device: Any) -> str | None:
@@ -68,7 +94,7 @@ def install_linear(ctx: AdapterContext) -> None:
                 try:
                     out = inner(input, weight, weight_scale, input_scale, bias, output_dtype,
                                 backend=BACKEND, pin_tactic=pin_tactic)
-                except (RuntimeError, ValueError, NotImplementedError) as error:
+                except refusal_errors() as error:
                     reason = f"b12x raised {type(error).__name__}: {error}"
                 else:
                     ctx.first_use(f"N={n} K={k} served by b12x")

@@ -1,0 +1,110 @@
+"""Which process a pid is, as the kernel tells it: start time, process group, boot id.
+
+A pid in a state file is only a number; after the server exits the kernel hands it to any new
+process. rig records the process's start time (field 22 of /proc/<pid>/stat, clock ticks since
+the kernel booted, with the kernel's boot time) and passes the server its boot id in the
+environment (RIG_BOOT_ID). A recorded pid is "ours" only while both still match; a group is
+signalled only through a leader that is ours. While a group exists its id cannot be handed to
+another process (Linux keeps a pid allocated while it names a live group), so a group whose
+leader has exited still belongs to the boot that started it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Literal
+
+BOOT_ID_ENV = "RIG_BOOT_ID"
+PROC = "/proc"
+
+
+@dataclass(frozen=True)
+class Identity:
+    start_ticks: int  # /proc/<pid>/stat field 22: starttime, clock ticks after the kernel booted
+    kernel_boot: int  # /proc/stat btime: when the kernel booted (epoch seconds)
+
+    @property
+    def started(self) -> float:
+        """Start time as epoch seconds (for people; comparisons use the exact fields)."""
+        return self.kernel_boot + self.start_ticks / os.sysconf("SC_CLK_TCK")
+
+
+def kernel_boot_time() -> int:
+    with open(f"{PROC}/stat", encoding="ascii") as handle:
+        for line in handle:
+            if line.startswith("btime "):
+                return int(line.split()[1])
+    raise OSError("no btime in /proc/stat")
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields 3.. of /proc/<pid>/stat (after the parenthesised command name), or None if no such pid."""
+    try:
+        with open(f"{PROC}/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            text = handle.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return text[text.rindex(")") + 2:].split()
+
+
+def identity(pid: int) -> Identity | None:
+    fields = _stat_fields(pid)
+    if fields is None:
+        return None
+    return Identity(start_ticks=int(fields[22 - 3]), kernel_boot=kernel_boot_time())
+
+
+def process_group(pid: int) -> int | None:
+    fields = _stat_fields(pid)
+    return None if fields is None else int(fields[5 - 3])
+
+
+def boot_id_of(pid: int) -> str | None | Literal[False]:
+    """RIG_BOOT_ID from the process's environment; None if it has none, False if unreadable
+    (another user's process without root)."""
+    try:
+        with open(f"{PROC}/{pid}/environ", "rb") as handle:
+            raw = handle.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    except PermissionError:
+        return False
+    prefix = BOOT_ID_ENV.encode() + b"="
+    for entry in raw.split(b"\0"):
+        if entry.startswith(prefix):
+            return entry[len(prefix):].decode(errors="replace")
+    return None
+
+
+Verdict = Literal["ours", "gone", "other"]
+
+
+def check(pid: int, expected: Identity | None, boot_id: str) -> tuple[Verdict, str]:
+    """Is `pid` still the group leader rig started for `boot_id`? ('ours' | 'gone' | 'other', why)."""
+    now = identity(pid)
+    if now is None:
+        return "gone", f"process {pid} is gone"
+    if expected is None:
+        return "other", f"the state records no start time for pid {pid}, so it cannot be told from a new process"
+    if now != expected:
+        return "other", (f"pid {pid} now belongs to another process (started {now.started:.0f}, "
+                         f"the server started {expected.started:.0f})")
+    if process_group(pid) != pid:
+        return "other", f"pid {pid} is no longer a process group leader"
+    found = boot_id_of(pid)
+    fields = _stat_fields(pid)
+    zombie = fields is not None and fields[0] == "Z"  # exited, not yet reaped: its environ reads empty
+    if found is not False and not zombie and found != boot_id:
+        return "other", f"pid {pid} carries {BOOT_ID_ENV}={found}, not {boot_id}"
+    return "ours", f"pid {pid} is boot {boot_id}"
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

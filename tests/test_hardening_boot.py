@@ -1,0 +1,223 @@
+"""Stale state, double boots, signals and secrets with the native driver (issue #12)."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, free_port, rig_cli
+
+from rig.boot import process as kernel
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def rig_dirs(tmp_path):
+    """Environment for `rig` subprocesses: results and state in a temporary directory."""
+    env = {"RIG_RESULTS_DIR": str(tmp_path / "results"), "RIG_STATE_DIR": str(tmp_path / "state")}
+    yield env, tmp_path
+    state = tmp_path / "state" / "tiny-cpu.json"
+    if state.exists():  # a failed test must not leave a server running
+        rig_cli("down", "tiny-cpu", env=env)
+
+
+def _group_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _files(*roots: Path) -> list[Path]:
+    return [path for root in roots if root.exists() for path in root.rglob("*") if path.is_file()]
+
+
+def _cmdlines() -> dict[int, bytes]:
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                found[int(entry.name)] = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+    return found
+
+
+def test_planted_secret_reaches_the_server_and_nothing_else(rig_dirs):
+    env, root = rig_dirs
+    planted = f"sk-planted-{secrets.token_hex(6)}"
+    up = rig_cli("up", "tiny-cpu", "--port", str(free_port()), "--env", f"HF_TOKEN={planted}",
+                 "--env", "RIG_TOKEN_DELAY_MS=0", "--env", "OMP_NUM_THREADS=1", env=env)
+    assert up.returncode == 0, up.stdout + up.stderr
+    state = json.loads((root / "state" / "tiny-cpu.json").read_text())
+    pid = state["pid"]
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        assert f"HF_TOKEN={planted}".encode() in environ  # the server really got it
+        assert f"RIG_BOOT_ID={state['boot_id']}".encode() in environ
+        leaks = [p for p, line in _cmdlines().items() if planted.encode() in line]
+        assert leaks == [], f"argv of {leaks} carries the secret"
+        again = rig_cli("up", "tiny-cpu", "--port", str(free_port()), env=env)
+        assert again.returncode == 2 and "still up" in again.stderr and "rig down tiny-cpu" in again.stderr, again.stderr
+        assert len(again.stderr.strip().splitlines()) == 1
+        status = rig_cli("status", env=env)
+        assert status.returncode == 0 and " up  boot " + state["boot_id"] in status.stdout and planted not in status.stdout
+    finally:
+        down = rig_cli("down", "tiny-cpu", env=env)
+    assert down.returncode == 0, down.stderr
+    assert _group_gone(pid)
+    record = json.loads(next((root / "results" / "boots").glob("*/boot.json")).read_text())
+    assert record["overlay"] == {"HF_TOKEN": "<redacted>", "RIG_TOKEN_DELAY_MS": "0", "OMP_NUM_THREADS": "1"}
+    assert record["pid_start_ticks"] == state["pid_start_ticks"] and record["kernel_boot_time"] > 0
+    written = _files(root, REPO / "results", REPO / ".rig", REPO / "docker", REPO / "compose")
+    assert any(path.name == "boot.json" for path in written) and any(path.name == "server.log" for path in written)
+    leaked = [str(path) for path in written if planted.encode() in path.read_bytes()]
+    assert leaked == []
+
+
+def _victim() -> subprocess.Popen:
+    victim = subprocess.Popen(["setsid", "sleep", "300"])
+    deadline = time.monotonic() + 5
+    while kernel.process_group(victim.pid) != victim.pid:  # setsid has exec'd sleep as a group leader
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return victim
+
+
+def _stale_state(root: Path, pid: int, identity: kernel.Identity | None) -> Path:
+    boot_dir = root / "results" / "boots" / "20260101-000000-tiny-cpu.cb-0000"
+    boot_dir.mkdir(parents=True)
+    record = {
+        "boot_id": boot_dir.name, "ref": "tiny-cpu:cb", "recipe": "tiny-cpu", "variant": "cb", "driver": "native",
+        "base_url": "http://127.0.0.1:8321", "boot_dir": str(boot_dir), "log_path": str(boot_dir / "server.log"),
+        "manifest_dir": str(boot_dir / "manifests"), "overlay": {}, "started": 1.0, "healthy_after_s": 1.0,
+        "stopped": None, "status": "healthy", "served_model": "m", "pid": pid,
+        "pid_start_ticks": identity.start_ticks if identity else None,
+        "kernel_boot_time": identity.kernel_boot if identity else None,
+        "compose_project": None, "compose_files": [], "image": {}, "error": None,
+    }
+    state = root / "state" / "tiny-cpu.json"
+    state.parent.mkdir(parents=True, exist_ok=True)
+    state.write_text(json.dumps(record))
+    return state
+
+
+@pytest.mark.parametrize("recorded", ["earlier start", "no start recorded"])
+def test_down_leaves_an_unrelated_group_leader_alone(rig_dirs, recorded):
+    env, root = rig_dirs
+    victim = _victim()
+    try:
+        now = kernel.identity(victim.pid)
+        earlier = kernel.Identity(now.start_ticks - 100, now.kernel_boot) if recorded == "earlier start" else None
+        state = _stale_state(root, victim.pid, earlier)
+        status = rig_cli("status", env=env)
+        assert "DOWN (" in status.stdout and f"pid {victim.pid}" in status.stdout, status.stdout
+        down = rig_cli("down", "tiny-cpu", env=env)
+        assert down.returncode == 0, down.stderr
+        assert "stale state" in down.stdout and "nothing was signalled" in down.stdout
+        assert victim.poll() is None and not _group_gone(victim.pid)
+        assert not state.exists()
+        saved = json.loads((root / "results" / "boots" / "20260101-000000-tiny-cpu.cb-0000" / "boot.json").read_text())
+        assert saved["status"] == "stopped" and saved["error"].startswith("stale state")
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_up_removes_a_stale_state_and_does_not_touch_its_pid(rig_dirs):
+    env, root = rig_dirs
+    victim = _victim()
+    try:
+        now = kernel.identity(victim.pid)
+        _stale_state(root, victim.pid, kernel.Identity(now.start_ticks + 7, now.kernel_boot))
+        up = rig_cli("up", "tiny-cpu", "--port", str(free_port()), env=env)
+        assert up.returncode == 0, up.stderr
+        assert "removing the stale state of boot 20260101-000000-tiny-cpu.cb-0000" in up.stderr
+        assert victim.poll() is None
+    finally:
+        rig_cli("down", "tiny-cpu", env=env)
+        victim.kill()
+        victim.wait()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_signal_during_up_stops_the_server_and_fails_the_boot(rig_dirs, signum):
+    env, root = rig_dirs
+    state = root / "state" / "tiny-cpu.json"
+    up = subprocess.Popen([sys.executable, "-m", "rig", "up", "tiny-cpu", "--port", str(free_port())], cwd=REPO,
+                          env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (state.exists() and json.loads(state.read_text()).get("pid_start_ticks")):
+        assert up.poll() is None and time.monotonic() < deadline, up.communicate()
+        time.sleep(0.05)
+    pid = json.loads(state.read_text())["pid"]
+    up.send_signal(signum)
+    _, stderr = up.communicate(timeout=60)
+    assert up.returncode == 128 + signum, stderr
+    assert f"rig: stopped by {signal.Signals(signum).name}" in stderr and "Traceback" not in stderr
+    assert _group_gone(pid) and not state.exists()
+    record = json.loads(next((root / "results" / "boots").glob("*/boot.json")).read_text())
+    assert record["status"] == "failed" and signal.Signals(signum).name in record["error"]
+
+
+def test_broken_state_files_are_one_line(rig_dirs):
+    env, root = rig_dirs
+    state = _stale_state(root, 999_999_999, None)
+    whole = json.loads(state.read_text())
+    variants = {
+        "truncated": state.read_text()[:120],
+        "extended": json.dumps({**whole, "injected": "x"}),
+        "pid as text": json.dumps({**whole, "pid": "1"}),
+        "pid as bool": json.dumps({**whole, "pid": True}),
+        "missing field": json.dumps({k: v for k, v in whole.items() if k != "boot_dir"}),
+        "not an object": "[]",
+        "empty": "",
+        "binary": "\udcff\x00",
+    }
+    for case, text in variants.items():
+        state.write_bytes(text.encode(errors="surrogateescape"))
+        for command in ("status", "down", "logs"):
+            result = rig_cli(command, "tiny-cpu", env=env) if command != "status" else rig_cli("status", env=env)
+            output = result.stdout + result.stderr
+            assert "Traceback" not in output, (case, command, output)
+            assert result.returncode in (1, 2), (case, command, output)
+            assert f"{state}: " in output and "not a complete boot record" in output, (case, command, output)
+            assert len(output.strip().splitlines()) == 1, (case, command, output)
+        assert state.exists(), "a state rig cannot read is never deleted silently"
+
+
+def test_missing_boot_log_is_one_line(rig_dirs):
+    env, root = rig_dirs
+    _stale_state(root, 999_999_999, None)
+    result = rig_cli("logs", "tiny-cpu", env=env)
+    assert result.returncode == 2 and "has no server log" in result.stderr and "boot.json" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_compose_record_without_container_is_one_line(rig_dirs, monkeypatch, capsys):
+    """`rig status` on a compose boot whose container is gone: one line, no traceback."""
+    import types
+
+    import rig.boot.base as base
+    import rig.boot.compose as compose
+    from rig.cli import main
+
+    env, root = rig_dirs
+    state = _stale_state(root, 1, None)
+    record = json.loads(state.read_text())
+    state.write_text(json.dumps({**record, "driver": "compose", "pid": None, "compose_project": "rig-tiny-cpu-cb"}))
+    client = types.SimpleNamespace(containers=types.SimpleNamespace(list=lambda **kwargs: []))
+    monkeypatch.setattr(compose, "docker_client", lambda: client)
+    monkeypatch.setattr(base, "STATE_DIR", root / "state")
+    assert main(["status"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and "DOWN (tiny-cpu:cb: compose started no container)" in out[0], out

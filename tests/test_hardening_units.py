@@ -1,0 +1,197 @@
+"""The shared helpers of issue #12: atomic writes, redaction, process identity, strict YAML."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import types
+
+import pytest
+
+from rig.atomic import write_text_atomic
+from rig.boot import process as kernel
+from rig.secrets import REDACTED, recordable_keys, redact, redact_for, split_recordable
+from rig.strict_yaml import YamlRefused, load_strict
+
+
+def test_atomic_write_replaces_whole_and_keeps_the_mode(tmp_path):
+    path = tmp_path / "sub" / "state.json"
+    write_text_atomic(path, "first")
+    assert path.read_text() == "first"
+    os.chmod(path, 0o600)
+    write_text_atomic(path, "second ü")
+    assert path.read_text(encoding="utf-8") == "second ü" and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert sorted(p.name for p in path.parent.iterdir()) == ["state.json"]  # no temp file left
+
+
+def test_atomic_write_interrupted_leaves_the_old_file(tmp_path, monkeypatch):
+    path = tmp_path / "boot.json"
+    write_text_atomic(path, "complete old record")
+
+    def crash(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(KeyboardInterrupt):
+        write_text_atomic(path, "new record that never lands")
+    assert path.read_text() == "complete old record"
+    assert [p.name for p in tmp_path.iterdir()] == ["boot.json"]
+
+
+def test_atomic_write_killed_mid_write_never_truncates(tmp_path):
+    """A writer SIGKILLed in a loop of large writes: the file always parses as one whole version."""
+    path = tmp_path / "big.txt"
+    script = (f"import sys; sys.path.insert(0, {str(os.getcwd())!r}); from rig.atomic import write_text_atomic\n"
+              f"i = 0\nwhile True:\n    i += 1\n    write_text_atomic({str(path)!r}, str(i % 10) * 2_000_000)\n")
+    writer = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        seen = set()
+        while len(seen) < 3:
+            if path.exists():
+                text = path.read_text()
+                assert len(text) == 2_000_000 and len(set(text)) == 1
+                seen.add(text[0])
+    finally:
+        writer.kill()
+        writer.wait()
+    text = path.read_text()
+    assert len(text) == 2_000_000 and len(set(text)) == 1
+
+
+def test_redact_keeps_only_allowed_values():
+    env = {"HF_TOKEN": "hf_secret", "RIG_TOKEN_DELAY_MS": "5", "OMP_NUM_THREADS": "2", "RIG_IMAGE_TAG": "v2"}
+    assert redact(env, {"RIG_TOKEN_DELAY_MS"}) == {"HF_TOKEN": REDACTED, "RIG_TOKEN_DELAY_MS": "5",
+                                                   "OMP_NUM_THREADS": REDACTED, "RIG_IMAGE_TAG": REDACTED}
+    assert env["HF_TOKEN"] == "hf_secret"  # a copy, the input is untouched
+
+    from rig.recipe import load
+
+    resolved = load("tiny-cpu")
+    allowed = recordable_keys(resolved)
+    assert {"RIG_TOKEN_DELAY_MS", "DSV41_SHARED_PAD_K", "DSV41_SHARED_PAD_BUF_ROWS", "RIG_W4A8_PAD", "RIG_MXFP8_B12X",
+            "OMP_NUM_THREADS", "TOKENIZERS_PARALLELISM", "RIG_IMAGE_TAG"} <= allowed
+    assert "HF_TOKEN" not in allowed and "RIG_API_KEY" not in allowed
+    assert redact_for(resolved, env) == {**env, "HF_TOKEN": REDACTED}
+    recordable, secret = split_recordable(env, allowed)
+    assert secret == {"HF_TOKEN": "hf_secret"} and "HF_TOKEN" not in recordable
+
+
+def test_process_identity_tells_a_reused_pid_apart():
+    child = subprocess.Popen(["sleep", "30"], start_new_session=True, env={**os.environ, "RIG_BOOT_ID": "boot-a"})
+    try:
+        me = kernel.identity(child.pid)
+        assert me is not None and me.kernel_boot == kernel.kernel_boot_time()
+        assert abs(me.started - __import__("time").time()) < 30
+        assert kernel.check(child.pid, me, "boot-a") == ("ours", f"pid {child.pid} is boot boot-a")
+        verdict, why = kernel.check(child.pid, kernel.Identity(me.start_ticks - 1, me.kernel_boot), "boot-a")
+        assert verdict == "other" and "another process" in why
+        verdict, why = kernel.check(child.pid, me, "boot-b")
+        assert verdict == "other" and "RIG_BOOT_ID=boot-a" in why
+        assert kernel.check(child.pid, None, "boot-a")[0] == "other"
+        assert kernel.process_group(child.pid) == child.pid and kernel.group_alive(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert kernel.check(child.pid, me, "boot-a")[0] == "gone" and kernel.identity(child.pid) is None
+
+
+def test_process_identity_with_a_parenthesis_in_the_command_name(tmp_path):
+    odd = tmp_path / "a) b ("
+    odd.symlink_to("/bin/sleep")
+    child = subprocess.Popen([str(odd), "30"])
+    try:
+        assert kernel.identity(child.pid) is not None and kernel.process_group(child.pid) == os.getpgid(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+
+
+@pytest.mark.parametrize("data,problem", [
+    (b"a: 1\nb: 2\na: 3\n", "duplicate key 'a' (first on line 1)"),
+    (b"a:\n  x: 1\n  x: 2\n", "duplicate key 'x'"),
+    (b"a: &x [1]\nb: *x\n", "aliases"),
+    (b"\xef\xbb\xbfa: 1\n\xff", "not UTF-8"),
+])
+def test_strict_yaml_refuses(data, problem):
+    with pytest.raises(YamlRefused, match=problem.replace("(", r"\(").replace(")", r"\)")):
+        load_strict(data)
+
+
+def test_b12x_falls_back_on_flashinfers_own_exception(monkeypatch):
+    """FlashInfer's backend_requirement raises flashinfer.utils.BackendSupportedError (an
+    Exception, not a RuntimeError) for an unsupported backend or compute capability."""
+    import torch
+
+    from rig_adapters.adapters import mxfp8_b12x
+    from rig_adapters.registry import BY_NAME
+    from rig_adapters.runtime import AdapterContext
+
+    class BackendSupportedError(Exception):
+        pass
+
+    class LibraryError(Exception):
+        pass
+
+    utils = types.ModuleType("flashinfer.utils")
+    utils.BackendSupportedError, utils.LibraryError = BackendSupportedError, LibraryError
+    monkeypatch.setitem(sys.modules, "flashinfer", types.ModuleType("flashinfer"))
+    monkeypatch.setitem(sys.modules, "flashinfer.utils", utils)
+    mxfp8_b12x.refusal_errors.cache_clear()
+    monkeypatch.setattr(mxfp8_b12x, "device_capability", lambda device: (12, 0))
+    mxfp8_b12x.REJECTED.clear()
+    calls = []
+
+    def upstream(input, weight, weight_scale, input_scale=None, bias=None, output_dtype=None, backend="cutlass", pin_tactic=False):
+        calls.append(backend)
+        if backend == "b12x":
+            raise BackendSupportedError("mm_mxfp8 does not support backend 'b12x' with capability 120")
+        return "stock"
+
+    try:
+        spec = BY_NAME["mxfp8_b12x"]
+        module = types.SimpleNamespace(flashinfer_mxfp8_blockscaled_linear=upstream)
+        mxfp8_b12x.install_linear(AdapterContext(spec, spec.targets[0], module))
+        assert module.flashinfer_mxfp8_blockscaled_linear(torch.randn(2, 640), torch.zeros(256, 640), None) == "stock"
+        assert calls == ["b12x", "cutlass"] and (256, 640) in mxfp8_b12x.REJECTED
+        assert BackendSupportedError in mxfp8_b12x.refusal_errors() and LibraryError in mxfp8_b12x.refusal_errors()
+    finally:
+        mxfp8_b12x.REJECTED.clear()
+        mxfp8_b12x.refusal_errors.cache_clear()
+
+
+def test_b12x_fallback_without_flashinfer_is_the_builtins(monkeypatch):
+    from rig_adapters.adapters import mxfp8_b12x
+
+    monkeypatch.setitem(sys.modules, "flashinfer", None)  # import flashinfer -> ImportError
+    mxfp8_b12x.refusal_errors.cache_clear()
+    try:
+        assert mxfp8_b12x.refusal_errors() == (RuntimeError, ValueError, NotImplementedError)
+    finally:
+        mxfp8_b12x.refusal_errors.cache_clear()
+
+
+def test_compose_override_passes_a_secret_through_the_process_environment(tmp_path):
+    """What compose.py's override should do: the container gets the value, the file does not."""
+    import json
+
+    import yaml
+    from test_render import compose_binary
+
+    from rig.secrets import compose_environment
+
+    planted = "sk-planted-compose-$1"
+    entries, process_env = compose_environment({"HF_TOKEN": planted, "RIG_TOKEN_DELAY_MS": "5$"}, {"RIG_TOKEN_DELAY_MS"})
+    assert entries == ["RIG_TOKEN_DELAY_MS=5$$", "HF_TOKEN"] and process_env == {"HF_TOKEN": planted}
+    base = tmp_path / "compose.yaml"
+    base.write_text(yaml.safe_dump({"services": {"server": {"image": "x", "environment": {"A": "1"}}}}))
+    override = tmp_path / "compose.override.yaml"
+    override.write_text(yaml.safe_dump({"services": {"server": {"environment": entries}}}))
+    assert planted not in override.read_text()
+    result = subprocess.run([compose_binary(), "-f", str(base), "-f", str(override), "config", "--format", "json"],
+                            capture_output=True, text=True, env={**os.environ, **process_env}, check=False)
+    assert result.returncode == 0, result.stderr
+    environment = json.loads(result.stdout)["services"]["server"]["environment"]
+    literal = {key: value.replace("$$", "$") for key, value in environment.items()}  # `config` prints $ escaped
+    assert literal == {"A": "1", "HF_TOKEN": planted, "RIG_TOKEN_DELAY_MS": "5$"}
