@@ -18,6 +18,8 @@ ARMS ?= before:RIG_TOKEN_DELAY_MS=0 after:RIG_TOKEN_DELAY_MS=5
 BOOTS ?= 4
 ROUNDS ?= 3
 SIZE ?=
+TARGET ?=
+MAX_BOOTS ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help setup render lint test demo build up down logs status loadtest compare audit adapters validate lab lab-down rehearse
@@ -48,7 +50,7 @@ lint: setup ## ruff, recipe validation, freshness of rendered files
 
 test: setup ## the test suite (what CI runs)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q --durations=15
 
 demo: setup ## boot tiny-cpu, stream a chat, load test, compare, shut down
 	$(RIG) demo
@@ -71,8 +73,9 @@ status: setup ## what is up
 loadtest: setup ## Locust load test against RECIPE (SCENARIO= to pick)
 	$(RIG) loadtest $(RECIPE) $(if $(SCENARIO),--scenario $(SCENARIO),) $(if $(SIZE),--$(SIZE),)
 
-compare: setup ## before/after comparison across boots (ARMS=, BOOTS=, ROUNDS=)
-	$(RIG) compare $(RECIPE) $(foreach a,$(ARMS),--arm $(a)) --boots $(BOOTS) --rounds $(ROUNDS) $(if $(SIZE),--$(SIZE),)
+compare: setup ## before/after comparison across boots (ARMS=, BOOTS=, ROUNDS=, TARGET=1 MAX_BOOTS=8)
+	$(RIG) compare $(RECIPE) $(foreach a,$(ARMS),--arm $(a)) --boots $(BOOTS) --rounds $(ROUNDS) $(if $(SIZE),--$(SIZE),) \
+	  $(if $(TARGET),--target $(TARGET),) $(if $(MAX_BOOTS),--max-boots $(MAX_BOOTS),)
 
 audit: setup ## GEMM shape audit of a recipe against backend constraints
 	$(RIG) audit $(RECIPE)

@@ -52,8 +52,14 @@ def test_identical_arms_give_no_verdict_and_a_failed_boot_is_voided(results_dir)
     # checks void the boot instead of measuring an unpatched server.
     out, analysis = compare("tiny-cpu", ["a:RIG_TOKEN_DELAY_MS=0", "b:RIG_TOKEN_DELAY_MS=0", "broken:@delay,RIG_TOKEN_DELAY_MS=abc"],
                             None, boots=2, rounds=2, scenarios=["prose-c1"], small=True, workers=1, resume=None, progress=False,
-                            duration_s=3.0)
+                            duration_s=3.0, goodput="ttft<=2s,tpot<=50ms")
     verdict = analysis.scenarios["prose-c1"].vs["b"].verdict
+    # Latency deltas with intervals (lower is better) and goodput per arm sit beside the headline.
+    latency = analysis.scenarios["prose-c1"].latency["ttft_p50_ms"]["b"]
+    assert latency.pairs == 2 and latency.ci_pct is not None and not latency.higher_is_better
+    goodput = analysis.scenarios["prose-c1"].goodput
+    assert goodput["a"] and goodput["b"] and goodput["broken"] is None
+    assert "goodput" in (out / "compare.md").read_text() and "ttft_p50_ms" in (out / "compare.md").read_text()
     assert verdict not in ("faster", "slower"), analysis.scenarios["prose-c1"].vs["b"]
     greedy = analysis.greedy
     assert greedy["status"] == "identical", greedy

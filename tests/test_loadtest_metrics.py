@@ -90,6 +90,11 @@ def test_c1_metrics_match_the_known_timing(timed_target, tmp_path):
     # The window opens after the first request (first token + one lifetime): steady state at c=1.
     assert metrics["window"]["steady"] and metrics["window"]["start"] > metrics["window"]["run_start"] + TTFT
     assert summary.client["valid"], summary.client
+    # The server's own /metrics, scraped during the run: one stream running, its token rate.
+    server = summary.observations["server"]["metrics"]
+    assert server["running_requests"]["max"] == 1 and server["waiting_requests"]["max"] == 0
+    assert within(server["generation_tokens_per_s"]["rate"], 21 / (TTFT + 20 * ITL), 0.15), server
+    assert summary.observations["timeline"] == "timeline.png" and (tmp_path / "run" / "timeline.png").stat().st_size > 10_000
     assert summary.provenance["boot_id"] == "timed-test" and summary.schema == 2 and not summary.problems()
     for name in ("summary.json", "summary.csv", "summary.md", "config.json"):
         assert (tmp_path / "run" / name).exists()

@@ -57,6 +57,8 @@ class BootRecord:
     compose_project: str | None = None
     compose_files: list[str] = field(default_factory=list)
     image: dict[str, Any] = field(default_factory=dict)
+    # The host as this boot found it (rig.observe.fingerprint): comparisons check boots against it.
+    fingerprint: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
 
     def save(self) -> None:
@@ -218,8 +220,18 @@ def await_healthy(driver: BootDriver, record: BootRecord, serving: Any, progress
         raise
     record.status = "healthy"
     record.served_model = served_model(record.base_url)
+    record.fingerprint = boot_fingerprint(record)
     remember(record)
     return record
+
+
+def boot_fingerprint(record: BootRecord) -> dict[str, Any]:
+    """Driver, GPUs, power limits, clocks policy, PCIe, NUMA, NCCL environment, the image that runs
+    and the adapter manifests' hashes, taken once the boot is healthy."""
+    from rig.observe.fingerprint import host_fingerprint, manifest_hashes
+
+    return host_fingerprint({"image_id": record.image.get("id"), "image_digests": record.image.get("digests"),
+                             "adapter_manifests": manifest_hashes(record.manifest_dir)})
 
 
 class BootDriver(Protocol):

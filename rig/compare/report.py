@@ -303,7 +303,9 @@ def markdown(analysis: Analysis) -> str:
     if differences:
         lines.append("\nFingerprint differences between boots: " + "; ".join(
             f"{d['field']} ({d['class']})" for d in differences[:20]))
-    lines.append("\nBoot to healthy: " + ", ".join(f"{k} {v:.1f}s" for k, v in analysis.boot_to_healthy_s.items() if v))
+    healthy = [f"{k} {v:.1f}s" for k, v in analysis.boot_to_healthy_s.items() if v]
+    if healthy:
+        lines.append("\nBoot to healthy: " + ", ".join(healthy))
     for arm, only in analysis.boot_log_diff.items():
         if only:
             lines.append(f"\nBoot-log lines only in {arm}:\n" + "\n".join(f"    {line[:200]}" for line in only[:20]))
@@ -322,8 +324,10 @@ def plot(analysis: Analysis, path: Path) -> None:
     arms = [a["name"] for a in analysis.plan["arms"]]
     colours = {arm: f"C{i}" for i, arm in enumerate(arms)}
     scenarios = analysis.scenarios
-    figure, axes = plt.subplots(len(scenarios), 2, figsize=(11, 3.4 * len(scenarios)), squeeze=False,
-                                gridspec_kw={"width_ratios": [3, 1]})
+    rows_per_scenario = (len(arms) - 1) * (1 + len(LATENCY))  # the effect panel lists headline and latency rows
+    height = max(4.2, 0.3 * rows_per_scenario + 1.6)
+    figure, axes = plt.subplots(len(scenarios), 2, figsize=(13, height * len(scenarios)), squeeze=False,
+                                gridspec_kw={"width_ratios": [2.2, 1]})
     for (left, right), (name, result) in zip(axes, scenarios.items()):
         labels = []
         for x, boot in enumerate(analysis.timeline):
@@ -344,7 +348,10 @@ def plot(analysis: Analysis, path: Path) -> None:
             low, high = min(means), max(means)
             left.set_ylim(max(0.0, low - 0.15 * (high - low + 1e-9) - 0.05 * high), high + 0.15 * (high - low + 1e-9) + 0.02 * high)
         left.legend(handles=[Patch(color=colours[a], alpha=0.6, label=a) for a in arms], fontsize=7, loc="lower right")
-        for y, (arm, c) in enumerate(result.vs.items()):
+        rows = [(f"{arm} vs {arms[0]}\n{result.headline}", arm, c) for arm, c in result.vs.items()]
+        rows += [(f"{arm}: {name}\n(lower is better)", arm, c) for name, per_arm in result.latency.items()
+                 for arm, c in per_arm.items() if c.delta_pct is not None]
+        for y, (_, arm, c) in enumerate(rows):
             if c.delta_pct is None:
                 continue
             if c.ci_pct:
@@ -352,13 +359,14 @@ def plot(analysis: Analysis, path: Path) -> None:
                                color=colours[arm], capsize=4)
             else:
                 right.plot([c.delta_pct], [y], "o", color=colours[arm], mfc="none")
-            if c.noise.boot_sd_pct:
-                right.axvspan(-c.noise.boot_sd_pct, c.noise.boot_sd_pct, color="0.85", zorder=0)
+        headline_noise = [c.noise.boot_sd_pct for _, _, c in rows[: len(result.vs)] if c.noise.boot_sd_pct]
+        if headline_noise:
+            right.axvspan(-max(headline_noise), max(headline_noise), color="0.85", zorder=0)
         right.axvline(0, color="k", lw=0.8)
-        right.set_yticks(range(len(result.vs)), [f"{arm}\nvs {arms[0]}" for arm in result.vs], fontsize=7)
-        right.set_ylim(-0.8, len(result.vs) - 0.2)
+        right.set_yticks(range(len(rows)), [label for label, _, _ in rows], fontsize=7)
+        right.set_ylim(len(rows) - 0.5, -0.5)
         right.set_xlabel("delta % (95% CI); grey: +-1 boot sd")
-        right.set_title("effect")
+        right.set_title("effect: headline, then latency")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)

@@ -11,10 +11,9 @@ import io
 import json
 import time
 from pathlib import Path
-from typing import Any
 
 from rig.atomic import write_text_atomic
-from rig.boot import BootFailed, current_boot, driver_for, driver_named
+from rig.boot import BootFailed, driver_for, driver_named
 from rig.boot import base as boot_base
 from rig.boot.base import BootRecord
 from rig.boot.checks import check_boot, read_manifests
@@ -55,22 +54,24 @@ def _in_progress(out: Path, index: int, arm: Arm) -> Path:
     return out / "boots" / f"{index:02d}-{arm.name}.in-progress.json"
 
 
-def stop_leftover(out: Path, index: int, arm: Arm) -> str | None:
-    """A killed attempt can leave its server running: stop it (only if it is that very boot)."""
+def stop_leftover(out: Path, index: int, arm: Arm, recipe: str) -> str | None:
+    """A killed attempt can leave its server running: stop it, and only it (its boot id, or, when
+    the kill came before the boot had one, this recipe's boot that started after the attempt)."""
     marker = _in_progress(out, index, arm)
     if not marker.exists():
         return None
     try:
-        boot_id = json.loads(marker.read_text()).get("boot_id")
-    except ValueError:
-        boot_id = None
+        data = json.loads(marker.read_text())
+        boot_id, since = data.get("boot_id"), float(data.get("since", 0.0))
+    except (ValueError, TypeError, AttributeError):
+        boot_id, since = None, float("inf")
     note = None
     for path in sorted(boot_base.STATE_DIR.glob("*.json")):
         try:
             record = BootRecord.load(path)
-        except (ValueError, TypeError, OSError):
+        except (ValueError, TypeError, OSError, RigError):
             continue
-        if boot_id and record.boot_id == boot_id:
+        if record.boot_id == boot_id or (boot_id is None and record.recipe == recipe and record.started >= since):
             driver_named(record.driver).down(record)
             note = f"stopped {record.boot_id}, left running by an interrupted attempt"
     marker.unlink(missing_ok=True)
@@ -85,16 +86,17 @@ def run_boot(plan: ComparePlan, index: int, block: int, arm: Arm, out: Path, pro
     entry = BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=arm is plan.control,
                       attempt=attempt, started=time.time())
     marker = _in_progress(out, index, arm)
-    write_text_atomic(marker, json.dumps({"attempt": attempt, "boot_id": None}))
+    since = time.time()
+    write_text_atomic(marker, json.dumps({"attempt": attempt, "boot_id": None, "since": since}))
     try:
         record = driver.up(base, overlay=arm.overlay(), progress=progress)
     except BootFailed as error:
         entry.voided, entry.problems = True, [str(error)]
         marker.unlink(missing_ok=True)
         return entry
-    write_text_atomic(marker, json.dumps({"attempt": attempt, "boot_id": record.boot_id}))
+    write_text_atomic(marker, json.dumps({"attempt": attempt, "boot_id": record.boot_id, "since": since}))
     entry.boot_id, entry.healthy_after_s, entry.log_path = record.boot_id, record.healthy_after_s, record.log_path
-    entry.fingerprint = fingerprint_of(record)
+    entry.fingerprint = record.fingerprint
     try:
         check = check_boot(record, resolved, arm.overlay())
         entry.check = check.to_json()
@@ -122,16 +124,6 @@ def run_boot(plan: ComparePlan, index: int, block: int, arm: Arm, out: Path, pro
         driver.down(record)
         marker.unlink(missing_ok=True)
     return entry
-
-
-def fingerprint_of(record: BootRecord) -> dict[str, Any]:
-    """The boot's host fingerprint: what the comparison checks every boot for (a power limit or a
-    driver that changed between arms voids it), with the image that ran and the adapter manifests."""
-    from rig.observe.fingerprint import host_fingerprint, manifest_hashes
-
-    image = record.image or {}
-    return host_fingerprint({"image_id": image.get("id"), "image_digests": image.get("digests"),
-                             "adapter_manifests": manifest_hashes(record.manifest_dir)})
 
 
 def run_compare(plan: ComparePlan, out: Path, progress: bool = True) -> list[BootEntry]:
@@ -181,7 +173,7 @@ def _run_order(plan: ComparePlan, out: Path, progress: bool) -> list[BootEntry]:
                 continue
             except (ValueError, TypeError, KeyError):
                 path.rename(path.with_suffix(".unreadable"))  # a truncated entry: redo the boot
-        leftover = stop_leftover(out, index, arm)
+        leftover = stop_leftover(out, index, arm, plan.recipe)
         if progress:
             print(f"compare: boot {index + 1}/{len(order)}: {arm.name} ({arm.spec}), block {block}"
                   + (f" ({leftover})" if leftover else ""))
@@ -197,6 +189,3 @@ def _run_order(plan: ComparePlan, out: Path, progress: bool) -> list[BootEntry]:
 def compare_root() -> Path:
     return boot_base.RESULTS_DIR / "compare" / time.strftime("%Y%m%d-%H%M%S")
 
-
-def leftover_boot(recipe: str) -> BootRecord | None:
-    return current_boot(recipe)
