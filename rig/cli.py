@@ -327,7 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=3, help="measured rounds per boot (default 3)")
     p.add_argument("--target", type=float, help="keep adding boot pairs until every headline 95%% interval is within "
                    "+-TARGET percent (e.g. 1), up to --max-boots")
-    p.add_argument("--max-boots", type=int, help="with --target: the most boot pairs to run (default: --boots)")
+    p.add_argument("--max-boots", type=int, help="with --target: the most boot pairs to run (default: twice --boots)")
     p.add_argument("--goodput", help="SLOs for goodput, e.g. ttft<=2s,tpot<=50ms (vLLM's --goodput)")
     p.add_argument("--accept-fingerprint", action="append", help="a host fingerprint field allowed to differ between "
                    "boots (glob, e.g. 'gpus.*.power_limit_w'); any other condition difference voids the comparison")

@@ -115,3 +115,40 @@ def test_one_pair_gets_no_interval_and_says_how_many_more():
     result = compare_boots({0: [100.0, 101.0, 99.0]}, {0: [95.0, 96.0, 94.0]})
     assert result.ci_pct is None and result.verdict.startswith("not enough boots: 1 more pair")
     assert result.delta_pct == pytest.approx(-5.0, abs=0.01)
+
+
+def add_pair(rng: np.random.Generator, baseline: dict, arm: dict, block: int, effect: float) -> None:
+    drift = rng.normal(0, DRIFT_SD)
+    baseline[block] = list(100 * np.exp(drift + rng.normal(0, 0.01) + rng.normal(0, 0.01, ROUNDS)))
+    arm[block] = list(100 * np.exp(effect + drift + rng.normal(0, 0.01) + rng.normal(0, 0.01, ROUNDS)))
+
+
+def test_target_mode_keeps_its_coverage():
+    """`--target` is Stein's two-stage procedure: the first MIN_PAIRS_FOR_TARGET pairs alone fix how
+    many pairs run and give the interval its sd and df. Simulated with the functions the run loop
+    uses (target 2%, boot sd 1%, at most 12 pairs): coverage and false verdicts hold their 95%."""
+    from rig.compare.stats import MIN_PAIRS_FOR_TARGET
+
+    rng = np.random.default_rng(99)
+    runs = 1000
+    results = {}
+    for true_pct in (0.0, 2.0):
+        covered = decided = 0
+        effect = math.log1p(true_pct / 100)
+        for _ in range(runs):
+            baseline: dict[int, list[float]] = {}
+            arm: dict[int, list[float]] = {}
+            for block in range(MIN_PAIRS_FOR_TARGET):
+                add_pair(rng, baseline, arm, block, effect)
+            first = compare_boots(baseline, arm, target_pct=2.0, first_stage=MIN_PAIRS_FOR_TARGET)
+            while len(baseline) < min(12, first.pairs_for_target):
+                add_pair(rng, baseline, arm, len(baseline), effect)
+            result = compare_boots(baseline, arm, target_pct=2.0, first_stage=MIN_PAIRS_FOR_TARGET)
+            covered += result.ci_pct[0] <= true_pct <= result.ci_pct[1]
+            decided += result.verdict in ("faster", "slower")
+        results[true_pct] = (covered / runs, decided / runs)
+    print(f"\ntarget mode (Stein, 2%, boot sd 1%): coverage {100 * results[0.0][0]:.1f}% / {100 * results[2.0][0]:.1f}%, "
+          f"false verdicts {100 * results[0.0][1]:.1f}%, power at 2% {100 * results[2.0][1]:.1f}%")
+    slack = 2.5 * math.sqrt(0.05 * 0.95 / runs)
+    assert results[0.0][0] >= 0.93 and results[2.0][0] >= 0.93, results
+    assert results[0.0][1] <= 0.05 + slack, results

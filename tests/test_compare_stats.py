@@ -177,15 +177,24 @@ def test_target_adds_pairs_until_met_or_limit(tmp_path, monkeypatch):
                          rounds=[{"prose-c1": RunResult("prose-c1", "", {"user_decode_tok_s": value}, [])}])
 
     monkeypatch.setattr(compare_run, "run_boot", fake_boot)
-    plan = ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:X=0"), parse_arm("b:X=1")], control=None, boots=2, rounds=1,
-                       scenarios=["prose-c1"], small=True, target_pct=1.0, max_boots=6)
+    plan = ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:X=0"), parse_arm("b:X=1")], control=None, boots=4, rounds=1,
+                       scenarios=["prose-c1"], small=True, target_pct=0.5, max_boots=8, first_stage=4)
     entries = compare_run.run_compare(plan, tmp_path, progress=False)
     from rig.compare.report import analyze
 
-    analysis = analyze(ComparePlan.read(tmp_path), entries)
-    assert analysis.target["met"] and 2 < ComparePlan.read(tmp_path).boots <= 6, analysis.target
+    saved = ComparePlan.read(tmp_path)
+    analysis = analyze(saved, entries)
+    # Stein: the first 4 pairs asked for more than the cap; the ABBA order goes on block by block to it.
+    assert saved.planned_pairs == saved.boots == 8 and len(entries) == 16, analysis.target
+    assert not analysis.target["met"] and analysis.target["status"].startswith("limit reached"), analysis.target
+    assert "Stein" in analysis.scenarios["prose-c1"].vs["b"].method
     order = [(e.block, e.arm) for e in entries]
-    assert order[:4] == [(0, "a"), (0, "b"), (1, "b"), (1, "a")] and order[4:6] == [(2, "a"), (2, "b")]
+    assert order[:4] == [(0, "a"), (0, "b"), (1, "b"), (1, "a")] and order[8:10] == [(4, "a"), (4, "b")]
+    loose = ComparePlan(recipe="tiny-cpu", arms=plan.arms, control=None, boots=4, rounds=1, scenarios=["prose-c1"], small=True,
+                        target_pct=3.0, max_boots=8, first_stage=4)
+    entries = compare_run.run_compare(loose, tmp_path / "loose", progress=False)
+    analysis = analyze(ComparePlan.read(tmp_path / "loose"), entries)
+    assert len(entries) == 8 and analysis.target["met"], analysis.target
 
 
 def test_a_planted_fingerprint_difference_voids_the_comparison(tmp_path, monkeypatch):

@@ -9,6 +9,7 @@ from rig.compare.goodput import parse_slos
 from rig.compare.model import ComparePlan
 from rig.compare.report import Analysis, analyze, write_report
 from rig.compare.run import compare_root, run_compare
+from rig.compare.stats import MIN_PAIRS_FOR_TARGET
 from rig.errors import RigError
 from rig.load.command import default_small
 from rig.recipe import load, split_ref
@@ -37,13 +38,19 @@ def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, 
                        f"e.g. --boots {DEFAULT_BOOTS} --rounds {DEFAULT_ROUNDS}")
     if target_pct is not None and target_pct <= 0:
         raise RigError("command line", "--target", f"{target_pct}% is not a positive precision", "e.g. --target 1")
+    if target_pct is not None and max_boots is not None and max_boots < max(boots, MIN_PAIRS_FOR_TARGET):
+        raise RigError("command line", "--max-boots", f"{max_boots} is fewer than --boots or the {MIN_PAIRS_FOR_TARGET} pairs "
+                       "the target is judged from", f"pass --max-boots {max(2 * boots, MIN_PAIRS_FOR_TARGET)} or more")
     controls = [parse_arm(control)] if control else []
     check_arms(name, arms + controls)
     resolved = load(name)
+    if target_pct is not None:
+        boots = max(boots, MIN_PAIRS_FOR_TARGET)  # Stein's first stage
     plan = ComparePlan(recipe=name, arms=arms, control=controls[0] if controls else None, boots=boots, rounds=rounds,
                        scenarios=scenarios or ["prose-c1"], small=default_small(resolved) if small is None else small,
                        workers=workers, duration_s=duration_s, target_pct=target_pct,
-                       max_boots=max(max_boots or boots, boots) if target_pct is not None else None,
+                       max_boots=(max_boots or 2 * boots) if target_pct is not None else None,
+                       first_stage=boots if target_pct is not None else None,
                        slos=parse_slos(goodput), accept_fingerprint=list(accept_fingerprint or []))
     out = Path(resume) if resume else compare_root()
     if resume and not (out / "plan.json").exists():

@@ -31,14 +31,16 @@ class ComparePlan:
     duration_s: float | None = None
     target_pct: float | None = None  # keep adding pairs until every headline interval is this narrow
     max_boots: int | None = None
+    first_stage: int | None = None  # --target: pairs of Stein's first stage (they alone estimate the sd)
+    planned_pairs: int | None = None  # --target: the pairs the first stage's sd asks for, capped at max_boots
     slos: dict[str, float] | None = None  # goodput SLOs in seconds: ttft, tpot, e2e (vLLM's --goodput)
     accept_fingerprint: list[str] = field(default_factory=list)  # fingerprint fields allowed to differ (globs)
     created: float = field(default_factory=time.time)
     schema: int = COMPARE_SCHEMA
 
     def order(self) -> list[tuple[int, Arm]]:
-        order = boot_order(self.arms, self.boots)
-        return order + ([(0, self.control)] if self.control else [])
+        """The control (if any) boots first, so its index stays put when --target adds pairs."""
+        return ([(0, self.control)] if self.control else []) + boot_order(self.arms, self.boots)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

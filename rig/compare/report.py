@@ -13,7 +13,7 @@ import numpy as np
 
 from rig.atomic import write_text_atomic
 from rig.compare.model import COMPARE_SCHEMA, BootEntry, ComparePlan
-from rig.compare.stats import DEFAULT_TARGET_PCT, Comparison, compare_boots
+from rig.compare.stats import DEFAULT_TARGET_PCT, Comparison, compare_boots, target_met
 from rig.load.records import read_records
 from rig.load.scenarios import load_scenario
 from rig.load.summary import HEADLINE, LATENCY
@@ -61,8 +61,14 @@ def greedy_report(entries: list[BootEntry], arms: list[str], control: str | None
               for arm in arms if any(e.arm == arm for e in main)}
     reproducible = {p: all(within[arm].get(p, False) for arm in within) for p in prompts}
     across = {p: len({e.greedy.get(p) for e in main}) == 1 for p in prompts}
+    unmeasured = [arm for arm in arms if not any(e.arm == arm for e in main)]
+    single = [arm for arm in arms if sum(e.arm == arm for e in main) == 1]
     if not prompts:
         status = "not measured (no usable boot)"
+    elif unmeasured:
+        status = f"not measured for {', '.join(unmeasured)} (no usable boot)"
+    elif single:
+        status = f"inconclusive: one usable boot of {', '.join(single)}, so reproducibility within the arm is unknown"
     elif not all(reproducible.values()):
         bad = [p for p, ok in reproducible.items() if not ok]
         status = f"inconclusive: the server is not reproducible within an arm ({', '.join(bad)})"
@@ -170,12 +176,14 @@ def scenario_result(plan: ComparePlan, entries: list[BootEntry], name: str) -> S
     headline = HEADLINE[kind]
     target = plan.target_pct or DEFAULT_TARGET_PCT
     boots = figure_boots(entries, name, headline.name)
-    vs = {arm: compare_boots(boots.get(baseline, {}), boots.get(arm, {}), headline.name, True, target) for arm in arms[1:]}
+    first = plan.first_stage if plan.target_pct is not None else None
+    vs = {arm: compare_boots(boots.get(baseline, {}), boots.get(arm, {}), headline.name, True, target, first_stage=first)
+          for arm in arms[1:]}
     latency = {}
     for figure in LATENCY:
         per = figure_boots(entries, name, figure.name)
-        latency[figure.name] = {arm: compare_boots(per.get(baseline, {}), per.get(arm, {}), figure.name, False, target)
-                                for arm in arms[1:]}
+        latency[figure.name] = {arm: compare_boots(per.get(baseline, {}), per.get(arm, {}), figure.name, False, target,
+                                                   first_stage=first) for arm in arms[1:]}
     goodput: dict[str, float | None] = {}
     for arm in arms:
         values = [r[name].goodput["requests_per_s"] for e in entries if e.arm == arm and not e.voided and not e.control
@@ -183,6 +191,14 @@ def scenario_result(plan: ComparePlan, entries: list[BootEntry], name: str) -> S
         goodput[arm] = float(np.mean(values)) if values else None
     return ScenarioResult(kind=kind, unit=headline.unit, headline=headline.name, vs=vs, latency=latency, goodput=goodput,
                           boots=boots)
+
+
+def planned_pairs(plan: ComparePlan, entries: list[BootEntry]) -> int:
+    """Stein's second stage: the pairs every headline comparison's first-stage sd asks for, capped
+    at max_boots (a comparison with no first-stage sd asks for the cap)."""
+    cap = plan.max_boots or plan.boots
+    wanted = [c.pairs_for_target for name in plan.scenarios for c in scenario_result(plan, entries, name).vs.values()]
+    return min(cap, max([plan.boots] + [cap if w is None else w for w in wanted]))
 
 
 def widest_half_width(plan: ComparePlan, entries: list[BootEntry]) -> float | None:
@@ -203,12 +219,13 @@ def analyze(plan: ComparePlan, entries: list[BootEntry]) -> Analysis:
     target = None
     if plan.target_pct is not None:
         widest = widest_half_width(plan, entries)
-        met = widest is not None and widest <= plan.target_pct
+        met = target_met(widest, plan.target_pct)
         target = {"target_pct": plan.target_pct, "widest_half_width_pct": widest, "pairs": plan.boots,
-                  "max_boots": plan.max_boots, "met": met,
+                  "first_stage": plan.first_stage, "planned_pairs": plan.planned_pairs, "max_boots": plan.max_boots, "met": met,
                   "status": (f"target met: widest interval +-{widest:.2f}% <= {plan.target_pct:g}% after {plan.boots} pair(s)" if met else
                              f"limit reached: widest interval {'unknown' if widest is None else f'+-{widest:.2f}%'} > "
-                             f"{plan.target_pct:g}% after {plan.boots} pair(s) (--max-boots {plan.max_boots})")}
+                             f"{plan.target_pct:g}% after {plan.boots} pair(s) (--max-boots {plan.max_boots}; Stein's "
+                             f"first stage of {plan.first_stage} pairs asked for {plan.planned_pairs})")}
     return Analysis(
         plan=plan.to_json(),
         boots={"planned": len(plan.order()), "used": len(usable),
@@ -327,7 +344,7 @@ def plot(analysis: Analysis, path: Path) -> None:
     rows_per_scenario = (len(arms) - 1) * (1 + len(LATENCY))  # the effect panel lists headline and latency rows
     height = max(4.2, 0.3 * rows_per_scenario + 1.6)
     figure, axes = plt.subplots(len(scenarios), 2, figsize=(13, height * len(scenarios)), squeeze=False,
-                                gridspec_kw={"width_ratios": [2.2, 1]})
+                                gridspec_kw={"width_ratios": [2.2, 1]}, layout="constrained")
     for (left, right), (name, result) in zip(axes, scenarios.items()):
         labels = []
         for x, boot in enumerate(analysis.timeline):
@@ -337,7 +354,8 @@ def plot(analysis: Analysis, path: Path) -> None:
                 left.bar(x, float(np.mean(values)), color=colour, alpha=0.35, width=0.7)
                 left.scatter([x] * len(values), values, color=colour, s=18, zorder=3)
             if boot["voided"]:
-                left.text(x, 0, "voided", rotation=90, ha="center", va="bottom", fontsize=7, color="red")
+                left.text(x, 0.04, "voided", rotation=90, ha="center", va="bottom", fontsize=8, color="red",
+                          transform=left.get_xaxis_transform())
             labels.append(f"{boot['index']}\n{boot['arm']}")
         left.set_xticks(range(len(labels)), labels, fontsize=7)
         left.set_xlabel("boots in time order (index, arm)")
@@ -353,6 +371,7 @@ def plot(analysis: Analysis, path: Path) -> None:
                  for arm, c in per_arm.items() if c.delta_pct is not None]
         for y, (_, arm, c) in enumerate(rows):
             if c.delta_pct is None:
+                right.text(0, y, " no data", va="center", fontsize=7, color="0.4")
                 continue
             if c.ci_pct:
                 right.errorbar([c.delta_pct], [y], xerr=[[c.delta_pct - c.ci_pct[0]], [c.ci_pct[1] - c.delta_pct]], fmt="o",
@@ -367,7 +386,6 @@ def plot(analysis: Analysis, path: Path) -> None:
         right.set_ylim(len(rows) - 0.5, -0.5)
         right.set_xlabel("delta % (95% CI); grey: +-1 boot sd")
         right.set_title("effect: headline, then latency")
-    figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
 

@@ -83,6 +83,7 @@ def run_boot(plan: ComparePlan, index: int, block: int, arm: Arm, out: Path, pro
     resolved = arm.resolve(plan.recipe)
     driver = driver_for(base)
     attempt, runs_dir = _attempt_dir(out, index, arm)
+    runs_dir.mkdir(parents=True)  # an attempt killed while booting still counts as one
     entry = BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=arm is plan.control,
                       attempt=attempt, started=time.time())
     marker = _in_progress(out, index, arm)
@@ -118,8 +119,8 @@ def run_boot(plan: ComparePlan, index: int, block: int, arm: Arm, out: Path, pro
             entry.voided, entry.problems = True, after.problems
         entry.adapter_stats = {name: adapter.get("stats") for manifest in read_manifests(record.manifest_dir)
                                for name, adapter in manifest.get("adapters", {}).items() if adapter.get("stats")}
-    except RigError as error:
-        entry.voided, entry.problems = True, [str(error)]
+    except Exception as error:  # noqa: BLE001 - whatever broke after the boot voids this boot, not the comparison
+        entry.voided, entry.problems = True, [str(error) if isinstance(error, RigError) else f"{type(error).__name__}: {error}"]
     finally:
         driver.down(record)
         marker.unlink(missing_ok=True)
@@ -136,9 +137,11 @@ def run_compare(plan: ComparePlan, out: Path, progress: bool = True) -> list[Boo
         except (ValueError, TypeError, KeyError) as error:
             raise RigError(str(out / "plan.json"), "(file)", f"unreadable comparison plan ({error})",
                            "start a new comparison; this directory's boots stay for reference") from None
-        if [a.spec for a in saved.arms] != [a.spec for a in plan.arms] or saved.scenarios != plan.scenarios:
-            raise RigError(str(out / "plan.json"), "arms/scenarios", "this directory holds a different comparison",
-                           "resume with the same arms and scenarios, or start a new comparison")
+        control = (saved.control.spec if saved.control else None, plan.control.spec if plan.control else None)
+        if ([a.spec for a in saved.arms] != [a.spec for a in plan.arms] or saved.scenarios != plan.scenarios
+                or saved.rounds != plan.rounds or control[0] != control[1]):
+            raise RigError(str(out / "plan.json"), "arms/scenarios/rounds/control", "this directory holds a different comparison",
+                           "resume with the same arms, scenarios, rounds and control, or start a new comparison")
         plan = saved
     else:
         plan.write(out)
@@ -148,18 +151,19 @@ def run_compare(plan: ComparePlan, out: Path, progress: bool = True) -> list[Boo
         entries = _run_order(plan, out, progress)
         if plan.target_pct is None:
             return entries
-        from rig.compare.report import widest_half_width
+        if plan.planned_pairs is None:
+            # Stein's first stage is complete: its sd alone fixes how many pairs to run.
+            from rig.compare.report import planned_pairs
 
-        widest = widest_half_width(plan, entries)
-        if widest is not None and widest <= plan.target_pct:
-            return entries
-        if plan.boots >= (plan.max_boots or plan.boots):
+            plan.planned_pairs = planned_pairs(plan, entries)
+            plan.write(out)
+            if progress:
+                print(f"compare: the first {plan.first_stage} pair(s) ask for {plan.planned_pairs} pair(s) to resolve "
+                      f"+-{plan.target_pct:g}% (at most --max-boots {plan.max_boots})")
+        if plan.boots >= plan.planned_pairs:
             return entries
         plan.boots += 1
         plan.write(out)
-        if progress:
-            shown = "none yet" if widest is None else f"+-{widest:.2f}%"
-            print(f"compare: widest interval {shown} > target {plan.target_pct:g}%: adding boot pair {plan.boots}")
 
 
 def _run_order(plan: ComparePlan, out: Path, progress: bool) -> list[BootEntry]:

@@ -34,6 +34,21 @@ from scipy import stats as scipy_stats
 CONFIDENCE = 0.95
 MIN_PAIRS = 2  # below this there is no variance estimate: no interval, no verdict
 DEFAULT_TARGET_PCT = 1.0  # the effect size the planning line resolves by default
+# `--target` is Stein's two-stage procedure (Stein 1945): a first stage of at least this many pairs
+# estimates the sd of a pair's difference; that estimate alone fixes how many pairs to run, and the
+# final interval uses it with its own degrees of freedom. Adding pairs until the half-width first
+# dips below the target instead favours draws whose sd came out small: simulated at boot sd 1%, it
+# covered 91.5% from 2 pairs and 94.2% from 4, with 5.8% false verdicts; Stein's holds 95%.
+MIN_PAIRS_FOR_TARGET = 4
+
+
+def stein_pairs(sd_first: float, first: int, target_pct: float, confidence: float = CONFIDENCE) -> int:
+    """Pairs whose Stein interval (first-stage sd and df) has a half-width at most the target."""
+    return max(first, math.ceil((t_quantile(first - 1, confidence) * sd_first / log_ratio(target_pct)) ** 2))
+
+
+def target_met(widest_half_width_pct: float | None, target_pct: float) -> bool:
+    return widest_half_width_pct is not None and widest_half_width_pct <= target_pct
 
 
 @lru_cache(maxsize=256)
@@ -133,9 +148,11 @@ def _words(higher_is_better: bool, positive: bool) -> str:
 
 def compare_boots(baseline: dict[int, list[float]], arm: dict[int, list[float]], figure: str = "figure",
                   higher_is_better: bool = True, target_pct: float = DEFAULT_TARGET_PCT,
-                  confidence: float = CONFIDENCE) -> Comparison:
+                  confidence: float = CONFIDENCE, first_stage: int | None = None) -> Comparison:
     """`baseline[block]` / `arm[block]`: the usable round figures of that arm's boot in that ABBA
-    block (a voided boot or one without usable rounds is absent or empty)."""
+    block (a voided boot or one without usable rounds is absent or empty). `first_stage`: the
+    comparison ran under `--target` (Stein's procedure): the sd comes from the pairs of the first
+    `first_stage` blocks only, with their degrees of freedom, and the mean from every pair."""
     baseline = {b: [v for v in values if v and v > 0] for b, values in baseline.items()}
     arm = {b: [v for v in values if v and v > 0] for b, values in arm.items()}
     blocks = sorted(b for b in set(baseline) & set(arm) if baseline[b] and arm[b])
@@ -156,22 +173,28 @@ def compare_boots(baseline: dict[int, list[float]], arm: dict[int, list[float]],
                           pairs_for_target=None, verdict="no data: no boot pair with usable rounds in both arms")
     mean = float(diffs.mean())
     if len(blocks) < MIN_PAIRS:
-        # Planning from the components where possible: a pair's difference has variance
-        # 2 (boot var + round var / R).
-        sd = None
-        if noise.round_sd_pct is not None:
-            boot = (noise.boot_sd_pct or 0.0) / 100
-            sd = math.sqrt(2 * (boot**2 + (noise.round_sd_pct / 100) ** 2 / (noise.rounds_per_boot or 1)))
-        needed = max(MIN_PAIRS, pairs_needed(sd, target_pct, confidence) or MIN_PAIRS) if sd else MIN_PAIRS
+        # Planning from the components when both are known: a pair's difference has variance
+        # 2 (boot var + round var / R). One boot per arm says nothing of the boot variance: unknown.
+        needed = None
+        if noise.round_sd_pct is not None and noise.boot_sd_pct is not None:
+            sd = math.sqrt(2 * ((noise.boot_sd_pct / 100) ** 2 + (noise.round_sd_pct / 100) ** 2 / (noise.rounds_per_boot or 1)))
+            needed = pairs_needed(sd, target_pct, confidence)
         return Comparison(**common, delta_pct=pct(mean), ci_pct=None, half_width_pct=None, pair_sd_pct=None,
                           pairs_for_target=needed,
                           verdict=f"not enough boots: {MIN_PAIRS - len(blocks)} more pair(s) needed for an interval")
     sd = float(diffs.std(ddof=1))
-    half = t_quantile(len(blocks) - 1, confidence) * sd / math.sqrt(len(blocks))
+    df = len(blocks) - 1
+    first = [d for block, d in zip(blocks, diffs) if block < first_stage] if first_stage else []
+    if first_stage and len(first) >= MIN_PAIRS:
+        sd, df = float(np.std(first, ddof=1)), len(first) - 1
+        common["method"] = (f"Stein two-stage: t interval on ln(arm/baseline) of ABBA boot-pair means, {len(blocks)} pair(s), "
+                            f"sd from the {len(first)} first-stage pair(s), {df} df, {100 * confidence:.0f}%")
+    half = t_quantile(df, confidence) * sd / math.sqrt(len(blocks))
     low, high = mean - half, mean + half
     if low > 0 or high < 0:
         verdict = _words(higher_is_better, mean > 0)
     else:
         verdict = f"no difference resolved (the interval spans 0; +-{100 * half:.2f}%)"
+    planned = stein_pairs(sd, df + 1, target_pct, confidence) if first_stage else pairs_needed(sd, target_pct, confidence)
     return Comparison(**common, delta_pct=pct(mean), ci_pct=(pct(low), pct(high)), half_width_pct=100 * half,
-                      pair_sd_pct=100 * sd, pairs_for_target=pairs_needed(sd, target_pct, confidence), verdict=verdict)
+                      pair_sd_pct=100 * sd, pairs_for_target=planned, verdict=verdict)

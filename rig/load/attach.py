@@ -96,7 +96,9 @@ def attach(url: str, ref: str | None, model: str | None, boot_id: str | None) ->
         raise RigError("command line", "--model", f"{base_url} lists no model", "pass --model NAME")
     resolved = load(ref) if ref else None
     engine = resolved.recipe.engine.name if resolved else detect_engine(models)
-    identity = boot_id or container_identity(port) or process_identity(host, port) or metrics_identity(base_url)
+    local = host in ("127.0.0.1", "localhost", "::1")
+    identity = (boot_id or (container_identity(port) if local else None) or process_identity(host, port)
+                or metrics_identity(base_url))
     if identity is None:
         raise RigError("command line", "--boot-id", f"cannot tell which boot of {base_url} this is (no local container or "
                        "process on that port, no process_start_time_seconds in /metrics)",

@@ -113,7 +113,7 @@ class LocustRun:
         """Spawning, the ramp, the time to a steady state (every user's first token plus one request
         lifetime, estimated from this boot's warmup of the scenario), then the measured duration."""
         spawn = self.scenario.users / (self.scenario.spawn_rate or self.scenario.users)
-        return spawn + self.scenario.ramp_s + self.settle_s + self.scenario.duration_s
+        return spawn + max(self.scenario.ramp_s, self.settle_s) + self.scenario.duration_s  # the settle time includes the ramp
 
     def start(self) -> None:
         run_time = f"{max(1, round(self.run_time_s()))}s"
@@ -211,12 +211,13 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
     # Server metrics and GPU telemetry are sampled beside the load, into this run's directory.
     with MetricsScraper(record.base_url, out_dir / SERVER_METRICS, 1.0, os.environ.get("RIG_API_KEY")), \
             GpuSampler(out_dir / GPU_SAMPLES, 0.25) if local else contextlib.nullcontext():
-        run.start()
         try:
+            run.start()
             run.wait(progress)
         except KeyboardInterrupt:
             interrupted = True
-            run.stop()
+        finally:
+            run.stop()  # every Locust process this run started is gone before anything is read
     records = read_records(out_dir)
     raw_clients = []
     for path in sorted(out_dir.glob("client-*.json")):
