@@ -7,12 +7,13 @@ import platform
 import shutil
 import subprocess
 from importlib.metadata import PackageNotFoundError, version
-from pathlib import Path
 from typing import Any
+
+from rig.observe.fingerprint import cpu_model
 
 
 def host_facts() -> dict[str, Any]:
-    facts: dict[str, Any] = {"hostname": platform.node(), "cpu": _cpu_model(), "cpu_count": os.cpu_count(),
+    facts: dict[str, Any] = {"hostname": platform.node(), "cpu": cpu_model(), "cpu_count": os.cpu_count(),
                              "python": platform.python_version(), "platform": platform.platform()}
     try:  # by metadata: importing locust would gevent-monkey-patch this process
         facts["locust"] = version("locust")
@@ -25,13 +26,3 @@ def host_facts() -> dict[str, Any]:
     else:
         facts["gpus"] = []
     return facts
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
