@@ -18,10 +18,14 @@ from rig.compare.command import compare
 pytestmark = pytest.mark.e2e
 
 
+DELAY_MS = 20.0  # the server adds ~0.5-1.5 ms of its own to a longer step: small beside 20 ms, not beside 5
+
+
 def test_gate_off_vs_gate_on_finds_the_injected_delay_and_target_stops(results_dir):
-    """off:@delay,RIG_TOKEN_DELAY_MS=0 vs on:@delay (5 ms per model step): every boot used, "slower",
+    """off:@delay,RIG_TOKEN_DELAY_MS=0 vs on:@delay,RIG_TOKEN_DELAY_MS=20: every boot used, "slower",
     and the interval covers what the adapter reports it injected; --target stops once met."""
-    out, analysis = compare("tiny-cpu", ["off:@delay,RIG_TOKEN_DELAY_MS=0", "on:@delay"], None, boots=2, rounds=1,
+    out, analysis = compare("tiny-cpu", ["off:@delay,RIG_TOKEN_DELAY_MS=0", f"on:@delay,RIG_TOKEN_DELAY_MS={DELAY_MS:g}"], None,
+                            boots=2, rounds=2,
                             scenarios=["prose-c1"], small=True, workers=1, resume=None, progress=False, duration_s=3.0,
                             target_pct=25.0, max_boots=4)
     stats = analysis.scenarios["prose-c1"].vs["on"]
@@ -31,13 +35,13 @@ def test_gate_off_vs_gate_on_finds_the_injected_delay_and_target_stops(results_d
     assert analysis.target["met"] and analysis.target["widest_half_width_pct"] <= 25.0, analysis.target
     boots = [json.loads(p.read_text()) for p in sorted((out / "boots").glob("*-on.json"))]
     injected_ms = sum(b["adapter_stats"]["token_delay"]["injected_ms"]["mean"] for b in boots) / len(boots)
-    assert 5.0 <= injected_ms < 5.0 * 1.1
+    assert DELAY_MS <= injected_ms < DELAY_MS * 1.05
     off = [json.loads(p.read_text()) for p in sorted((out / "boots").glob("*-off.json"))]
     assert all(b["check"]["expected"] == {"token_delay": "off"} for b in off)
     assert all(not b["adapter_stats"] for b in off)
     # Every token costs `injected` more, so tok/s goes from A to 1 / (1/A + injected). In time per
     # token the interval is the range of added milliseconds the data allow; the server pays a little
-    # on top of a longer step (~5% measured), so the interval must meet [injected, 1.1 x injected].
+    # on top of a longer step (0.5-1.5 ms measured), so the interval must meet [injected, 1.1 x injected].
     baseline = stats.baseline_mean
     added = sorted(1000 * (1 / (baseline * (1 + c / 100)) - 1 / baseline) for c in stats.ci_pct)
     assert added[0] <= injected_ms * 1.10 and added[1] >= injected_ms, (added, injected_ms, stats)

@@ -28,7 +28,7 @@ class TimedServer:
         self.ttft, self.itl, self.die_after = ttft, itl, die_after
         self.tokens_per_chunk, self.continuous_usage = tokens_per_chunk, continuous_usage
         self.seen_prompts: set[str] = set()  # a stand-in prefix cache: a repeated prompt is a full hit
-        self.started = time.monotonic()
+        self.first_request: float | None = None  # --die-after counts from here, not from start-up
         self.running = 0  # live streams and tokens sent, for the /metrics page (per process)
         self.generated = 0
 
@@ -92,13 +92,15 @@ class TimedServer:
             writer.write(b"%x\r\n%s\r\n" % (len(data), data))
 
         per_chunk = self.tokens_per_chunk
+        if self.first_request is None:
+            self.first_request = time.monotonic()
         continuous = bool((request.get("stream_options") or {}).get("continuous_usage_stats")) and self.continuous_usage
         chunks = -(-tokens // per_chunk)
         prompt = json.dumps(request.get("messages") or request.get("prompt"))
         cached = 8 if prompt in self.seen_prompts else 0
         self.seen_prompts.add(prompt)
         for index in range(chunks):
-            if self.die_after is not None and time.monotonic() - self.started > self.die_after:
+            if self.die_after is not None and time.monotonic() - self.first_request > self.die_after:  # type: ignore[operator]
                 os._exit(0)  # the fault test: the server dies mid-stream
             carried = min(per_chunk, tokens - index * per_chunk)
             # A chunk leaves when its last token is made: token j at ttft + j * itl.
@@ -145,7 +147,7 @@ def main() -> None:
     parser.add_argument("--ttft", type=float, default=0.5)
     parser.add_argument("--itl", type=float, default=0.02)
     parser.add_argument("--processes", type=int, default=1)
-    parser.add_argument("--die-after", type=float)
+    parser.add_argument("--die-after", type=float, help="exit this many seconds after the first streamed request")
     parser.add_argument("--tokens-per-chunk", type=int, default=1, help="tokens in each chunk (MTP / speculative decoding)")
     parser.add_argument("--no-continuous-usage", action="store_true", help="usage on the last chunk only, whatever is asked")
     args = parser.parse_args()
