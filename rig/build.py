@@ -51,10 +51,11 @@ def build(ref: str, allow_unpinned: bool = False, platform: str | None = None) -
     if render([REPO_ROOT / "recipes" / f"{split_ref(ref)[0]}.yaml"], check=True):
         raise RigError(where, "(rendered files)", "docker/ or compose/ files are stale", "run `make render` and commit")
     platform = platform or resolved.topology.platform
-    lab = is_lab_image(recipe.image.repository)
-    digest = recipe.image.digest_for(platform) or (lab_digests(recipe.image).get(platform) if lab else None)
+    image = recipe.container_image("build")
+    lab = is_lab_image(image.repository)
+    digest = image.digest_for(platform) or (lab_digests(image).get(platform) if lab else None)
     if lab and not digest:
-        raise RigError(where, "image.repository", f"the lab base {recipe.image.repository}:{recipe.image.tag} is not pinned on this machine",
+        raise RigError(where, "image.repository", f"the lab base {image.repository}:{image.tag} is not pinned on this machine",
                        f"run `make lab` and then `rig pin {recipe.name}` (writes .rig/lab/pins.yaml)")
     if not digest and not (allow_unpinned or os.environ.get(ALLOW_UNPINNED_ENV) == "1"):
         raise RigError(where, f"image.digests.{platform}", "the base image is unpinned",

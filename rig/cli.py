@@ -63,7 +63,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(f"FAIL {error}")
             failed += 1
             continue
-        note = " (UNPINNED: run `rig pin` before building)" if recipe.image.unpinned else ""
+        note = " (UNPINNED: run `rig pin` before building)" if recipe.image is not None and recipe.image.unpinned else ""
         variants = f" variants: {', '.join(recipe.variants)}" if recipe.variants else ""
         print(f"ok   {path.relative_to(path.parent.parent) if path.parent.name == 'recipes' else path}{variants}{note}")
     return 1 if failed else 0

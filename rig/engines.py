@@ -40,8 +40,7 @@ class Launch:
 
 
 def _sglang(launch: Launch) -> list[str]:
-    argv = ["python3", "-m", "sglang.launch_server", "--model-path", launch.model_path,
-            "--host", launch.host, "--port", launch.port, "--tp-size", str(launch.tp)]
+    argv = ["--model-path", launch.model_path, "--host", launch.host, "--port", launch.port, "--tp-size", str(launch.tp)]
     if launch.ep > 1:
         argv += ["--ep-size", str(launch.ep)]
     return argv
@@ -53,7 +52,7 @@ def _sglang_multinode(launch: Launch) -> list[str]:
 
 
 def _vllm(launch: Launch) -> list[str]:
-    argv = ["vllm", "serve", launch.model_path, "--host", launch.host, "--port", launch.port,
+    argv = [launch.model_path, "--host", launch.host, "--port", launch.port,
             "--tensor-parallel-size", str(launch.tp), "--decode-context-parallel-size", str(launch.dcp)]
     if launch.ep > 1:
         argv += ["--enable-expert-parallel"]
@@ -61,7 +60,27 @@ def _vllm(launch: Launch) -> list[str]:
 
 
 def _transformers(launch: Launch) -> list[str]:
-    return ["transformers", "serve", launch.model_path, "--host", launch.host, "--port", launch.port]
+    return [launch.model_path, "--host", launch.host, "--port", launch.port]
+
+
+@dataclass(frozen=True)
+class Program:
+    """How the server is started: as the image's console command (`vllm serve`), or through a named
+    interpreter (`python -m vllm.entrypoints.cli.main serve`) when a native recipe names a Python
+    environment. Both reach the same entry point."""
+
+    console: tuple[str, ...]
+    module: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CacheReset:
+    """The POST endpoint that empties the prefix cache, and what the server must have been started
+    with for the route to exist at all (rig never turns that on by itself)."""
+
+    path: str
+    requires_env: dict[str, str] = field(default_factory=dict)
+    why: str = ""
 
 
 @dataclass(frozen=True)
@@ -69,14 +88,23 @@ class Engine:
     name: str
     package: str = field(metadata={"doc": "the distribution on PyPI and in the image (drift check)"})
     gpu: bool = field(metadata={"doc": "needs GPUs: GPU compose settings, digest and gpus_per_node rules"})
-    argv: Callable[[Launch], list[str]] = field(metadata={"doc": "the server command line for one node"})
+    program: Program = field(metadata={"doc": "the command that starts the server (console script or python -m)"})
+    argv: Callable[[Launch], list[str]] = field(metadata={"doc": "the server's arguments for one node, after the program"})
     multinode: Callable[[Launch], list[str]] | None = field(
         default=None, metadata={"doc": "flags added on every node of a multi-node topology; None = unsupported"})
     length_pinning: dict[str, Any] = field(
         default_factory=dict, metadata={"doc": "request fields that make the server generate exactly max_tokens"})
     rounding: str = field(default="", metadata={"doc": "key in rig/audit/engine_rounding.yaml (default: name)"})
-    cache_reset: str | None = field(
-        default=None, metadata={"doc": "POST endpoint that empties the prefix cache (rig loadtest --flush-cache)"})
+    cache_reset: CacheReset | None = field(
+        default=None, metadata={"doc": "how the prefix cache is emptied (rig loadtest --flush-cache)"})
+    report_args: tuple[str, ...] = field(
+        default=(), metadata={"doc": "flags rig always adds so the server reports what rig measures (cached prompt tokens)"})
+    api_key: str | None = field(
+        default=None, metadata={"doc": "how the server takes an API key outside argv: 'env:NAME', 'config-file', or None"})
+    plugin_group: str | None = field(
+        default=None, metadata={"doc": "entry-point group the engine loads in every process (adapters arm through it)"})
+    compile_caches: tuple[tuple[str, str], ...] = field(
+        default=(), metadata={"doc": "(variable, default directory) of each compile/kernel cache: a boot is warm when one holds files"})
 
     def moe_intermediate_multiple(self) -> int:
         """How the engine rounds per-rank MoE shards (rig/audit/engine_rounding.yaml)."""
@@ -84,16 +112,35 @@ class Engine:
         return int(table[self.rounding or self.name]["moe_intermediate_multiple"])
 
 
+# Compile and kernel caches of every torch-based engine: Triton's kernels and Inductor's code
+# (torch/_inductor/runtime/cache_dir_utils.py: /tmp/torchinductor_<user> unless the variable is set).
+_TORCH_CACHES = (("TRITON_CACHE_DIR", "~/.triton/cache"), ("TORCHINDUCTOR_CACHE_DIR", "/tmp/torchinductor_{user}"))
+
 ENGINES: dict[str, Engine] = {
     engine.name: engine
     for engine in (
-        Engine(name="sglang", package="sglang", gpu=True, argv=_sglang, multinode=_sglang_multinode,
-               length_pinning={"ignore_eos": True}, cache_reset="/flush_cache"),
-        Engine(name="vllm", package="vllm", gpu=True, argv=_vllm, length_pinning={"ignore_eos": True},
-               cache_reset="/reset_prefix_cache"),
+        Engine(name="sglang", package="sglang", gpu=True, program=Program(("python3", "-m", "sglang.launch_server"),
+                                                                          ("-m", "sglang.launch_server")),
+               argv=_sglang, multinode=_sglang_multinode, length_pinning={"ignore_eos": True},
+               cache_reset=CacheReset("/flush_cache"), api_key="config-file", plugin_group="sglang.srt.plugins",
+               compile_caches=(("SGLANG_CACHE_DIR", "~/.cache/sglang"), *_TORCH_CACHES)),
+        # vLLM (0.24.0 .. 0.33.0): /reset_prefix_cache is one of the dev routes registered only with
+        # VLLM_SERVER_DEV_MODE=1 (entrypoints/openai/api_server.py), which also opens /sleep,
+        # /collective_rpc, /update_weights...; usage.prompt_tokens_details (cached prompt tokens)
+        # is filled only with --enable-prompt-tokens-details (entrypoints/openai/cli_args.py).
+        Engine(name="vllm", package="vllm", gpu=True, program=Program(("vllm", "serve"), ("-m", "vllm.entrypoints.cli.main", "serve")),
+               argv=_vllm, length_pinning={"ignore_eos": True},
+               cache_reset=CacheReset("/reset_prefix_cache", {"VLLM_SERVER_DEV_MODE": "1"},
+                                      "vLLM registers it only among its dev routes, which also open /sleep, /collective_rpc "
+                                      "and /update_weights to anyone who reaches the port"),
+               report_args=("--enable-prompt-tokens-details",), api_key="env:VLLM_API_KEY",
+               plugin_group="vllm.general_plugins",
+               compile_caches=(("VLLM_CACHE_ROOT", "~/.cache/vllm"), *_TORCH_CACHES)),
         # transformers serve answers 422 to ignore_eos/min_tokens; tiny-cpu's model never emits
-        # EOS, so max_tokens alone fixes its length.
-        Engine(name="transformers", package="transformers", gpu=False, argv=_transformers),
+        # EOS, so max_tokens alone fixes its length. It takes no API key at all.
+        Engine(name="transformers", package="transformers", gpu=False,
+               program=Program(("transformers", "serve"), ("-m", "transformers.cli.transformers", "serve")),
+               argv=_transformers),
     )
 }
 
@@ -105,13 +152,17 @@ def engine(name: str) -> Engine:
     return ENGINES[name]
 
 
-def server_argv(resolved: Resolved, model_path: str, host: str, node_rank: int | None = None) -> list[str]:
-    """The engine's own command line. `host` is the address the server listens on."""
+def server_argv(resolved: Resolved, model_path: str, host: str, node_rank: int | None = None,
+                python: str | None = None) -> list[str]:
+    """The engine's own command line. `host` is the address the server listens on; `python`, when
+    given, starts the engine through that interpreter instead of the console script."""
     recipe, topo = resolved.recipe, resolved.topology
     spec = ENGINES[recipe.engine.name]
     launch = Launch(model_path=model_path, host=host, port=str(recipe.serving.port), tp=topo.tp, ep=topo.ep,
                     dcp=topo.dcp, nodes=topo.nodes, node_rank=node_rank or 0)
-    argv = spec.argv(launch)
+    program = [python, *spec.program.module] if python else list(spec.program.console)
+    argv = program + spec.argv(launch)
     if topo.nodes > 1 and spec.multinode is not None:
         argv += spec.multinode(launch)
-    return argv + resolved.server_args
+    return argv + list(spec.report_args) + resolved.server_args
+

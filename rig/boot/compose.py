@@ -15,6 +15,7 @@ import yaml
 
 from rig.atomic import write_text_atomic
 from rig.boot.base import BootFailed, BootRecord, await_healthy, forget, new_boot, remember
+from rig.engines import ENGINES
 from rig.errors import RigError
 from rig.recipe import REPO_ROOT, Resolved
 from rig.render import compose_path
@@ -48,7 +49,7 @@ class ComposeDriver:
                               capture_output=True, text=True, check=False)
 
     def up(self, resolved: Resolved, overlay: dict[str, str] | None = None, port: int | None = None,
-           progress: bool = True) -> BootRecord:
+           progress: bool = True, cold_caches: bool = False) -> BootRecord:
         client = docker_client()
         if resolved.topology.nodes > 1:
             raise RigError(f"recipes/{resolved.recipe.name}.yaml", "topology.nodes",
@@ -62,6 +63,10 @@ class ComposeDriver:
         # Compose variables (the image tag) select what compose runs; everything else is server environment.
         compose_env = {k: v for k, v in overlay.items() if k in COMPOSE_VARIABLES}
         server_env = {k: v for k, v in overlay.items() if k not in COMPOSE_VARIABLES}
+        if cold_caches:  # fresh directories in the new container's own filesystem, not the shared cache volume
+            engine = ENGINES[resolved.recipe.engine.name]
+            server_env.update({name: f"/tmp/rig-cold-cache/{name.lower()}" for name, _ in engine.compile_caches})
+            record.compile_cache = {"state": "cold"}
         # Values rig may record go into the override; any other (a token) is named there bare and
         # reaches the container through `docker compose`'s own environment, never through a file.
         entries, secret_env = compose_environment({**server_env, "RIG_BOOT_ID": record.boot_id},

@@ -269,7 +269,7 @@ def provenance(target: LoadTarget, run: LocustRun, counter: TokenCounter) -> dic
     if resolved is not None:
         recipe = resolved.recipe
         described.update(engine=f"{recipe.engine.name} {recipe.engine.version}",
-                         image=record.image or {"base": recipe.image.reference(resolved.topology.platform)},
+                         image=record.image or ({"base": recipe.image.reference(resolved.topology.platform)} if recipe.image else {}),
                          adapter_gates=redact_for(resolved, {**resolved.adapter_env(), **record.overlay}))
     return {
         **described, "boot_id": record.boot_id, "driver": record.driver,
