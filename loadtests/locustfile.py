@@ -268,6 +268,6 @@ class LLMUser(HttpUser):
             if details.get("cached_tokens") is not None:
                 record.cached_tokens = int(details["cached_tokens"])
             record.text_sha256 = hashlib.sha256("".join(text).encode()).hexdigest() if text else None
-            if CONFIG.get("keep_text"):
-                record.text = "".join(text)
+            if CONFIG.get("keep_text_chars"):
+                record.text = "".join(text)[: CONFIG["keep_text_chars"]]
             WRITER.write(record.to_line())

@@ -103,6 +103,8 @@ class Engine:
         default=None, metadata={"doc": "how the server takes an API key outside argv: 'env:NAME', 'config-file', or None"})
     plugin_group: str | None = field(
         default=None, metadata={"doc": "entry-point group the engine loads in every process (adapters arm through it)"})
+    scoring: str | None = field(
+        default=None, metadata={"doc": "how the engine scores a given token sequence teacher-forced (quality drift); None: it cannot"})
     compile_caches: tuple[tuple[str, str], ...] = field(
         default=(), metadata={"doc": "(variable, default directory) of each compile/kernel cache: a boot is warm when one holds files"})
 
@@ -133,7 +135,7 @@ ENGINES: dict[str, Engine] = {
                cache_reset=CacheReset("/reset_prefix_cache", {"VLLM_SERVER_DEV_MODE": "1"},
                                       "vLLM registers it only among its dev routes, which also open /sleep, /collective_rpc "
                                       "and /update_weights to anyone who reaches the port"),
-               report_args=("--enable-prompt-tokens-details",), api_key="env:VLLM_API_KEY",
+               report_args=("--enable-prompt-tokens-details",), api_key="env:VLLM_API_KEY", scoring="vllm-prompt-logprobs",
                plugin_group="vllm.general_plugins",
                compile_caches=(("VLLM_CACHE_ROOT", "~/.cache/vllm"), *_TORCH_CACHES)),
         # transformers serve answers 422 to ignore_eos/min_tokens; tiny-cpu's model never emits

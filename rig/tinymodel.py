@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 # Bump when anything below changes what is generated: the directory name carries it.
-GENERATOR_VERSION = 3
+GENERATOR_VERSION = 4
 SEED = 20261129
 DEFAULT_PRESET = "tiny-llama"
 _HERE = Path(__file__).resolve().parent
@@ -25,7 +25,12 @@ CHAT_TEMPLATE = (
     "{% for message in messages %}<|{{ message['role'] }}|>{{ message['content'] }}<|end|>{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
-SPECIAL_TOKENS = ["<|bos|>", "<|eos|>", "<|pad|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
+SPECIAL_TOKENS = ["<|bos|>", "<|eos|>", "<|pad|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>", "<|unk|>"]
+# Only printable ASCII (plus newline and tab) becomes a token: a byte-level vocabulary would hold
+# lone UTF-8 continuation bytes, and a random model that emits them makes servers hold the text
+# back until a character completes (vLLM's detokenizer does), so streams arrive in bursts and
+# per-token timing is lost. Every token here is complete text; anything else encodes as <|unk|>.
+TEXT_BYTES = bytes([*range(32, 127), 9, 10])
 _CORPUS = [
     "The quick brown fox jumps over the lazy dog.",
     "Large mixture-of-experts models are served with tensor parallelism across many GPUs.",
@@ -85,13 +90,16 @@ def _build(out: Path, spec: dict[str, Any]) -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, PreTrainedTokenizerFast
 
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer = Tokenizer(models.BPE(unk_token="<|unk|>"))
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.pre_tokenizer = byte_level
     tokenizer.decoder = decoders.ByteLevel()
+    alphabet = [byte_level.pre_tokenize_str(chr(b))[0][0] for b in TEXT_BYTES]
     trainer = trainers.BpeTrainer(
         vocab_size=VOCAB_SIZE,
         special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        initial_alphabet=alphabet,
+        limit_alphabet=len(alphabet),
         show_progress=False,
     )
     tokenizer.train_from_iterator(_CORPUS, trainer=trainer)
@@ -115,11 +123,12 @@ def _build(out: Path, spec: dict[str, Any]) -> None:
         torch.manual_seed(SEED)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         with torch.no_grad():
-            # Wide logits so the end tokens, whose rows are zero (logit exactly 0), are never the
-            # argmax and practically never sampled: every request runs to max_tokens.
+            # Wide logits so the special tokens (end tokens among them), whose rows are zero (logit
+            # exactly 0), are never the argmax and practically never sampled: every request runs
+            # to max_tokens, and every token streams as text.
             model.lm_head.weight.mul_(10.0)
-            for token_id in (fast.eos_token_id, fast.convert_tokens_to_ids("<|end|>")):
-                model.lm_head.weight[token_id].zero_()
+            for token in SPECIAL_TOKENS:
+                model.lm_head.weight[fast.convert_tokens_to_ids(token)].zero_()
         model.to(getattr(torch, dtype)).save_pretrained(out, safe_serialization=True)
     GenerationConfig(
         bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id

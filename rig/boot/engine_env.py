@@ -66,7 +66,10 @@ def adapter_overlay(cache_root: Path) -> Path:
 def visible_devices(resolved: Resolved) -> dict[str, str]:
     """CUDA_VISIBLE_DEVICES from the recipe's pinned device ids; unset (the engine picks) otherwise."""
     ids = resolved.topology.gpu_ids
-    return {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in ids)} if ids is not None else {}
+    if ids is None:
+        return {}
+    # PCI order: CUDA's ids then name the same devices as NVML's indices (telemetry, fingerprints).
+    return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in ids)}
 
 
 def cache_dirs(engine: Engine, environ: dict[str, str]) -> dict[str, Path]:
