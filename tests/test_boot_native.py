@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from conftest import free_port
 from rig.boot import BootFailed, driver_for
 from rig.boot.base import current_boot
 from rig.boot.checks import check_boot
+from rig.boot.process import group_alive
 from rig.chat import stream_chat
 from rig.recipe import load
 
@@ -19,11 +19,8 @@ pytestmark = pytest.mark.e2e
 
 
 def _group_gone(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return True
-    return False
+    """No process of the group runs (an exited one may still wait for init to reap it)."""
+    return not group_alive(pgid)
 
 
 def test_boot_stream_stop(results_dir, capsys):

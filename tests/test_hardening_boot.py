@@ -15,6 +15,7 @@ import pytest
 from conftest import REPO, free_port, rig_cli
 
 from rig.boot import process as kernel
+from rig.boot.process import group_alive
 
 pytestmark = pytest.mark.e2e
 
@@ -30,11 +31,8 @@ def rig_dirs(tmp_path):
 
 
 def _group_gone(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return True
-    return False
+    """No process of the group runs (an exited one may still wait for init to reap it)."""
+    return not group_alive(pgid)
 
 
 def _files(*roots: Path) -> list[Path]:

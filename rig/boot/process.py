@@ -100,6 +100,19 @@ def check(pid: int, expected: Identity | None, boot_id: str) -> tuple[Verdict, s
     return "ours", f"pid {pid} is boot {boot_id}"
 
 
+def group_members(pgid: int) -> list[int]:
+    """Processes of group `pgid` that still run: exited ones waiting to be reaped (zombies) do not
+    count. A zombie holds no memory and no GPU, but it answers kill(0); where the reaper is slow
+    (an init that does not wait, as on some VMs and containers) a stopped server would look alive."""
+    members = []
+    for entry in os.listdir(PROC):
+        if entry.isdigit():
+            fields = _stat_fields(int(entry))
+            if fields is not None and int(fields[5 - 3]) == pgid and fields[0] != "Z":
+                members.append(int(entry))
+    return members
+
+
 def group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -107,4 +120,4 @@ def group_alive(pgid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    return bool(group_members(pgid))
