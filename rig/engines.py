@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from rig.recipe import Resolved
 
 MULTINODE_ADDR_VAR = "RIG_DIST_INIT_ADDR"
+# Variables rig itself sets in every engine's environment or compose file: never a recipe's.
+RIG_OWNED_ENV = ("RIG_API_KEY", "RIG_BOOT_ID", "RIG_ADAPTER_MANIFEST_DIR", "RIG_MANIFEST_DIR", "RIG_MODEL_DIR",
+                 "RIG_IMAGE_TAG", MULTINODE_ADDR_VAR)
 ROUNDING_FILE = Path(__file__).resolve().parent / "audit" / "engine_rounding.yaml"
 
 
@@ -77,6 +80,17 @@ class Engine:
     rounding: str = field(default="", metadata={"doc": "key in rig/audit/engine_rounding.yaml (default: name)"})
     cache_reset: str | None = field(
         default=None, metadata={"doc": "POST endpoint that empties the prefix cache (rig loadtest --flush-cache)"})
+    owned_flags: tuple[str, ...] = field(
+        default=(), metadata={"doc": "flags rig sets (listening address, key, config, topology, served name): "
+                                     "refused in recipes, variants and overlays in every spelling (grammar.owned_flag)"})
+    owned_env: tuple[str, ...] = field(
+        default=(), metadata={"doc": "environment variables rig sets for this engine (the API key's): refused in recipes"})
+    allowed_env: tuple[str, ...] = field(
+        default=(), metadata={"doc": "loader/interpreter hook variables (grammar.HOOK_VARIABLES) this engine may be given; "
+                                     "names or globs"})
+    served_name_flag: str | None = field(
+        default=None, metadata={"doc": "the flag that sets the served model name from serving.served_model_name; "
+                                       "None = the engine cannot rename its model"})
 
     def moe_intermediate_multiple(self) -> int:
         """How the engine rounds per-rank MoE shards (rig/audit/engine_rounding.yaml)."""
@@ -88,12 +102,23 @@ ENGINES: dict[str, Engine] = {
     engine.name: engine
     for engine in (
         Engine(name="sglang", package="sglang", gpu=True, argv=_sglang, multinode=_sglang_multinode,
-               length_pinning={"ignore_eos": True}, cache_reset="/flush_cache"),
+               length_pinning={"ignore_eos": True}, cache_reset="/flush_cache",
+               # sglang/srt/server_args.py; --config is how rig hands SGLang its API key (rig/render.py).
+               owned_flags=("--model-path", "--model", "--host", "--port", "--api-key", "--admin-api-key", "--config",
+                            "--tp-size", "--tensor-parallel-size", "--ep-size", "--expert-parallel-size", "--nnodes",
+                            "--node-rank", "--dist-init-addr", "--nccl-init-addr", "--served-model-name"),
+               served_name_flag="--served-model-name"),
         Engine(name="vllm", package="vllm", gpu=True, argv=_vllm, length_pinning={"ignore_eos": True},
-               cache_reset="/reset_prefix_cache"),
+               cache_reset="/reset_prefix_cache",
+               # vllm/engine/arg_utils.py and entrypoints/openai/cli_args.py; vLLM reads the key from VLLM_API_KEY.
+               owned_flags=("--model", "--host", "--port", "--uds", "--api-key", "--config", "--tensor-parallel-size", "-tp",
+                            "--decode-context-parallel-size", "-dcp", "--enable-expert-parallel", "-ep",
+                            "--served-model-name"),
+               owned_env=("VLLM_API_KEY",), served_name_flag="--served-model-name"),
         # transformers serve answers 422 to ignore_eos/min_tokens; tiny-cpu's model never emits
         # EOS, so max_tokens alone fixes its length.
-        Engine(name="transformers", package="transformers", gpu=False, argv=_transformers),
+        Engine(name="transformers", package="transformers", gpu=False, argv=_transformers,
+               owned_flags=("--host", "--port")),
     )
 }
 
@@ -114,4 +139,6 @@ def server_argv(resolved: Resolved, model_path: str, host: str, node_rank: int |
     argv = spec.argv(launch)
     if topo.nodes > 1 and spec.multinode is not None:
         argv += spec.multinode(launch)
+    if recipe.serving.served_model_name and spec.served_name_flag:
+        argv += [spec.served_name_flag, recipe.serving.served_model_name]
     return argv + resolved.server_args
