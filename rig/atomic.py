@@ -64,7 +64,8 @@ def write_files_atomic(files: dict[Path, str]) -> None:
         for target in files:
             backups[target] = _backup(target)
         for target in files:
-            os.replace(staged.pop(target), target)
+            os.replace(staged[target], target)
+            del staged[target]
             renamed.append(target)
     except BaseException:
         for target in reversed(renamed):

@@ -100,12 +100,14 @@ def cmd_pin(args: argparse.Namespace) -> int:
 def cmd_up(args: argparse.Namespace) -> int:
     from rig.boot import driver_for
     from rig.boot.checks import check_boot
-    from rig.recipe import load
+    from rig.recipe import check_overlay, load
 
     resolved = load(args.recipe)
     if args.port is not None and not 1 <= args.port <= 65535:
         raise RigError("command line", "--port", f"{args.port} is not a TCP port", "pass a port from 1 to 65535")
-    record = driver_for(resolved, args.driver).up(resolved, _env_pairs(args.env), port=args.port)
+    overlay = _env_pairs(args.env)
+    check_overlay(resolved, overlay, "command line", "--env")
+    record = driver_for(resolved, args.driver).up(resolved, overlay, port=args.port)
     check = check_boot(record, resolved)
     print(f"{record.ref} up: {record.base_url} model={record.served_model} boot={record.boot_id} "
           f"healthy after {record.healthy_after_s:.1f}s")

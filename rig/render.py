@@ -306,5 +306,10 @@ def render(paths: list[Path], check: bool = False) -> list[Path]:
             planned[path] = content
     changed = [path for path, content in planned.items() if not (path.exists() and path.read_text() == content)]
     if not check:
-        write_files_atomic({path: planned[path] for path in changed})
+        try:
+            write_files_atomic({path: planned[path] for path in changed})
+        except OSError as error:
+            target = error.filename or "docker/, compose/"
+            raise RigError(str(target), "(write)", f"could not be written ({error.strerror or error}); nothing was changed",
+                           "free space or fix the permissions, then render again") from None
     return changed

@@ -103,10 +103,11 @@ class StrictSafeLoader(yaml.SafeLoader):
         if getattr(event, "tag", None) is not None:
             raise YamlRefused(f"YAML tags ({event.tag.replace('tag:yaml.org,2002:', '!!')}) are not supported here; write a plain value (quote text)", line)
         if isinstance(event, yaml.ScalarEvent) and len(event.value) > MAX_SCALAR:
-            raise YamlRefused(f"a value of {len(event.value)} characters is longer than {MAX_SCALAR}", line)
+            raise YamlRefused(f"a value of {len(event.value)} characters is longer than {MAX_SCALAR}", line,
+                              fix="shorten it; no value rig reads is that long")
         self._nodes += 1
         if self._nodes > MAX_NODES:
-            raise YamlRefused(f"more than {MAX_NODES} values in one document", line)
+            raise YamlRefused(f"more than {MAX_NODES} values in one document", line, fix="split or shorten the file")
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
