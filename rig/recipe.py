@@ -156,7 +156,7 @@ def _unique_adapters(uses: list[AdapterUse] | None) -> list[AdapterUse] | None:
 
 
 class BootLog(Strict):
-    # Each pattern compiles and cannot backtrack catastrophically (rig/grammar.py safe_regex says why).
+    # RE2 patterns: linear-time matching whatever their shape, program size bounded (rig/grammar.py safe_regex).
     must: list[SafeRegex] = Field(default_factory=list, max_length=MAX_PATTERNS, description="regexes that must appear in the boot log")
     forbid: list[SafeRegex] = Field(default_factory=list, max_length=MAX_PATTERNS, description="regexes that must not appear")
 

@@ -63,6 +63,7 @@ class Arm:
                 topology=base.topology,
                 env={k: v for k, v in env.items() if k not in recipe.env or recipe.env[k] != v},
                 server_args=list(original.server_args) if original else [],
+                host_env=dict(original.host_env) if original else {},
                 adapters=[AdapterUse(name=name, gates=gate_values) for name, gate_values in adapters.items()],
                 boot_log=original.boot_log if original else None,
                 audit=base.audit,
