@@ -218,6 +218,7 @@ def test_compose_record_without_container_is_one_line(rig_dirs, monkeypatch, cap
     client = types.SimpleNamespace(containers=types.SimpleNamespace(list=lambda **kwargs: []))
     monkeypatch.setattr(compose, "docker_client", lambda: client)
     monkeypatch.setattr(base, "STATE_DIR", root / "state")
+    monkeypatch.setattr(base, "BOOTS_DIR", root / "results" / "boots")  # where the record says its boot lives
     assert main(["status"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and "DOWN (tiny-cpu:cb: compose started no container)" in out[0], out
