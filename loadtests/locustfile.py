@@ -25,6 +25,7 @@ import psutil
 from locust import HttpUser, events, task
 from locust.runners import MasterRunner, WorkerRunner
 
+from rig.client import auth_headers, output_piece
 from rig.load.records import RequestRecord
 
 _CONFIG_PATH = os.environ.get("RIG_LOAD_CONFIG")
@@ -171,11 +172,7 @@ def _nonce(rng: random.Random) -> str | None:
 
 
 def _output_piece(choice: dict[str, Any]) -> str | None:
-    """Content, or reasoning content (thinking models stream it first): both are output tokens."""
-    if CONFIG["endpoint"] != "chat":
-        return choice.get("text") or None
-    delta = choice.get("delta") or {}
-    return delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or None
+    return output_piece(choice, chat=CONFIG["endpoint"] == "chat")
 
 
 class LLMUser(HttpUser):
@@ -184,7 +181,7 @@ class LLMUser(HttpUser):
     host = CONFIG.get("base_url")
 
     def on_start(self) -> None:
-        self.client.headers.update({"Authorization": f"Bearer {os.environ['RIG_API_KEY']}"} if os.environ.get("RIG_API_KEY") else {})
+        self.client.headers.update(auth_headers())
         local = next(USER_IDS)
         self.user_key = f"{PROCESS_ID}-u{local}"
         # Prompt choice and nonces follow (run label, worker, user): unique inside a run, and the
@@ -271,6 +268,6 @@ class LLMUser(HttpUser):
             if details.get("cached_tokens") is not None:
                 record.cached_tokens = int(details["cached_tokens"])
             record.text_sha256 = hashlib.sha256("".join(text).encode()).hexdigest() if text else None
-            if CONFIG.get("keep_text"):
-                record.text = "".join(text)
+            if CONFIG.get("keep_text_chars"):
+                record.text = "".join(text)[: CONFIG["keep_text_chars"]]
             WRITER.write(record.to_line())

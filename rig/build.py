@@ -59,10 +59,11 @@ def build(ref: str, allow_unpinned: bool = False, platform: str | None = None) -
         grammar.tag(image_tag)
     except ValueError as error:
         raise RigError("environment", "RIG_IMAGE_TAG", str(error), "set RIG_IMAGE_TAG to a plain tag, e.g. v2") from None
-    lab = is_lab_image(recipe.image.repository)
-    digest = recipe.image.digest_for(platform) or (lab_digests(recipe.image).get(platform) if lab else None)
+    image = recipe.container_image("build")
+    lab = is_lab_image(image.repository)
+    digest = image.digest_for(platform) or (lab_digests(image).get(platform) if lab else None)
     if lab and not digest:
-        raise RigError(where, "image.repository", f"the lab base {recipe.image.repository}:{recipe.image.tag} is not pinned on this machine",
+        raise RigError(where, "image.repository", f"the lab base {image.repository}:{image.tag} is not pinned on this machine",
                        f"run `make lab` and then `rig pin {recipe.name}` (writes .rig/lab/pins.yaml)")
     if not digest and not (allow_unpinned or os.environ.get(ALLOW_UNPINNED_ENV) == "1"):
         raise RigError(where, f"image.digests.{platform}", "the base image is unpinned",

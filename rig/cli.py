@@ -63,7 +63,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(f"FAIL {error}")
             failed += 1
             continue
-        note = " (UNPINNED: run `rig pin` before building)" if recipe.image.unpinned else ""
+        note = " (UNPINNED: run `rig pin` before building)" if recipe.image is not None and recipe.image.unpinned else ""
         variants = f" variants: {', '.join(recipe.variants)}" if recipe.variants else ""
         print(f"ok   {path.relative_to(path.parent.parent) if path.parent.name == 'recipes' else path}{variants}{note}")
     return 1 if failed else 0
@@ -219,9 +219,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo()
 
 
+def _keep_text(args: argparse.Namespace) -> None:
+    if args.no_keep_text:
+        import os
+
+        from rig.load.runner import KEEP_TEXT_ENV
+
+        os.environ[KEEP_TEXT_ENV] = "0"  # read by every run this command makes
+
+
 def cmd_loadtest(args: argparse.Namespace) -> int:
     from rig.load.command import loadtest
 
+    _keep_text(args)
     small = True if args.small else (False if args.full else None)
     return loadtest(args.recipe, args.scenario, small, args.workers, args.duration, args.remote_workers, args.master_bind,
                     url=args.url, model=args.model, boot_id=args.boot_id, flush_cache=args.flush_cache)
@@ -230,10 +240,12 @@ def cmd_loadtest(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from rig.compare.command import compare
 
+    _keep_text(args)
     small = True if args.small else (False if args.full else None)
     _, analysis = compare(args.recipe, args.arm, args.control, args.boots, args.rounds, args.scenario, small,
                           args.workers, args.resume, duration_s=args.duration, target_pct=args.target,
-                          max_boots=args.max_boots, goodput=args.goodput, accept_fingerprint=args.accept_fingerprint)
+                          max_boots=args.max_boots, goodput=args.goodput, accept_fingerprint=args.accept_fingerprint,
+                          cold_caches=args.cold_caches)
     if analysis.void:
         return 6
     blind = (analysis.greedy.get("control") or {}).get("discriminates") is False
@@ -320,6 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--remote-workers", type=int, default=0,
                    help="distributed scenarios also wait for this many Locust workers on other client machines")
     p.add_argument("--master-bind", default="127.0.0.1", help="address the Locust master listens on (remote workers need a reachable one)")
+    p.add_argument("--no-keep-text", action="store_true", help="keep no output text in the records (only hashes); "
+                   "the coherence checks then have nothing to read")
     p.set_defaults(func=cmd_loadtest)
 
     p = sub.add_parser("compare", help="before/after comparison across boots (ABBA, warmup discarded, paired CIs)")
@@ -341,6 +355,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int)
     p.add_argument("--duration", type=float, help="override every scenario's measurement window, seconds")
     p.add_argument("--resume", help="a results/compare/<timestamp> directory to continue")
+    p.add_argument("--cold-caches", action="store_true", help="boot every engine with empty compile/kernel caches of "
+                   "its own (boot times then compare like with like; the user's caches are not touched)")
+    p.add_argument("--no-keep-text", action="store_true", help="keep no output text in the records (only hashes); "
+                   "the coherence checks then have nothing to read")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("audit", help="GEMM shapes per rank against backend constraints, before any boot")

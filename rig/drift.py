@@ -98,7 +98,7 @@ def matrix(recipe: Recipe) -> list[dict[str, str]]:
     for spec in REGISTRY:
         if recipe.engine.name not in spec.engines:
             continue
-        state, detail = verdict(spec, sources.read)
+        state, detail = verdict(spec, sources.read, recipe.engine.name)
         rows.append({"recipe": recipe.name, "engine": f"{recipe.engine.name} {release} ({note})", "adapter": spec.name,
                      "enabled": "yes" if spec.name in enabled else "no", "state": state, "detail": detail,
                      "checked": ", ".join(w.name for w in wheels)})

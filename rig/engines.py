@@ -43,8 +43,7 @@ class Launch:
 
 
 def _sglang(launch: Launch) -> list[str]:
-    argv = ["python3", "-m", "sglang.launch_server", "--model-path", launch.model_path,
-            "--host", launch.host, "--port", launch.port, "--tp-size", str(launch.tp)]
+    argv = ["--model-path", launch.model_path, "--host", launch.host, "--port", launch.port, "--tp-size", str(launch.tp)]
     if launch.ep > 1:
         argv += ["--ep-size", str(launch.ep)]
     return argv
@@ -56,7 +55,7 @@ def _sglang_multinode(launch: Launch) -> list[str]:
 
 
 def _vllm(launch: Launch) -> list[str]:
-    argv = ["vllm", "serve", launch.model_path, "--host", launch.host, "--port", launch.port,
+    argv = [launch.model_path, "--host", launch.host, "--port", launch.port,
             "--tensor-parallel-size", str(launch.tp), "--decode-context-parallel-size", str(launch.dcp)]
     if launch.ep > 1:
         argv += ["--enable-expert-parallel"]
@@ -64,7 +63,27 @@ def _vllm(launch: Launch) -> list[str]:
 
 
 def _transformers(launch: Launch) -> list[str]:
-    return ["transformers", "serve", launch.model_path, "--host", launch.host, "--port", launch.port]
+    return [launch.model_path, "--host", launch.host, "--port", launch.port]
+
+
+@dataclass(frozen=True)
+class Program:
+    """How the server is started: as the image's console command (`vllm serve`), or through a named
+    interpreter (`python -m vllm.entrypoints.cli.main serve`) when a native recipe names a Python
+    environment. Both reach the same entry point."""
+
+    console: tuple[str, ...]
+    module: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CacheReset:
+    """The POST endpoint that empties the prefix cache, and what the server must have been started
+    with for the route to exist at all (rig never turns that on by itself)."""
+
+    path: str
+    requires_env: dict[str, str] = field(default_factory=dict)
+    why: str = ""
 
 
 @dataclass(frozen=True)
@@ -72,19 +91,28 @@ class Engine:
     name: str
     package: str = field(metadata={"doc": "the distribution on PyPI and in the image (drift check)"})
     gpu: bool = field(metadata={"doc": "needs GPUs: GPU compose settings, digest and gpus_per_node rules"})
-    argv: Callable[[Launch], list[str]] = field(metadata={"doc": "the server command line for one node"})
+    program: Program = field(metadata={"doc": "the command that starts the server (console script or python -m)"})
+    argv: Callable[[Launch], list[str]] = field(metadata={"doc": "the server's arguments for one node, after the program"})
     multinode: Callable[[Launch], list[str]] | None = field(
         default=None, metadata={"doc": "flags added on every node of a multi-node topology; None = unsupported"})
     length_pinning: dict[str, Any] = field(
         default_factory=dict, metadata={"doc": "request fields that make the server generate exactly max_tokens"})
     rounding: str = field(default="", metadata={"doc": "key in rig/audit/engine_rounding.yaml (default: name)"})
-    cache_reset: str | None = field(
-        default=None, metadata={"doc": "POST endpoint that empties the prefix cache (rig loadtest --flush-cache)"})
+    cache_reset: CacheReset | None = field(
+        default=None, metadata={"doc": "how the prefix cache is emptied (rig loadtest --flush-cache)"})
+    report_args: tuple[str, ...] = field(
+        default=(), metadata={"doc": "flags rig always adds so the server reports what rig measures (cached prompt tokens)"})
+    api_key: str | None = field(
+        default=None, metadata={"doc": "how the server takes an API key outside argv: 'env:NAME', 'config-file', or None"})
+    plugin_group: str | None = field(
+        default=None, metadata={"doc": "entry-point group the engine loads in every process (adapters arm through it)"})
+    scoring: str | None = field(
+        default=None, metadata={"doc": "how the engine scores a given token sequence teacher-forced (quality drift); None: it cannot"})
+    compile_caches: tuple[tuple[str, str], ...] = field(
+        default=(), metadata={"doc": "(variable, default directory) of each compile/kernel cache: a boot is warm when one holds files"})
     owned_flags: tuple[str, ...] = field(
         default=(), metadata={"doc": "flags rig sets (listening address, key, config, topology, served name): "
                                      "refused in recipes, variants and overlays in every spelling (grammar.owned_flag)"})
-    owned_env: tuple[str, ...] = field(
-        default=(), metadata={"doc": "environment variables rig sets for this engine (the API key's): refused in recipes"})
     allowed_env: tuple[str, ...] = field(
         default=(), metadata={"doc": "loader/interpreter hook variables (grammar.HOOK_VARIABLES) this engine may be given; "
                                      "names or globs"})
@@ -92,33 +120,56 @@ class Engine:
         default=None, metadata={"doc": "the flag that sets the served model name from serving.served_model_name; "
                                        "None = the engine cannot rename its model"})
 
+    def owned_env(self) -> tuple[str, ...]:
+        """The variables rig sets for this engine: its own, and the engine's API key variable."""
+        key = (self.api_key.removeprefix("env:"),) if self.api_key and self.api_key.startswith("env:") else ()
+        return (*RIG_OWNED_ENV, *key)
+
     def moe_intermediate_multiple(self) -> int:
         """How the engine rounds per-rank MoE shards (rig/audit/engine_rounding.yaml)."""
         table = yaml.safe_load(ROUNDING_FILE.read_text())
         return int(table[self.rounding or self.name]["moe_intermediate_multiple"])
 
 
+# Compile and kernel caches of every torch-based engine: Triton's kernels and Inductor's code
+# (torch/_inductor/runtime/cache_dir_utils.py: /tmp/torchinductor_<user> unless the variable is set).
+_TORCH_CACHES = (("TRITON_CACHE_DIR", "~/.triton/cache"), ("TORCHINDUCTOR_CACHE_DIR", "/tmp/torchinductor_{user}"))
+
 ENGINES: dict[str, Engine] = {
     engine.name: engine
     for engine in (
-        Engine(name="sglang", package="sglang", gpu=True, argv=_sglang, multinode=_sglang_multinode,
-               length_pinning={"ignore_eos": True}, cache_reset="/flush_cache",
+        Engine(name="sglang", package="sglang", gpu=True, program=Program(("python3", "-m", "sglang.launch_server"),
+                                                                          ("-m", "sglang.launch_server")),
+               argv=_sglang, multinode=_sglang_multinode, length_pinning={"ignore_eos": True},
+               cache_reset=CacheReset("/flush_cache"), api_key="config-file", plugin_group="sglang.srt.plugins",
+               compile_caches=(("SGLANG_CACHE_DIR", "~/.cache/sglang"), *_TORCH_CACHES),
                # sglang/srt/server_args.py; --config is how rig hands SGLang its API key (rig/render.py).
                owned_flags=("--model-path", "--model", "--host", "--port", "--api-key", "--admin-api-key", "--config",
                             "--tp-size", "--tensor-parallel-size", "--ep-size", "--expert-parallel-size", "--nnodes",
                             "--node-rank", "--dist-init-addr", "--nccl-init-addr", "--served-model-name"),
                served_name_flag="--served-model-name"),
-        Engine(name="vllm", package="vllm", gpu=True, argv=_vllm, length_pinning={"ignore_eos": True},
-               cache_reset="/reset_prefix_cache",
-               # vllm/engine/arg_utils.py and entrypoints/openai/cli_args.py; vLLM reads the key from VLLM_API_KEY.
+        # vLLM (0.24.0 .. 0.33.0): /reset_prefix_cache is one of the dev routes registered only with
+        # VLLM_SERVER_DEV_MODE=1 (entrypoints/openai/api_server.py), which also opens /sleep,
+        # /collective_rpc, /update_weights...; usage.prompt_tokens_details (cached prompt tokens)
+        # is filled only with --enable-prompt-tokens-details (entrypoints/openai/cli_args.py).
+        Engine(name="vllm", package="vllm", gpu=True, program=Program(("vllm", "serve"), ("-m", "vllm.entrypoints.cli.main", "serve")),
+               argv=_vllm, length_pinning={"ignore_eos": True},
+               cache_reset=CacheReset("/reset_prefix_cache", {"VLLM_SERVER_DEV_MODE": "1"},
+                                      "vLLM registers it only among its dev routes, which also open /sleep, /collective_rpc "
+                                      "and /update_weights to anyone who reaches the port"),
+               report_args=("--enable-prompt-tokens-details",), api_key="env:VLLM_API_KEY", scoring="vllm-prompt-logprobs",
+               plugin_group="vllm.general_plugins",
+               compile_caches=(("VLLM_CACHE_ROOT", "~/.cache/vllm"), *_TORCH_CACHES),
+               # vllm/engine/arg_utils.py and entrypoints/openai/cli_args.py.
                owned_flags=("--model", "--host", "--port", "--uds", "--api-key", "--config", "--tensor-parallel-size", "-tp",
                             "--decode-context-parallel-size", "-dcp", "--enable-expert-parallel", "-ep",
                             "--served-model-name"),
-               owned_env=("VLLM_API_KEY",), served_name_flag="--served-model-name"),
+               served_name_flag="--served-model-name"),
         # transformers serve answers 422 to ignore_eos/min_tokens; tiny-cpu's model never emits
-        # EOS, so max_tokens alone fixes its length.
-        Engine(name="transformers", package="transformers", gpu=False, argv=_transformers,
-               owned_flags=("--host", "--port")),
+        # EOS, so max_tokens alone fixes its length. It takes no API key at all.
+        Engine(name="transformers", package="transformers", gpu=False,
+               program=Program(("transformers", "serve"), ("-m", "transformers.cli.transformers", "serve")),
+               argv=_transformers, owned_flags=("--host", "--port")),
     )
 }
 
@@ -130,15 +181,19 @@ def engine(name: str) -> Engine:
     return ENGINES[name]
 
 
-def server_argv(resolved: Resolved, model_path: str, host: str, node_rank: int | None = None) -> list[str]:
-    """The engine's own command line. `host` is the address the server listens on."""
+def server_argv(resolved: Resolved, model_path: str, host: str, node_rank: int | None = None,
+                python: str | None = None) -> list[str]:
+    """The engine's own command line. `host` is the address the server listens on; `python`, when
+    given, starts the engine through that interpreter instead of the console script."""
     recipe, topo = resolved.recipe, resolved.topology
     spec = ENGINES[recipe.engine.name]
     launch = Launch(model_path=model_path, host=host, port=str(recipe.serving.port), tp=topo.tp, ep=topo.ep,
                     dcp=topo.dcp, nodes=topo.nodes, node_rank=node_rank or 0)
-    argv = spec.argv(launch)
+    program = [python, *spec.program.module] if python else list(spec.program.console)
+    argv = program + spec.argv(launch)
     if topo.nodes > 1 and spec.multinode is not None:
         argv += spec.multinode(launch)
     if recipe.serving.served_model_name and spec.served_name_flag:
         argv += [spec.served_name_flag, recipe.serving.served_model_name]
-    return argv + resolved.server_args
+    return argv + list(spec.report_args) + resolved.server_args
+

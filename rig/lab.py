@@ -80,13 +80,14 @@ def rehearse(ref: str) -> int:
     if not recipe.gpu:
         raise RigError(f"recipes/{recipe.name}.yaml", "engine.name", "a rehearsal stands in for a GPU engine image",
                        f"build it for real: `make build {recipe.name}`")
+    image = recipe.container_image("rehearse")
     client = docker_client()
-    standin = standin_reference(recipe.image.repository)
+    standin = standin_reference(image.repository)
     digest = resolve_digests(standin, insecure=True).get("linux/amd64")
     if not digest:
         raise RigError("lab registry", standin, "no linux/amd64 stand-in", "run `make lab`")
     tag = f"{image_name(recipe)}:standin"
-    note = f"STAND-IN base {recipe.image.repository}@{digest} = {standin} (lab base + tests/standins, not the real engine)"
+    note = f"STAND-IN base {image.repository}@{digest} = {standin} (lab base + tests/standins, not the real engine)"
     print(f"{recipe.name}: rehearsal on a {note}")
     command = ["docker", "build", "-q", "--platform", "linux/amd64", "-f", str(dockerfile_path(recipe)), "-t", tag,
                "--build-arg", f"BASE_DIGEST={digest}", "--build-arg", f"RIG_SOURCE_COMMIT={source_commit()}",

@@ -56,10 +56,11 @@ def write_digests(path, digests: dict[str, str]) -> None:
 def pin(name: str) -> int:
     path = recipe_path(name)
     recipe = parse_recipe(path)
-    lab = is_lab_image(recipe.image.repository)
-    digests = resolve_digests(f"{recipe.image.repository}:{recipe.image.tag}", insecure=lab)
+    image = recipe.container_image("pin")
+    lab = is_lab_image(image.repository)
+    digests = resolve_digests(f"{image.repository}:{image.tag}", insecure=lab)
     if lab:  # a lab image's digest is per machine: it never goes into a committed file
-        where = write_lab_digests(recipe.image, digests)
+        where = write_lab_digests(image, digests)
         for platform, digest in sorted(digests.items()):
             print(f"{recipe.name}: {platform} {digest} (lab registry; written to {where})")
         return 0

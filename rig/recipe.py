@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from rig import grammar
-from rig.engines import ENGINES, RIG_OWNED_ENV
+from rig.engines import ENGINES
 from rig.errors import RigError
 from rig.strict_yaml import load_yaml_file
 
@@ -71,7 +71,9 @@ class ModelSpec(Strict):
     revision: Annotated[StrictStr, AfterValidator(grammar.plain_word)] = Field(
         description="the checkpoint revision the recipe was qualified with")
     path: AbsolutePath = Field(description="where the engine reads the checkpoint (inside the container)")
-    source: Literal["mount", "generated"] = Field("mount", description="generated: rig builds it (tiny-cpu)")
+    source: Literal["mount", "generated"] = Field("mount", description="generated: rig builds it (tiny-cpu, llama-h200)")
+    generate: Annotated[StrictStr, AfterValidator(grammar.data_name)] | None = Field(
+        None, description="source: generated: the preset in rig/data/generated_models.json rig builds")
     dims: Annotated[StrictStr, AfterValidator(grammar.data_name)] | None = Field(
         None, description="name of the model-dimension data for `rig audit`")
 
@@ -109,6 +111,28 @@ class BaseImage(Strict):
     def reference(self, platform: str) -> str:
         digest = self.digest_for(platform)
         return f"{self.repository}@{digest}" if digest else f"{self.repository}:{self.tag}"
+
+
+class NativeSpec(Strict):
+    """The Python environment a native recipe starts its engine from (bare-metal hosts, Slurm,
+    systemd): an interpreter or a venv, plus PYTHONPATH entries where the engine was installed
+    with `pip --target`. Nothing of rig's own environment leaks into the engine's: its PYTHONPATH
+    is exactly rig's adapter overlay plus these entries."""
+
+    python: AbsolutePath | None = Field(None, description="the interpreter that runs the engine")
+    venv: AbsolutePath | None = Field(None, description="a virtual environment: its bin/python runs the engine")
+    pythonpath: list[AbsolutePath] = Field(default_factory=list, max_length=64, description="PYTHONPATH entries, in order")
+
+    @model_validator(mode="after")
+    def _one_interpreter(self) -> NativeSpec:
+        if self.python and self.venv:
+            raise ValueError("name either python (an interpreter) or venv (a virtual environment), not both")
+        if not (self.python or self.venv):
+            raise ValueError("name the interpreter (python: /path/to/python3) or the venv (venv: /path/to/venv)")
+        return self
+
+    def interpreter(self) -> str:
+        return self.python or f"{(self.venv or '').rstrip('/')}/bin/python"
 
 
 class Topology(Strict):
@@ -196,10 +220,11 @@ class Recipe(Strict):
     description: StrictStr
     model: ModelSpec
     engine: EngineSpec
-    image: BaseImage
+    image: BaseImage | None = Field(None, description="the image compose builds and boots; a native-only recipe has none")
     topology: Topology
     serving: Serving
     driver: Literal["compose", "native"] = "compose"
+    native: NativeSpec | None = Field(None, description="native driver: the Python environment of the engine (default: rig's own)")
     server_args: ServerArgs = Field(default_factory=list)
     env: EnvMap = Field(default_factory=dict)
     host_env: HostEnvMap = Field(default_factory=dict, description="NAME: default, read from the host at compose up")
@@ -212,6 +237,13 @@ class Recipe(Strict):
     @property
     def gpu(self) -> bool:
         return ENGINES[self.engine.name].gpu
+
+    def container_image(self, action: str) -> BaseImage:
+        """The image, for commands that need one (`action`: what the user asked for)."""
+        if self.image is None:
+            raise RigError(f"recipes/{self.name}.yaml", "image", f"this native-only recipe has no image to {action}",
+                           f"boot it with `rig up {self.name}`; add image: to build and boot it as a container")
+        return self.image
 
     def variant(self, name: str | None) -> Resolved:
         name = name or self.default_variant
@@ -365,6 +397,27 @@ def check_semantics(recipe: Recipe, where: str) -> None:
     from rig_adapters.registry import BY_NAME
 
     image = recipe.image
+    engine_row = ENGINES[recipe.engine.name]
+    if image is None and recipe.driver == "compose":
+        raise RigError(where, "image", "a compose recipe needs the image it builds and boots", "add image: {repository, tag, digests}")
+    if recipe.native is not None and recipe.driver != "native":
+        raise RigError(where, "native", "native names the engine's Python environment, but the recipe boots with compose",
+                       "set driver: native, or remove native")
+    if recipe.model.source == "generated" and not recipe.model.generate:
+        raise RigError(where, "model.generate", "a generated model needs its preset", "name one of rig/data/generated_models.json")
+    if recipe.model.generate:
+        from rig.tinymodel import preset_names
+
+        if recipe.model.source != "generated":
+            raise RigError(where, "model.generate", "only a generated model has a preset", "set model.source: generated, or remove generate")
+        if recipe.model.generate not in preset_names():
+            raise RigError(where, "model.generate", f"no preset {recipe.model.generate!r}", f"use one of {', '.join(preset_names())}")
+        from rig.tinymodel import presets
+
+        dummy = presets()[recipe.model.generate]["weights"] == "dummy"
+    if recipe.driver == "native" and recipe.gpu and recipe.native is None:
+        raise RigError(where, "native", f"a native {recipe.engine.name} recipe must name the engine's Python environment",
+                       "add native: {python: /path/to/python3, pythonpath: [...]} (or venv: /path/to/venv)")
     variants = [recipe.variant(None)] if not recipe.variants else [recipe.variant(n) for n in recipe.variants]
     if recipe.default_variant and recipe.default_variant not in recipe.variants:
         raise RigError(where, "default_variant", f"{recipe.default_variant!r} is not a variant", f"use one of {', '.join(recipe.variants)}")
@@ -379,7 +432,16 @@ def check_semantics(recipe: Recipe, where: str) -> None:
                     raise RigError(where, f"{prefix}audit.{kind}", f"unknown backend {backend!r}",
                                    f"use one of {', '.join(sorted(known_backends))} (rig/audit/constraints.yaml)")
         platform = resolved.topology.platform
-        if recipe.gpu and not image.digest_for(platform) and not image.unpinned:
+        if resolved.adapters and recipe.native is not None and engine_row.plugin_group is None:
+            raise RigError(where, f"{prefix}adapters", f"{recipe.engine.name} has no plugin mechanism to arm adapters in another "
+                           "Python environment (rig's .pth arms them only in rig's own)", "remove native (run the engine "
+                           "from rig's environment) or the adapters")
+        if recipe.model.generate and dummy and not _draws_dummy_weights(resolved.server_args):
+            raise RigError(where, f"{prefix}server_args", f"preset {recipe.model.generate} has no weight files: the engine must "
+                           "draw them", "add --load-format dummy")
+        if recipe.driver == "native" and resolved.topology.nodes > 1:
+            raise RigError(where, f"{prefix}topology.nodes", "the native driver boots one host", "use the compose recipe per node")
+        if image is not None and recipe.gpu and not image.digest_for(platform) and not image.unpinned:
             raise RigError(
                 where, f"image.digests.{platform}", f"GPU recipe has no digest for {platform}",
                 "run `rig pin` on a machine that reaches the registry, or set image.unpinned: true until then",
@@ -408,6 +470,10 @@ def check_semantics(recipe: Recipe, where: str) -> None:
                     where, f"{'' if key in recipe.env else prefix}env.{key}", f"{key} exists only in the {fork} fork, the base image is {recipe.engine.fork or 'a stock ' + recipe.engine.name + ' release'}",
                     f"pin a {fork} base image and set engine.fork: {fork}, or drop {key}",
                 )
+
+
+def _draws_dummy_weights(args: list[str]) -> bool:
+    return "--load-format=dummy" in args or any(a == "--load-format" and b == "dummy" for a, b in zip(args, args[1:]))
 
 
 def recipe_path(name_or_file: str) -> Path:
@@ -459,7 +525,7 @@ def refuse_env_name(name: str, engine: str, where: str, field: str, overlay: boo
     rig or the engine's key handling sets, a loader or interpreter hook the engine's registry row
     does not allow, or (in a committed recipe) a secret."""
     spec = ENGINES[engine]
-    if name in (*RIG_OWNED_ENV, *spec.owned_env):
+    if name in spec.owned_env():
         raise RigError(where, field, f"{name} is set by rig itself", "remove it (the API key comes from RIG_API_KEY "
                        "in rig's environment; image tags from --arm NAME:image=TAG)")
     hook = grammar.hook_variable(name, spec.allowed_env)

@@ -100,7 +100,7 @@ def _exec_form(argv: list[str]) -> str:
 
 
 def render_dockerfile(recipe: Recipe) -> str:
-    image = recipe.image
+    image = recipe.container_image("render")
     platform = recipe.variant(None).topology.platform
     digest = image.digest_for(platform)
     lines = [
@@ -131,8 +131,8 @@ def render_dockerfile(recipe: Recipe) -> str:
     ]
     if recipe.model.source == "generated":
         lines += [
-            "COPY rig/tinymodel.py /opt/rig/tinymodel.py",
-            _exec_form(["python3", "/opt/rig/tinymodel.py", recipe.model.path]),
+            "COPY rig/tinymodel.py rig/data/generated_models.json /opt/rig/",
+            _exec_form(["python3", "/opt/rig/tinymodel.py", "--preset", recipe.model.generate or "", recipe.model.path]),
         ]
     # Labels last: the commit changes with every build, and a LABEL above the engine packages
     # would rebuild their layers (1.15 GB of torch for tiny-cpu) on every commit.
@@ -149,7 +149,8 @@ def render_dockerfile(recipe: Recipe) -> str:
             f"io.rig.adapters.version={_label(__version__)}",
         ]),
     ]
-    lines += [f"ENV RIG_ADAPTER_MANIFEST_DIR={IMAGE_MANIFEST_DIR}", f"EXPOSE {recipe.serving.port}", ""]
+    # RIG_ENGINE tells an adapter that serves several engines which one's targets to patch.
+    lines += [f"ENV RIG_ADAPTER_MANIFEST_DIR={IMAGE_MANIFEST_DIR} RIG_ENGINE={recipe.engine.name}", f"EXPOSE {recipe.serving.port}", ""]
     return "\n".join(lines)
 
 
@@ -176,7 +177,7 @@ def _service(resolved: Resolved, node_rank: int | None) -> dict[str, Any]:
         "build": {
             "context": "..",
             "dockerfile": f"docker/{recipe.name}/Dockerfile",
-            "args": {"BASE_DIGEST": recipe.image.digest_for(topo.platform) or ""},
+            "args": {"BASE_DIGEST": recipe.container_image("render").digest_for(topo.platform) or ""},
         },
         "platform": topo.platform,
         "entrypoint": api_key_entrypoint(recipe.engine.name),
@@ -286,6 +287,8 @@ def _inside(path: Path, root: Path, recipe: Recipe) -> Path:
 def rendered_files(recipe: Recipe) -> dict[Path, str]:
     """Every file a recipe renders to, by path; each path is checked to lie in docker/ or compose/."""
     _refuse_unsafe(recipe)
+    if recipe.image is None:  # native-only: nothing to build or compose
+        return {}
     files = {_inside(dockerfile_path(recipe), DOCKER_DIR, recipe): render_dockerfile(recipe)}
     for name in recipe.variants or [None]:
         resolved = recipe.variant(name)

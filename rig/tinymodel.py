@@ -1,22 +1,36 @@
-"""Generate tiny-cpu's model offline and deterministically: a seeded random-weight Llama and a
-byte-level BPE tokenizer trained on a fixed corpus. No hub access."""
+"""Generate rig's models offline and deterministically: a byte-level BPE tokenizer trained on a
+fixed corpus, and a preset from rig/data/generated_models.json (tiny-cpu's 100k-parameter Llama,
+the H200 recipes' Llama and MoE shapes): seeded random weights, or config only for an engine
+that draws its own (vLLM --load-format dummy). No hub access. Runs standalone in image builds
+(`python3 tinymodel.py --preset NAME DIR`), next to a copy of the preset file."""
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 # Bump when anything below changes what is generated: the directory name carries it.
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 4
 SEED = 20261129
+DEFAULT_PRESET = "tiny-llama"
+_HERE = Path(__file__).resolve().parent
+# In the repository the presets are rig/data/...; an image build copies both files to one folder.
+PRESET_FILES = (_HERE / "data" / "generated_models.json", _HERE / "generated_models.json")
 VOCAB_SIZE = 512
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|{{ message['role'] }}|>{{ message['content'] }}<|end|>{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
-SPECIAL_TOKENS = ["<|bos|>", "<|eos|>", "<|pad|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
+SPECIAL_TOKENS = ["<|bos|>", "<|eos|>", "<|pad|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>", "<|unk|>"]
+# Only printable ASCII (plus newline and tab) becomes a token: a byte-level vocabulary would hold
+# lone UTF-8 continuation bytes, and a random model that emits them makes servers hold the text
+# back until a character completes (vLLM's detokenizer does), so streams arrive in bursts and
+# per-token timing is lost. Every token here is complete text; anything else encodes as <|unk|>.
+TEXT_BYTES = bytes([*range(32, 127), 9, 10])
 _CORPUS = [
     "The quick brown fox jumps over the lazy dog.",
     "Large mixture-of-experts models are served with tensor parallelism across many GPUs.",
@@ -30,25 +44,39 @@ _CORPUS = [
 ]
 
 
-def model_dir(cache_root: Path) -> Path:
-    """Where the generated model lives; the name changes when the generator does."""
-    digest = hashlib.sha256(f"{GENERATOR_VERSION}:{SEED}:{VOCAB_SIZE}".encode()).hexdigest()[:10]
-    return cache_root / f"tiny-llama-{digest}"
+def presets() -> dict[str, dict[str, Any]]:
+    for path in PRESET_FILES:
+        if path.exists():
+            return {name: value for name, value in json.loads(path.read_text()).items() if not name.startswith("_")}
+    raise FileNotFoundError(f"no generated_models.json next to {__file__}")
 
 
-def ensure_tiny_model(cache_root: Path) -> Path:
+def preset_names() -> list[str]:
+    return sorted(presets())
+
+
+def model_dir(cache_root: Path, preset: str = DEFAULT_PRESET) -> Path:
+    """Where the generated model lives; the name changes when the generator or the preset does."""
+    spec = json.dumps(presets()[preset], sort_keys=True)
+    digest = hashlib.sha256(f"{GENERATOR_VERSION}:{SEED}:{VOCAB_SIZE}:{spec}".encode()).hexdigest()[:10]
+    return cache_root / f"{preset}-{digest}"
+
+
+def ensure_tiny_model(cache_root: Path, preset: str = DEFAULT_PRESET) -> Path:
     """Build the model once; later calls return the existing directory."""
-    return build_at(model_dir(cache_root))
+    return build_at(model_dir(cache_root, preset), preset)
 
 
-def build_at(target: Path) -> Path:
+def build_at(target: Path, preset: str = DEFAULT_PRESET) -> Path:
     """Build the model into exactly `target` (the image build uses the recipe's model.path)."""
     if (target / "rig-tiny-model.json").exists():
         return target
+    spec = presets()[preset]
     tmp = target.with_name(target.name + ".partial")
     tmp.mkdir(parents=True, exist_ok=True)
-    _build(tmp)
-    (tmp / "rig-tiny-model.json").write_text(json.dumps({"generator_version": GENERATOR_VERSION, "seed": SEED}))
+    _build(tmp, spec)
+    (tmp / "rig-tiny-model.json").write_text(json.dumps({"generator_version": GENERATOR_VERSION, "seed": SEED, "preset": preset,
+                                                         "weights": spec["weights"]}))
     if target.exists():
         import shutil
 
@@ -57,18 +85,21 @@ def build_at(target: Path) -> Path:
     return target
 
 
-def _build(out: Path) -> None:
+def _build(out: Path, spec: dict[str, Any]) -> None:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, PreTrainedTokenizerFast
 
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer = Tokenizer(models.BPE(unk_token="<|unk|>"))
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.pre_tokenizer = byte_level
     tokenizer.decoder = decoders.ByteLevel()
+    alphabet = [byte_level.pre_tokenize_str(chr(b))[0][0] for b in TEXT_BYTES]
     trainer = trainers.BpeTrainer(
         vocab_size=VOCAB_SIZE,
         special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        initial_alphabet=alphabet,
+        limit_alphabet=len(alphabet),
         show_progress=False,
     )
     tokenizer.train_from_iterator(_CORPUS, trainer=trainer)
@@ -81,41 +112,37 @@ def _build(out: Path) -> None:
     )
     fast.save_pretrained(out)
 
-    torch.manual_seed(SEED)
-    config = LlamaConfig(
-        vocab_size=len(fast),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=131072,
-        bos_token_id=fast.bos_token_id,
-        eos_token_id=fast.eos_token_id,
-        pad_token_id=fast.pad_token_id,
-        tie_word_embeddings=False,
-        torch_dtype="float32",
-    )
-    model = LlamaForCausalLM(config)
-    with torch.no_grad():
-        # Wide logits so the end tokens, whose rows are zero (logit exactly 0), are never the
-        # argmax and practically never sampled: every request runs to max_tokens.
-        model.lm_head.weight.mul_(10.0)
-        for token_id in (fast.eos_token_id, fast.convert_tokens_to_ids("<|end|>")):
-            model.lm_head.weight[token_id].zero_()
-    model.save_pretrained(out, safe_serialization=True)
+    fields = dict(spec["config"])
+    model_type = fields.pop("model_type")
+    dtype = fields.pop("dtype")
+    config = AutoConfig.for_model(model_type, vocab_size=len(fast), bos_token_id=fast.bos_token_id,
+                                  eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id, dtype=dtype, **fields)
+    if spec["weights"] == "dummy":  # the engine draws the weights (vLLM --load-format dummy): config and tokenizer only
+        config.save_pretrained(out)
+    else:
+        torch.manual_seed(SEED)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        with torch.no_grad():
+            # Wide logits so the special tokens (end tokens among them), whose rows are zero (logit
+            # exactly 0), are never the argmax and practically never sampled: every request runs
+            # to max_tokens, and every token streams as text.
+            model.lm_head.weight.mul_(10.0)
+            for token in SPECIAL_TOKENS:
+                model.lm_head.weight[fast.convert_tokens_to_ids(token)].zero_()
+        model.to(getattr(torch, dtype)).save_pretrained(out, safe_serialization=True)
     GenerationConfig(
         bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id
     ).save_pretrained(out)
 
 
 def main(argv: list[str]) -> int:
-    """`python3 tinymodel.py DIR`: the image build runs this file standalone (no rig installed)."""
-    if len(argv) != 1:
-        print("usage: python3 tinymodel.py DIR   (writes the generated tiny Llama into DIR)", file=sys.stderr)
-        return 2
-    target = build_at(Path(argv[0]))
-    print(f"tiny model written to {target}")
+    """`python3 tinymodel.py [--preset NAME] DIR`: the image build runs this file standalone (no rig installed)."""
+    parser = argparse.ArgumentParser(prog="tinymodel.py", description="write a generated model into DIR")
+    parser.add_argument("--preset", default=DEFAULT_PRESET, choices=preset_names())
+    parser.add_argument("dir")
+    args = parser.parse_args(argv)
+    target = build_at(Path(args.dir), args.preset)
+    print(f"{args.preset} written to {target}")
     return 0
 
 

@@ -8,7 +8,7 @@ import pytest
 from conftest import rig_cli
 
 from rig.audit.check import check_experts, check_gemm, constraints
-from rig.audit.command import audit_variant
+from rig.audit.command import audit_variant, recipe_dims
 from rig.audit.shapes import ExpertShard, Gemm, derive, load_dims
 from rig.recipe import all_recipe_paths, load, parse_recipe
 
@@ -57,7 +57,7 @@ def test_every_recipe_and_variant_derives(path):
     recipe = parse_recipe(path)
     for name in recipe.variants or [None]:
         resolved = recipe.variant(name)
-        dims, _ = load_dims(recipe.model.dims, None)
+        dims, _ = recipe_dims(resolved, None)
         gemms, shard, _ = derive(resolved, dims)
         assert gemms and all(g.n > 0 and g.k > 0 for g in gemms)
         json.dumps(audit_variant(resolved, None))

@@ -51,7 +51,7 @@ def test_readme_gate_off_arm_resolves_through_the_recipe():
 def test_an_overlay_gate_adds_its_adapter_and_bad_overlays_are_one_line():
     resolved = parse_arm("slow:RIG_TOKEN_DELAY_MS=7").resolve("tiny-cpu")
     assert [(u.name, u.gates) for u in resolved.adapters] == [("token_delay", {"RIG_TOKEN_DELAY_MS": "7"})]
-    with pytest.raises(RigError, match="adapter targets transformers, recipe runs sglang") as error:
+    with pytest.raises(RigError, match="adapter targets transformers, vllm, recipe runs sglang") as error:
         parse_arm("x:RIG_TOKEN_DELAY_MS=5").resolve("mia-tp4")
     assert "\n" not in str(error.value) and "--arm x:RIG_TOKEN_DELAY_MS=5" in str(error.value)
     with pytest.raises(RigError, match="setting of shared_pad_k"):

@@ -60,6 +60,12 @@ def put(dotted: str, value):
     return change
 
 
+def line_of(base: str, needle: str, below: int = 0) -> str:
+    """`line N` of the first line of recipes/<base>.yaml holding `needle` (plus `below`)."""
+    lines = (REPO / "recipes" / f"{base}.yaml").read_text().splitlines()
+    return f"line {next(i for i, line in enumerate(lines) if needle in line) + 1 + below}"
+
+
 def raw(base: str, old: str, new: str) -> str:
     text = (REPO / "recipes" / f"{base}.yaml").read_text()
     assert old in text, old
@@ -129,14 +135,17 @@ CRAFTED = {
     "too many gpu ids": ("mia-tp4", put("topology.gpu_ids", list(range(100))), "topology.gpu_ids", "64"),
     "huge value": ("tiny-cpu", put("description", "x" * 20_000), "line 2", "16384"),
     # YAML 1.1 surprises in typed fields
-    "octal port": ("tiny-cpu", raw("tiny-cpu", "port: 8321", "port: 017620"), "line 25", "8080"),
-    "on as a name": ("mia-tp4", raw("mia-tp4", "served_model_name: deepseek-v4.1-flash", "served_model_name: on"), "line 31", "YAML 1.2"),
-    "sexagesimal timeout": ("tiny-cpu", raw("tiny-cpu", "boot_timeout_s: 180", "boot_timeout_s: 3:00"), "line 27", "180"),
-    "no as an env value": ("tiny-cpu", raw("tiny-cpu", 'TOKENIZERS_PARALLELISM: "false"', "TOKENIZERS_PARALLELISM: no"), "line 34", "YAML 1.1"),
-    "merge key": ("tiny-cpu", raw("tiny-cpu", "serving:\n", "serving:\n  <<: {port: 1}\n"), "line 25", "merge keys"),
-    "tag": ("tiny-cpu", raw("tiny-cpu", "port: 8321", "port: !!int 8321"), "line 25", "tags"),
+    "octal port": ("tiny-cpu", raw("tiny-cpu", "port: 8321", "port: 017620"), line_of("tiny-cpu", "port: 8321"), "8080"),
+    "on as a name": ("mia-tp4", raw("mia-tp4", "served_model_name: deepseek-v4.1-flash", "served_model_name: on"),
+                     line_of("mia-tp4", "served_model_name"), "YAML 1.2"),
+    "sexagesimal timeout": ("tiny-cpu", raw("tiny-cpu", "boot_timeout_s: 180", "boot_timeout_s: 3:00"),
+                            line_of("tiny-cpu", "boot_timeout_s"), "180"),
+    "no as an env value": ("tiny-cpu", raw("tiny-cpu", 'TOKENIZERS_PARALLELISM: "false"', "TOKENIZERS_PARALLELISM: no"),
+                           line_of("tiny-cpu", "TOKENIZERS_PARALLELISM"), "YAML 1.1"),
+    "merge key": ("tiny-cpu", raw("tiny-cpu", "serving:\n", "serving:\n  <<: {port: 1}\n"), line_of("tiny-cpu", "serving:", 1), "merge keys"),
+    "tag": ("tiny-cpu", raw("tiny-cpu", "port: 8321", "port: !!int 8321"), line_of("tiny-cpu", "port: 8321"), "tags"),
     "date description": ("tiny-cpu", raw("tiny-cpu", "description: transformers serve", "description: 2024-01-01\nx: transformers serve"),
-                         "line 5", "date"),
+                         line_of("tiny-cpu", "description:"), "date"),
     # names
     "long recipe name": ("tiny-cpu", put("name", "n" * 64), "name", "63"),
 }

@@ -185,7 +185,7 @@ def test_pip_and_model_path_reach_the_dockerfile_as_exec_form():
     recipe = parse_recipe(REPO / "recipes" / "tiny-cpu.yaml")
     runs = [json.loads(line[4:]) for line in text.splitlines() if line.startswith("RUN [")]
     assert ["python3", "-m", "pip", "install", "--no-cache-dir", *recipe.image.pip_install] in runs
-    assert ["python3", "/opt/rig/tinymodel.py", recipe.model.path] in runs
+    assert ["python3", "/opt/rig/tinymodel.py", "--preset", recipe.model.generate, recipe.model.path] in runs
     assert not re.search(r"^RUN .*(pip install --no-cache-dir torch|tinymodel.py /)", text, re.MULTILINE)
 
 

@@ -20,7 +20,9 @@ class Target:
     position (None: all of them); the drift check holds the target's own parameter order and
     every call site's positional arguments to it. `callers`: dotted paths of the engine
     functions whose call (or functools.partial) of the target the adapter relies on; the drift
-    check refuses when one of them no longer calls it."""
+    check refuses when one of them no longer calls it. `engine`: the one engine this target lives
+    in, for an adapter that serves several (None: every engine the adapter lists); the runtime
+    reads the engine it runs in from RIG_ENGINE, which rig's drivers set."""
 
     module: str
     attribute: str
@@ -28,6 +30,7 @@ class Target:
     params: tuple[str, ...] = ()
     positional: int | None = None
     callers: tuple[str, ...] = ()
+    engine: str | None = None
 
     @property
     def dotted(self) -> str:
@@ -89,6 +92,14 @@ class AdapterSpec:
     @property
     def module(self) -> str:
         return f"rig_adapters.adapters.{self.name}"
+
+    def targets_for(self, engine: str | None) -> tuple[Target, ...]:
+        """The targets to patch in `engine` (None: unknown, only engine-independent targets)."""
+        return tuple(t for t in self.targets if t.engine is None or t.engine == engine)
+
+    @property
+    def engine_specific(self) -> bool:
+        return any(t.engine is not None for t in self.targets)
 
 
 _FP8_UTILS = "sglang.srt.layers.quantization.fp8_utils"
@@ -182,10 +193,10 @@ REGISTRY: tuple[AdapterSpec, ...] = (
     ),
     AdapterSpec(
         name="token_delay",
-        summary="test-only: sleep a fixed time per model step (= per generated token) in transformers serve",
+        summary="test-only: sleep a fixed time per model step (= per generated token) in transformers serve or vLLM",
         gate="RIG_TOKEN_DELAY_MS",
         settings=(),
-        engines=("transformers",),
+        engines=("transformers", "vllm"),
         targets=(
             Target(
                 "transformers.models.llama.modeling_llama",
@@ -193,6 +204,17 @@ REGISTRY: tuple[AdapterSpec, ...] = (
                 "install_forward",
                 ("self", "input_ids"),
                 positional=1,  # the wrapper forwards *args and **kwargs untouched
+                engine="transformers",
+            ),
+            # vLLM's per-step call in every worker process (TP ranks sleep side by side, so a step
+            # is longer by the delay once), whichever model runner (V1 or V2) the worker built.
+            Target(
+                "vllm.v1.worker.gpu_worker",
+                "Worker.execute_model",
+                "install_execute_model",
+                ("self", "scheduler_output"),
+                positional=2,
+                engine="vllm",
             ),
         ),
         lifecycle=Lifecycle(
@@ -201,7 +223,7 @@ REGISTRY: tuple[AdapterSpec, ...] = (
             last_gain="n/a",
             measured_on="n/a",
         ),
-        recipes=("tiny-cpu", "tiny-cpu-docker"),
+        recipes=("tiny-cpu", "tiny-cpu-docker", "llama-h200"),
         test_only=True,
     ),
 )

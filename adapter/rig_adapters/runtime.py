@@ -30,6 +30,7 @@ from rig_adapters.gates import env_gate
 from rig_adapters.registry import REGISTRY, AdapterSpec, Target, install_order
 
 MANIFEST_DIR_ENV = "RIG_ADAPTER_MANIFEST_DIR"
+ENGINE_ENV = "RIG_ENGINE"  # the engine this process belongs to, set by rig's boot drivers
 MANIFEST_SCHEMA = 1
 WRAPPER_MARK = "__rig_adapter__"
 
@@ -263,7 +264,8 @@ class _Armer:
         with MANIFEST.lock:
             entry = MANIFEST.adapter(spec)
             done = all(
-                MANIFEST.adapter(spec)["targets"].get(t.dotted, {}).get("state") == "patched" for t in spec.targets
+                MANIFEST.adapter(spec)["targets"].get(t.dotted, {}).get("state") == "patched"
+                for t in spec.targets_for(os.environ.get(ENGINE_ENV))
             )
             if done and entry["state"] != "armed":
                 entry["state"] = "armed"
@@ -273,10 +275,15 @@ class _Armer:
             MANIFEST.write()
 
     def arm(self, names: list[str]) -> None:
+        engine = os.environ.get(ENGINE_ENV) or None
         with self.lock:
             for spec in install_order(names):
                 MANIFEST.adapter(spec)
-                for target in spec.targets:
+                if spec.engine_specific and engine not in spec.engines:
+                    self.refuse(spec, f"{ENGINE_ENV}={engine or ''} does not name one of {', '.join(spec.engines)}: "
+                                "cannot tell which engine's targets to patch (rig's drivers set it)")
+                    continue
+                for target in spec.targets_for(engine):
                     self.pending.setdefault(target.module, []).append((spec, target))
             _install_finder()
             for module_name in list(self.pending):

@@ -209,9 +209,10 @@ def redundancy(spec: AdapterSpec, read: SourceReader) -> str | None:
     return f"{distribution} has {module}.{attribute}: {spec.lifecycle.redundant_when}"
 
 
-def verdict(spec: AdapterSpec, read: SourceReader) -> tuple[str, str]:
-    """('would arm' | 'refuses' | 'redundant', detail)."""
-    problems = [p for p in (check_target(t, read) for t in spec.targets) if p]
+def verdict(spec: AdapterSpec, read: SourceReader, engine: str | None = None) -> tuple[str, str]:
+    """('would arm' | 'refuses' | 'redundant', detail) in `engine` (its targets only)."""
+    targets = spec.targets_for(engine) if engine else spec.targets
+    problems = [p for p in (check_target(t, read) for t in targets) if p]
     problems += [p for p in (check_kernel(k, read) for k in spec.kernels) if p]
     if problems:
         return "refuses", "; ".join(problems)
@@ -219,7 +220,7 @@ def verdict(spec: AdapterSpec, read: SourceReader) -> tuple[str, str]:
     if why:
         return "redundant", why
     reached = [t.dotted + (f" (called from {', '.join(c.rsplit('.', 1)[-1] for c in t.callers)})" if t.callers else "")
-               for t in spec.targets]
+               for t in targets]
     reached += [f"{k.distribution} {k.attribute}" + "".join(f" {p}={v!r}" for p, v in k.accepts) for k in spec.kernels]
     return "would arm", ", ".join(reached)
 
@@ -241,4 +242,4 @@ def installed_reader(module: str) -> str | None:
 
 
 def check_installed(engine: str) -> list[tuple[str, str, str]]:
-    return [(spec.name, *verdict(spec, installed_reader)) for spec in REGISTRY if engine in spec.engines]
+    return [(spec.name, *verdict(spec, installed_reader, engine)) for spec in REGISTRY if engine in spec.engines]

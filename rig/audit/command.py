@@ -12,9 +12,20 @@ from rig.recipe import Resolved, parse_recipe, recipe_path, split_ref
 DENSE_FAMILIES = ("dense_mlp", "shared_expert", "attention")
 
 
+def recipe_dims(resolved: Resolved, model_dir: str | None) -> tuple[dict[str, Any], str]:
+    """The model's dimensions: from --model-dir, else from the model rig generates for the recipe
+    (its config.json, the one source of its shapes), else from the shipped dims the recipe names."""
+    model = resolved.recipe.model
+    if model_dir is None and model.dims is None and model.source == "generated":
+        from rig.boot.native import NativeDriver
+
+        model_dir = NativeDriver().model_path(resolved)
+    return load_dims(model.dims, model_dir)
+
+
 def audit_variant(resolved: Resolved, model_dir: str | None) -> dict[str, Any]:
     table = constraints()
-    dims, source = load_dims(resolved.recipe.model.dims, model_dir)
+    dims, source = recipe_dims(resolved, model_dir)
     gemms, shard, unknown = derive(resolved, dims)
     spec = resolved.audit
     rows = []

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
-from rig import grammar
+from rig import client, grammar
 from rig.atomic import write_text_atomic
 from rig.errors import RigError
 from rig.recipe import REPO_ROOT, Resolved, check_overlay
@@ -66,6 +66,8 @@ class BootRecord:
     image: dict[str, Any] = field(default_factory=dict)
     # The host as this boot found it (rig.observe.fingerprint): comparisons check boots against it.
     fingerprint: dict[str, Any] = field(default_factory=dict)
+    # The engine's compile caches when the boot started (rig/boot/engine_env.py cache_state).
+    compile_cache: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
 
     def save(self) -> None:
@@ -202,8 +204,8 @@ def forget(record: BootRecord) -> None:
 
 
 def http_get_json(url: str, timeout: float = 5.0) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - our own server's URL
-        return json.loads(response.read() or b"null")
+    """An authenticated GET of our own server (rig/client.py)."""
+    return client.get_json(url, timeout)
 
 
 def wait_healthy(record: BootRecord, health_path: str, timeout_s: float, alive: Callable[[], str | None],
@@ -218,12 +220,11 @@ def wait_healthy(record: BootRecord, health_path: str, timeout_s: float, alive: 
         if gone:
             raise BootFailed(f"{record.ref}: the server stopped before it was healthy ({gone}); log: {record.log_path}")
         try:
-            with urllib.request.urlopen(url, timeout=3) as response:  # noqa: S310
-                if response.status == 200:
-                    record.healthy_after_s = round(time.time() - record.started, 3)
-                    if progress:
-                        print(f"{chr(13) if sys.stderr.isatty() else ''}{record.ref}: healthy after {record.healthy_after_s:.1f}s ({record.base_url})   ", file=sys.stderr)
-                    return
+            if client.get_status(url, timeout=3) == 200:
+                record.healthy_after_s = round(time.time() - record.started, 3)
+                if progress:
+                    print(f"{chr(13) if sys.stderr.isatty() else ''}{record.ref}: healthy after {record.healthy_after_s:.1f}s ({record.base_url})   ", file=sys.stderr)
+                return
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
             pass
         now = time.monotonic()
@@ -278,14 +279,15 @@ def boot_fingerprint(record: BootRecord) -> dict[str, Any]:
     from rig.observe.fingerprint import host_fingerprint, manifest_hashes
 
     return host_fingerprint({"image_id": record.image.get("id"), "image_digests": record.image.get("digests"),
-                             "adapter_manifests": manifest_hashes(record.manifest_dir)})
+                             "adapter_manifests": manifest_hashes(record.manifest_dir),
+                             "compile_cache": record.compile_cache.get("state")})
 
 
 class BootDriver(Protocol):
     name: str
 
     def up(self, resolved: Resolved, overlay: dict[str, str] | None = None, port: int | None = None,
-           progress: bool = True) -> BootRecord: ...
+           progress: bool = True, cold_caches: bool = False) -> BootRecord: ...
 
     def down(self, record: BootRecord) -> None: ...
 

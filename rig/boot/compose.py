@@ -15,6 +15,7 @@ import yaml
 
 from rig.atomic import write_text_atomic
 from rig.boot.base import BootFailed, BootRecord, await_healthy, forget, new_boot, remember
+from rig.engines import ENGINES
 from rig.errors import RigError
 from rig.recipe import REPO_ROOT, Resolved
 from rig.render import compose_path, compose_project, host_ip
@@ -63,7 +64,7 @@ class ComposeDriver:
                               capture_output=True, text=True, check=False)
 
     def up(self, resolved: Resolved, overlay: dict[str, str] | None = None, port: int | None = None,
-           progress: bool = True) -> BootRecord:
+           progress: bool = True, cold_caches: bool = False) -> BootRecord:
         client = docker_client()
         if resolved.topology.nodes > 1:
             raise RigError(f"recipes/{resolved.recipe.name}.yaml", "topology.nodes",
@@ -76,7 +77,12 @@ class ComposeDriver:
         record.compose_files = [str(compose_path(resolved))]
         # Compose variables (the image tag) select what compose runs; everything else is server environment.
         compose_env = {k: v for k, v in overlay.items() if k in COMPOSE_VARIABLES}
-        text, secret_env = override_file(resolved, overlay, record.boot_id, port)
+        server_overlay = dict(overlay)
+        if cold_caches:  # fresh directories in the new container's own filesystem, not the shared cache volume
+            engine = ENGINES[resolved.recipe.engine.name]
+            server_overlay.update({name: f"/tmp/rig-cold-cache/{name.lower()}" for name, _ in engine.compile_caches})
+            record.compile_cache = {"state": "cold"}
+        text, secret_env = override_file(resolved, server_overlay, record.boot_id, port)
         override_path = Path(record.boot_dir) / "compose.override.yaml"
         write_text_atomic(override_path, text)
         record.compose_files.append(str(override_path))

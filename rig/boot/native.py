@@ -1,9 +1,12 @@
-"""The native process driver: runs the engine as a background process group on this machine
-(tiny-cpu). A pid file, a log file, a health wait and a stop that leaves no process behind."""
+"""The native process driver: runs the engine as a background process group on this machine,
+from rig's own environment (tiny-cpu) or from the Python environment a recipe names (vLLM or
+SGLang on bare-metal GPU hosts, under Slurm or systemd). A pid file, a log file, a health wait
+and a stop that leaves no process behind."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -11,9 +14,10 @@ import time
 from pathlib import Path
 
 from rig.atomic import write_text_atomic
+from rig.boot import engine_env
 from rig.boot import process as kernel
 from rig.boot.base import BootRecord, await_healthy, forget, new_boot, refuse_if_up, remember
-from rig.engines import server_argv
+from rig.engines import ENGINES, server_argv
 from rig.errors import RigError
 from rig.recipe import REPO_ROOT, Resolved
 from rig.tinymodel import ensure_tiny_model
@@ -40,19 +44,46 @@ class NativeDriver:
 
     def model_path(self, resolved: Resolved) -> str:
         if resolved.recipe.model.source == "generated":
-            return str(ensure_tiny_model(CACHE_DIR / "models"))
+            return str(ensure_tiny_model(CACHE_DIR / "models", resolved.recipe.model.generate or ""))
         return resolved.recipe.model.path
 
     def argv(self, resolved: Resolved, model_path: str, port: int) -> list[str]:
-        argv = server_argv(resolved, model_path, resolved.recipe.serving.bind)
+        native = resolved.recipe.native
+        argv = server_argv(resolved, model_path, resolved.recipe.serving.bind, python=native.interpreter() if native else None)
         argv[argv.index("--port") + 1] = str(port)
         executable = Path(sys.executable).parent / argv[0]
-        if executable.exists():  # the CLI installed beside this interpreter (the project's venv)
+        if native is None and executable.exists():  # the CLI installed beside this interpreter (the project's venv)
             argv[0] = str(executable)
         return argv
 
+    def environment(self, resolved: Resolved, overlay: dict[str, str], record: BootRecord,
+                    cold_caches: bool) -> tuple[dict[str, str], list[str]]:
+        """(the server's environment, extra arguments). With a native Python environment named,
+        PYTHONPATH is exactly rig's adapter overlay plus the recipe's entries: nothing of rig's own
+        environment leaks in. RIG_API_KEY never reaches the engine under its own name."""
+        engine = ENGINES[resolved.recipe.engine.name]
+        env = {**os.environ, **resolved.full_env(), **overlay, **engine_env.visible_devices(resolved),
+               "RIG_ADAPTER_MANIFEST_DIR": record.manifest_dir, "RIG_BOOT_ID": record.boot_id,
+               "RIG_ENGINE": resolved.recipe.engine.name}
+        native = resolved.recipe.native
+        if native is not None:
+            interpreter = Path(native.interpreter())
+            if not os.access(interpreter, os.X_OK):
+                raise RigError(f"recipes/{resolved.recipe.name}.yaml", "native", f"{interpreter} is not an executable interpreter here",
+                               "install the engine's environment on this host, or correct the path")
+            entries = [str(engine_env.adapter_overlay(CACHE_DIR))] if engine.plugin_group else []
+            env["PYTHONPATH"] = os.pathsep.join(entries + list(native.pythonpath))
+            env.pop("PYTHONHOME", None)
+        if cold_caches:
+            env.update(engine_env.fresh_caches(engine, Path(record.boot_dir) / "compile-cache"))
+        key_env, key_args = engine_env.api_key_environment(resolved.recipe.engine.name, env,
+                                                           engine_env.secret_dir_for(record.boot_id))
+        env.update(key_env)
+        env.pop(engine_env.API_KEY_ENV, None)
+        return env, key_args
+
     def up(self, resolved: Resolved, overlay: dict[str, str] | None = None, port: int | None = None,
-           progress: bool = True) -> BootRecord:
+           progress: bool = True, cold_caches: bool = False) -> BootRecord:
         serving = resolved.recipe.serving
         port = port or serving.port
         refuse_if_up(resolved.recipe.name)  # before the port check: "still up" is the better answer
@@ -61,11 +92,18 @@ class NativeDriver:
                            f"port {port} on {serving.bind} is already in use", f"stop what uses it (`rig status`, `rig down {resolved.recipe.name}`) or pass --port")
         overlay = dict(overlay or {})
         record = new_boot(resolved, self.name, overlay, port)
-        model = self.model_path(resolved)
-        env = {**os.environ, **resolved.full_env(), **overlay,
-               "RIG_ADAPTER_MANIFEST_DIR": record.manifest_dir, "RIG_BOOT_ID": record.boot_id}
-        argv = self.argv(resolved, model, port)
-        write_text_atomic(Path(record.boot_dir) / "command.txt", " ".join(argv) + "\n")
+        try:
+            model = self.model_path(resolved)
+            env, key_args = self.environment(resolved, overlay, record, cold_caches)
+        except BaseException as error:  # nothing started: the boot is recorded as failed, never left "booting"
+            record.status, record.error = "failed", str(error) or type(error).__name__
+            forget(record)
+            raise
+        argv = self.argv(resolved, model, port) + key_args
+        record.compile_cache = engine_env.cache_state(ENGINES[resolved.recipe.engine.name], env)
+        shown = {k: env[k] for k in ("PYTHONPATH", "CUDA_VISIBLE_DEVICES") if k in env}
+        write_text_atomic(Path(record.boot_dir) / "command.txt",
+                          "".join(f"{k}={v} " for k, v in shown.items()) + " ".join(argv) + "\n")
         log = open(record.log_path, "ab")  # noqa: SIM115 - handed to the child, closed below
         try:
             process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -116,6 +154,7 @@ class NativeDriver:
                 record.error = f"stale state: {why}" + (f"; before that: {record.error}" if record.error else "")
             else:  # ours, or a leader gone with its group perhaps left: a live group's id is never reused
                 _stop_group(record.pid)
+        shutil.rmtree(engine_env.secret_dir_for(record.boot_id), ignore_errors=True)
         record.stopped = time.time()
         if record.status != "failed":
             record.status = "stopped"

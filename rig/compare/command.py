@@ -25,7 +25,8 @@ DEFAULT_ROUNDS = 3
 def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, rounds: int, scenarios: list[str] | None,
             small: bool | None, workers: int | None, resume: str | None, progress: bool = True,
             duration_s: float | None = None, target_pct: float | None = None, max_boots: int | None = None,
-            goodput: str | None = None, accept_fingerprint: list[str] | None = None) -> tuple[Path, Analysis]:
+            goodput: str | None = None, accept_fingerprint: list[str] | None = None,
+            cold_caches: bool = False) -> tuple[Path, Analysis]:
     name, variant = split_ref(recipe)
     if variant:
         raise RigError("command line", "recipe", "compare takes a recipe name; variants are arms", f"use --arm NAME:@{variant}")
@@ -51,7 +52,7 @@ def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, 
                        workers=workers, duration_s=duration_s, target_pct=target_pct,
                        max_boots=(max_boots or 2 * boots) if target_pct is not None else None,
                        first_stage=boots if target_pct is not None else None,
-                       slos=parse_slos(goodput), accept_fingerprint=list(accept_fingerprint or []))
+                       slos=parse_slos(goodput), accept_fingerprint=list(accept_fingerprint or []), cold_caches=cold_caches)
     out = Path(resume) if resume else compare_root()
     if resume and not (out / "plan.json").exists():
         raise RigError(str(out), "--resume", "no comparison (plan.json) in this directory", "name a results/compare/<timestamp> directory")

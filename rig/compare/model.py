@@ -38,6 +38,7 @@ class ComparePlan:
     planned_pairs: int | None = None  # --target: the pairs the first stage's sd asks for, capped at max_boots
     slos: dict[str, float] | None = None  # goodput SLOs in seconds: ttft, tpot, e2e (vLLM's --goodput)
     accept_fingerprint: list[str] = field(default_factory=list)  # fingerprint fields allowed to differ (globs)
+    cold_caches: bool = False  # every boot starts with empty compile/kernel caches of its own
     created: float = field(default_factory=time.time)
     schema: int = COMPARE_SCHEMA
 
@@ -104,6 +105,7 @@ class BootEntry:
     adapter_stats: dict[str, Any] = field(default_factory=dict)
     fingerprint: dict[str, Any] = field(default_factory=dict)
     started: float | None = None
+    quality: dict[str, Any] | None = None  # rig.compare.quality.BootQuality: continuations and reference scores
     schema: int = COMPARE_SCHEMA
 
     def usable_figures(self, scenario: str, figure: str) -> list[float]:

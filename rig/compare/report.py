@@ -13,6 +13,7 @@ import numpy as np
 
 from rig.atomic import write_text_atomic
 from rig.compare.model import COMPARE_SCHEMA, BootEntry, ComparePlan
+from rig.compare.quality import analyze_quality, quality_line
 from rig.compare.stats import DEFAULT_TARGET_PCT, Comparison, compare_boots, target_met
 from rig.load.records import read_records
 from rig.load.scenarios import load_scenario
@@ -146,6 +147,7 @@ class Analysis:
     boot_log_diff: dict[str, list[str]]
     target: dict[str, Any] | None
     void: str | None = None  # why no verdict stands (an unaccepted fingerprint difference)
+    quality: dict[str, Any] = field(default_factory=dict)  # rig.compare.quality.analyze_quality: outputs moved or not
     schema: int = COMPARE_SCHEMA
     timeline: list[dict[str, Any]] = field(default_factory=list)  # boots in time order, for the plot
 
@@ -239,11 +241,25 @@ def analyze(plan: ComparePlan, entries: list[BootEntry]) -> Analysis:
         boot_log_diff=boot_log_diff(entries, arms),
         target=target,
         void=void,
+        quality=analyze_quality(plan, entries, _encoder(plan)),
         timeline=[{"index": e.index, "arm": e.arm, "block": e.block, "voided": e.voided, "control": e.control,
                    "rounds": {name: [r[name].figures.get(scenarios[name].headline) if r[name].usable else None
                                      for r in e.rounds if name in r] for name in plan.scenarios}}
                   for e in sorted(entries, key=lambda e: (e.started or 0, e.index))],
     )
+
+
+def _encoder(plan: ComparePlan) -> Any:
+    """The served tokenizer, to locate divergence in engines that return text only (None if unavailable)."""
+    try:
+        from rig.load.command import model_dir_for
+        from rig.load.scenarios import TokenCounter
+        from rig.recipe import load
+
+        counter = TokenCounter(model_dir_for(load(plan.recipe)))
+    except Exception:  # noqa: BLE001 - the divergence is then reported for engines with token ids only
+        return None
+    return counter.encode if counter.tokenizer is not None else None
 
 
 def _noise(c: Comparison) -> str:
@@ -288,6 +304,12 @@ def markdown(analysis: Analysis) -> str:
             lines.append(f"{name:14} goodput (req/s meeting {plan['slos']}): "
                          + ", ".join(f"{arm} {v:.3f}" if v is not None else f"{arm} -" for arm, v in result.goodput.items()))
     lines.append("```")
+    quality = analysis.quality
+    if quality:
+        lines.append("\nQuality beside speed (teacher-forced scores of the baseline's greedy continuations; the noise "
+                     "floor is the drift between baseline boots):")
+        lines += [f"- {arm}: {quality_line(quality, arm)}" for arm in arms[1:]]
+        lines += [f"- note: {note}" for note in quality.get("notes") or []]
     if analysis.target:
         lines.append(f"\n{analysis.target['status']}.")
     greedy = analysis.greedy
@@ -385,7 +407,12 @@ def plot(analysis: Analysis, path: Path) -> None:
         right.set_yticks(range(len(rows)), [label for label, _, _ in rows], fontsize=7)
         right.set_ylim(len(rows) - 0.5, -0.5)
         right.set_xlabel("delta % (95% CI); grey: +-1 boot sd")
-        right.set_title("effect: headline, then latency")
+        quality = analysis.quality
+        if quality:
+            right.set_title("effect: headline, then latency\n" + "\n".join(
+                f"{arm}: {quality_line(quality, arm)[:90]}" for arm in arms[1:]), fontsize=7)
+        else:
+            right.set_title("effect: headline, then latency")
     figure.savefig(path, dpi=110)
     plt.close(figure)
 

@@ -10,6 +10,7 @@ import hashlib
 import io
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from rig.atomic import write_text_atomic
@@ -25,6 +26,7 @@ from rig.load.command import Interrupted, model_dir_for, run_scenarios
 from rig.load.runner import LoadTarget
 from rig.load.scenarios import greedy_prompts, load_scenario
 from rig.load.summary import RunSummary
+from rig.recipe import Resolved
 
 
 def greedy_identity(base_url: str, model: str, small: bool) -> dict[str, str]:
@@ -35,6 +37,26 @@ def greedy_identity(base_url: str, model: str, small: bool) -> dict[str, str]:
         text = stream_chat(base_url, model, prompt["text"], max_tokens, out=io.StringIO())["text"]
         hashes[prompt["name"]] = hashlib.sha256(text.encode()).hexdigest()
     return hashes
+
+
+QUALITY_REFERENCE = "quality-reference.json"
+
+
+def boot_quality(plan: ComparePlan, out: Path, resolved: Resolved, record: BootRecord, baseline: bool) -> dict:
+    """This boot's greedy continuations of the probe set and its scores of the comparison's reference
+    continuation; the first baseline boot's continuations become that reference."""
+    from rig.compare.quality import Generation, collect, probes
+
+    path = out / QUALITY_REFERENCE
+    reference = None
+    if path.exists():
+        reference = {name: Generation(**value) for name, value in json.loads(path.read_text()).items()}
+    chosen = probes([load_scenario(name).prompt_set for name in plan.scenarios])
+    _, max_tokens = greedy_prompts(plan.small)
+    quality = collect(record.base_url, record.served_model or "", resolved.recipe.engine.name, chosen, max_tokens, reference)
+    if reference is None and baseline:
+        write_text_atomic(path, json.dumps({name: asdict(g) | {"top": None} for name, g in quality.generations.items()}))
+    return quality.to_json()
 
 
 def run_result(summary: RunSummary, out_dir: Path, slos: dict[str, float] | None) -> RunResult:
@@ -90,7 +112,7 @@ def run_boot(plan: ComparePlan, index: int, block: int, arm: Arm, out: Path, pro
     since = time.time()
     write_text_atomic(marker, json.dumps({"attempt": attempt, "boot_id": None, "since": since}))
     try:
-        record = driver.up(base, overlay=arm.overlay(), progress=progress)
+        record = driver.up(base, overlay=arm.overlay(), progress=progress, cold_caches=plan.cold_caches)
     except BootFailed as error:
         entry.voided, entry.problems = True, [str(error)]
         marker.unlink(missing_ok=True)
@@ -112,6 +134,7 @@ def run_boot(plan: ComparePlan, index: int, block: int, arm: Arm, out: Path, pro
             summaries = run_scenarios(target, names, plan.small, plan.workers, root, progress=progress, duration_s=plan.duration_s)
             entry.rounds.append({s.name: run_result(s, root / s.name, plan.slos) for s in summaries if not s.warmup})
         entry.greedy = greedy_identity(record.base_url, record.served_model or "", plan.small)
+        entry.quality = boot_quality(plan, out, resolved, record, baseline=arm is plan.arms[0] and not entry.control)
         # Evidence that the adapters ran on their targets exists only once the model has served.
         after = check_boot(record, resolved, arm.overlay(), after_load=True)
         entry.check = after.to_json()

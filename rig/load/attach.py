@@ -64,8 +64,11 @@ def metrics_identity(base_url: str) -> str | None:
     """The server's own start time from its Prometheus page (process_start_time_seconds)."""
     import requests
 
+    from rig import client
+
     try:
-        response = requests.get(base_url + "/metrics", timeout=5)
+        with client.session() as http:
+            response = http.get(base_url + "/metrics", timeout=5)
     except requests.RequestException:
         return None
     if response.status_code != 200:

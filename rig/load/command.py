@@ -42,19 +42,37 @@ def default_small(resolved: Resolved | None) -> bool:
     return resolved is None or not resolved.recipe.gpu
 
 
+def check_cache_reset(target: LoadTarget) -> None:
+    """Before anything runs: the engine's cache-reset route exists on this boot. rig never opens an
+    engine's development routes by itself; a recipe (or arm) that wants the reset sets the
+    variable the engine registry names, in plain sight."""
+    reset = engine(target.engine_name).cache_reset
+    if reset is None or not reset.requires_env or target.resolved is None:
+        return
+    env = {**target.resolved.full_env(), **target.record.overlay}
+    missing = {k: v for k, v in reset.requires_env.items() if env.get(k) != v}
+    if missing:
+        setting = ", ".join(f"{k}={v}" for k, v in missing.items())
+        raise RigError("command line", "--flush-cache", f"{target.engine_name} serves {reset.path} only with {setting} "
+                       f"({reset.why}); this boot was started without it",
+                       f"accept that by adding {setting} to the recipe's env (or the arm), or drop --flush-cache")
+
+
 def flush_prefix_cache(target: LoadTarget) -> str:
     """POST the engine's cache-reset endpoint (SGLang /flush_cache, vLLM /reset_prefix_cache)."""
-    import requests
+    from rig import client
 
-    endpoint = engine(target.engine_name).cache_reset
-    if endpoint is None:
+    reset = engine(target.engine_name).cache_reset
+    if reset is None:
         return f"{target.engine_name} has no cache-reset endpoint: nothing flushed"
-    headers = {"Authorization": f"Bearer {os.environ['RIG_API_KEY']}"} if os.environ.get("RIG_API_KEY") else {}
-    response = requests.post(target.record.base_url + endpoint, headers=headers, timeout=60)
+    with client.session() as http:
+        response = http.post(target.record.base_url + reset.path, timeout=60)
     if response.status_code >= 400:
-        raise RigError("command line", "--flush-cache", f"POST {endpoint} answered {response.status_code}",
+        needs = "".join(f"; {target.engine_name} registers it only with {k}={v} ({reset.why})"
+                        for k, v in reset.requires_env.items()) if response.status_code == 404 else ""
+        raise RigError("command line", "--flush-cache", f"POST {reset.path} answered {response.status_code}{needs}",
                        "start the server with its cache-reset endpoint enabled, or drop --flush-cache")
-    return f"prefix cache flushed ({endpoint})"
+    return f"prefix cache flushed ({reset.path})"
 
 
 def run_scenarios(target: LoadTarget, names: list[str], small: bool, workers: int | None, root: Path,
@@ -65,6 +83,8 @@ def run_scenarios(target: LoadTarget, names: list[str], small: bool, workers: in
     scenarios = [load_scenario(name).scaled(small) for name in names]
     if duration_s:
         scenarios = [replace(s, duration_s=duration_s) for s in scenarios]
+    if flush_cache:
+        check_cache_reset(target)
     counter = TokenCounter(target.model_dir, target.record.base_url, target.record.served_model)
     summaries: list[RunSummary] = []
     for scenario in scenarios:

@@ -70,6 +70,16 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+KEEP_TEXT_ENV = "RIG_KEEP_TEXT"  # 0: keep no output text (privacy); outputs stay hashed either way
+KEEP_TEXT_CHARS = 2000  # enough for the coherence checks (scripts, repetition) and bounded per request
+
+
+def keep_text_chars() -> int:
+    """How much of each output the records keep: the coherence checks read it; `--no-keep-text`
+    (RIG_KEEP_TEXT=0) keeps none, and the outputs are then only hashed."""
+    return 0 if os.environ.get(KEEP_TEXT_ENV, "1").strip() in ("0", "no", "false", "off") else KEEP_TEXT_CHARS
+
+
 def default_workers() -> int:
     return max(1, (os.cpu_count() or 2) - 1)
 
@@ -184,7 +194,7 @@ class LocustRun:
 
 def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers: int | None = None,
                  counter: TokenCounter | None = None, warmup: bool = False, progress: bool = True,
-                 keep_text: bool = False, prompts: list[dict[str, Any]] | None = None, remote_workers: int = 0,
+                 prompts: list[dict[str, Any]] | None = None, remote_workers: int = 0,
                  master_bind: str = "127.0.0.1", settle_s: float = 0.0) -> RunSummary:
     if out_dir.exists() and any(out_dir.iterdir()):
         raise RigError(str(out_dir), "(directory)", "already holds a run; records of two runs must never mix",
@@ -203,7 +213,7 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
               # Same label in the same round of every boot: the nonce sequence repeats across arms.
               "nonce_seed": f"{scenario.seed}/{out_dir.parent.name}/{out_dir.name}",
               "out_dir": str(out_dir), "read_timeout_s": scenario.read_timeout_s,
-              "keep_text": keep_text or counter.tokenizer is not None}
+              "keep_text_chars": keep_text_chars()}
     run = LocustRun(scenario, record.base_url, config, out_dir, workers or default_workers(), remote_workers, master_bind,
                     settle_s)
     interrupted = False
@@ -238,7 +248,8 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
                   "prefix": scenario.prefix},
         warmup=warmup, interrupted=interrupted, provenance=provenance(target, run, counter),
         metrics=metrics, client=client_verdict(clients), clients=clients,
-        observations=observe(out_dir, records, window, metrics, f"{scenario.name} on {record.ref} (boot {record.boot_id})"),
+        observations=observe(out_dir, records, window, metrics, f"{scenario.name} on {record.ref} (boot {record.boot_id})",
+                             target.resolved.topology.gpu_ids if target.resolved is not None else None),
     )
     from rig.load.report import write_run
 
@@ -246,12 +257,13 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
     return summary
 
 
-def observe(out_dir: Path, records: list[RequestRecord], window: Window, metrics: dict[str, Any], title: str) -> dict[str, Any]:
+def observe(out_dir: Path, records: list[RequestRecord], window: Window, metrics: dict[str, Any], title: str,
+            serving_gpus: list[int] | None = None) -> dict[str, Any]:
     """What the server and the GPUs did inside the window, and the run's timeline picture."""
     observations: dict[str, Any] = {"server": summarize_server_metrics(out_dir / SERVER_METRICS, (window.start, window.end))}
     if (out_dir / GPU_SAMPLES).exists():
         tokens = metrics["output_tok_s"] * window.seconds
-        observations["gpu"] = summarize_gpu_samples(out_dir / GPU_SAMPLES, (window.start, window.end), tokens)
+        observations["gpu"] = summarize_gpu_samples(out_dir / GPU_SAMPLES, (window.start, window.end), tokens, serving_gpus)
     ratio = run_tokens_per_chunk(records)
     events = [(t, n) for r in records for t, n in zip(r.chunks, chunk_token_counts(r, ratio))]
     picture = write_timeline(out_dir / TIMELINE, events, out_dir / SERVER_METRICS,
@@ -269,7 +281,7 @@ def provenance(target: LoadTarget, run: LocustRun, counter: TokenCounter) -> dic
     if resolved is not None:
         recipe = resolved.recipe
         described.update(engine=f"{recipe.engine.name} {recipe.engine.version}",
-                         image=record.image or {"base": recipe.image.reference(resolved.topology.platform)},
+                         image=record.image or ({"base": recipe.image.reference(resolved.topology.platform)} if recipe.image else {}),
                          adapter_gates=redact_for(resolved, {**resolved.adapter_env(), **record.overlay}))
     return {
         **described, "boot_id": record.boot_id, "driver": record.driver,

@@ -77,10 +77,11 @@ class TokenCounter:
     def encode(self, text: str) -> list[int]:
         if self.tokenizer is not None:
             return self.tokenizer.encode(text, add_special_tokens=False)
-        import requests
+        from rig import client
 
         try:
-            response = requests.post(f"{self.base_url}/tokenize", json={"model": self.model, "prompt": text,
+            with client.session() as http:
+                response = http.post(f"{self.base_url}/tokenize", json={"model": self.model, "prompt": text,
                                                                       "add_special_tokens": False}, timeout=60)
             response.raise_for_status()
             return response.json()["tokens"]
@@ -94,9 +95,10 @@ class TokenCounter:
     def decode(self, ids: list[int]) -> str:
         if self.tokenizer is not None:
             return self.tokenizer.decode(ids)
-        import requests
+        from rig import client
 
-        response = requests.post(f"{self.base_url}/detokenize", json={"model": self.model, "tokens": ids}, timeout=60)
+        with client.session() as http:
+            response = http.post(f"{self.base_url}/detokenize", json={"model": self.model, "tokens": ids}, timeout=60)
         response.raise_for_status()
         return response.json()["prompt"]
 

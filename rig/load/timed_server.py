@@ -21,11 +21,14 @@ import socket
 import time
 import uuid
 
+from rig.load import toy_lm
+
 
 class TimedServer:
     def __init__(self, ttft: float, itl: float, die_after: float | None = None, tokens_per_chunk: int = 1,
-                 continuous_usage: bool = True) -> None:
+                 continuous_usage: bool = True, perturb: float = 0.0) -> None:
         self.ttft, self.itl, self.die_after = ttft, itl, die_after
+        self.perturb = perturb  # the toy model's logit change for non-streamed completions (rig/load/toy_lm.py)
         self.tokens_per_chunk, self.continuous_usage = tokens_per_chunk, continuous_usage
         self.seen_prompts: set[str] = set()  # a stand-in prefix cache: a repeated prompt is a full hit
         self.first_request: float | None = None  # --die-after counts from here, not from start-up
@@ -56,9 +59,15 @@ class TimedServer:
                     writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(data) + data)
                     await writer.drain()
                     continue
+                request = json.loads(body or b"{}")
+                if not request.get("stream"):  # scored, non-streamed completions (quality tests)
+                    data = json.dumps(toy_lm.complete(request, self.perturb)).encode()
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(data) + data)
+                    await writer.drain()
+                    continue
                 self.running += 1
                 try:
-                    await self.stream(json.loads(body or b"{}"), path, arrival, writer)
+                    await self.stream(request, path, arrival, writer)
                 finally:
                     self.running -= 1
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -127,14 +136,14 @@ class TimedServer:
 
 
 def serve(port: int, ttft: float, itl: float, die_after: float | None, host: str = "127.0.0.1", tokens_per_chunk: int = 1,
-          continuous_usage: bool = True) -> None:
+          continuous_usage: bool = True, perturb: float = 0.0) -> None:
     async def main() -> None:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
         sock.listen(4096)
-        server = await asyncio.start_server(TimedServer(ttft, itl, die_after, tokens_per_chunk, continuous_usage).handle, sock=sock, limit=1 << 20)
+        server = await asyncio.start_server(TimedServer(ttft, itl, die_after, tokens_per_chunk, continuous_usage, perturb).handle, sock=sock, limit=1 << 20)
         async with server:
             await server.serve_forever()
 
@@ -150,8 +159,10 @@ def main() -> None:
     parser.add_argument("--die-after", type=float, help="exit this many seconds after the first streamed request")
     parser.add_argument("--tokens-per-chunk", type=int, default=1, help="tokens in each chunk (MTP / speculative decoding)")
     parser.add_argument("--no-continuous-usage", action="store_true", help="usage on the last chunk only, whatever is asked")
+    parser.add_argument("--perturb", type=float, default=0.0, help="change the toy model's logits by this much (quality tests)")
     args = parser.parse_args()
-    options = (args.port, args.ttft, args.itl, args.die_after, "127.0.0.1", args.tokens_per_chunk, not args.no_continuous_usage)
+    options = (args.port, args.ttft, args.itl, args.die_after, "127.0.0.1", args.tokens_per_chunk, not args.no_continuous_usage,
+               args.perturb)
     if args.processes == 1:
         serve(*options)
         return

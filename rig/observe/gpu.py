@@ -161,9 +161,11 @@ def _energy_j(samples: list[tuple[float, dict[str, Any]]]) -> tuple[float | None
 
 
 def summarize_gpu_samples(path: Path | str, window: tuple[float, float] | None = None,
-                          output_tokens: int | None = None) -> dict[str, Any]:
+                          output_tokens: int | None = None, serving: list[int] | None = None) -> dict[str, Any]:
     """Per GPU and in total over the window: clocks, power, temperature, utilisation, energy, and
-    the clock-event reasons seen (idle excluded); J per output token given the window's tokens."""
+    the clock-event reasons seen (idle excluded); J per output token given the window's tokens.
+    `serving`: the NVML indices the server runs on; totals count only those (an idle neighbour's
+    ~77 W would otherwise be billed to the tokens), every GPU is still listed."""
     path = Path(path)
     entries = jsonl.read(path) if path.exists() else []
     notes = [entry["note"] for entry in entries if "note" in entry]
@@ -187,11 +189,15 @@ def summarize_gpu_samples(path: Path | str, window: tuple[float, float] | None =
                             "temp_c": _stats(values("temp_c")), "util_gpu_pct": _stats(values("util_gpu_pct")),
                             "util_mem_pct": _stats(values("util_mem_pct")), "energy_j": energy, "energy_source": source,
                             "clock_events": events}
-    energies = [gpu["energy_j"] for gpu in gpus.values()]
+    counted = {key: gpu for key, gpu in gpus.items() if serving is None or int(key) in serving}
+    for key, gpu in gpus.items():
+        gpu["serving"] = key in counted
+    energies = [gpu["energy_j"] for gpu in counted.values()]
     total_energy = sum(energies) if energies and None not in energies else None
-    powers = [gpu["power_w"]["mean"] for gpu in gpus.values() if gpu["power_w"]]
+    powers = [gpu["power_w"]["mean"] for gpu in counted.values() if gpu["power_w"]]
     return {
         "samples": len(samples), "window": list(window) if window else None, "notes": notes, "gpus": gpus,
+        "serving_gpus": sorted(int(key) for key in counted),
         "power_w_mean_total": sum(powers) if powers else None,
         "energy_j": total_energy,
         "output_tokens": output_tokens,

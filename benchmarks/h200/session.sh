@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The real-engine runs behind benchmarks/RESULTS.md ("Real engine"), on a lent 2 x H200 host, after
+# the offline-vllm parts arrived in .gpu/parts (benchmarks/h200/README.md). Long: start it detached
+#   setsid nohup bash benchmarks/h200/session.sh > /tmp/session.log 2>&1 < /dev/null &
+# and read /tmp/session.log; everything lands under /tmp/rig-results (packed by pack.sh).
+source benchmarks/h200/env.sh || exit 3
+export RIG_RESULTS_DIR=/tmp/rig-results RIG_GPU_TEST_RESULTS=/tmp/rig-results/gpu-tests
+mkdir -p $RIG_GPU_TEST_RESULTS
+step() { echo "=== $(date +%T) $*"; "$@"; echo "=== $(date +%T) exit $?"; }
+step python3 -m pytest -m gpu tests/test_vllm_gpu.py -v -s -p no:cacheprovider -k "llama" 2>&1
+# The comparison: token_delay off vs on (TP2), a float16 arm (numerics change, same speed) and an
+# arm identical to the baseline; 2 ABBA pairs, keyed server (no request may answer 401).
+RIG_API_KEY=sk-session-planted-77aa step python3 -m rig compare llama-h200 \
+  --arm off:@delay,RIG_TOKEN_DELAY_MS=0 --arm on:@delay --arm fp16:@delay-fp16,RIG_TOKEN_DELAY_MS=0 \
+  --arm same:@delay,RIG_TOKEN_DELAY_MS=0 --boots 2 --rounds 2 --scenario prose-c1 --small --duration 7 2>&1
+grep -rl "sk-session-planted-77aa" /tmp/rig-results && echo "!!! planted key found in the files above" || echo "planted key: in no result file"
+echo "SESSION DONE $(date +%T)"

@@ -1,0 +1,140 @@
+"""The environment a native engine process starts in: its interpreter, its PYTHONPATH with rig's
+adapter overlay, its GPUs, its API key (never on argv) and its compile caches.
+
+Adapters arm in every engine process (API server, EngineCore, each TP worker). In rig's own
+environment the `rig_adapters.pth` file does it, but a `.pth` file is processed only in a site
+directory, not in a PYTHONPATH entry. vLLM's `vllm.general_plugins` and SGLang's
+`sglang.srt.plugins` entry points, in contrast, are found from any sys.path entry. So for an
+engine in another environment rig installs the adapter package (its dist-info carries the entry
+points) into an overlay directory once per adapter version and puts it first on PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rig.engines import ENGINES, Engine
+from rig.errors import RigError
+from rig.recipe import REPO_ROOT, Resolved
+
+ADAPTER_SOURCE = REPO_ROOT / "adapter"
+API_KEY_ENV = "RIG_API_KEY"
+
+
+def _adapter_digest() -> str:
+    digest = hashlib.sha256()
+    for path in sorted([ADAPTER_SOURCE / "pyproject.toml", *(ADAPTER_SOURCE / "rig_adapters").rglob("*.py")]):
+        digest.update(str(path.relative_to(ADAPTER_SOURCE)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
+def adapter_overlay(cache_root: Path) -> Path:
+    """A directory holding rig_adapters and its dist-info (entry points), built once per adapter
+    source version with pip (`--target`, no dependencies: the package has none), atomically."""
+    target = cache_root / "adapter-overlay" / _adapter_digest()
+    if (target / ".complete").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=target.parent))
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-compile",
+             "--no-index", "--disable-pip-version-check", "--target", str(staging), str(ADAPTER_SOURCE)],
+            capture_output=True, text=True, check=False)
+        if result.returncode != 0 or not list(staging.glob("rig_adapters-*.dist-info/entry_points.txt")):
+            last = (result.stderr.strip().splitlines() or ["no entry points written"])[-1]
+            raise RigError("adapter/", "(install)", f"could not build the adapter overlay for the engine's environment ({last})",
+                           "check that pip and setuptools are installed in rig's own environment")
+        (staging / ".complete").write_text("")
+        try:
+            staging.rename(target)
+        except OSError:  # another rig process finished the same overlay first
+            if not (target / ".complete").exists():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def visible_devices(resolved: Resolved) -> dict[str, str]:
+    """CUDA_VISIBLE_DEVICES from the recipe's pinned device ids; unset (the engine picks) otherwise."""
+    ids = resolved.topology.gpu_ids
+    if ids is None:
+        return {}
+    # PCI order: CUDA's ids then name the same devices as NVML's indices (telemetry, fingerprints).
+    return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in ids)}
+
+
+def cache_dirs(engine: Engine, environ: dict[str, str]) -> dict[str, Path]:
+    """variable -> the directory each compile/kernel cache of `engine` lives in under `environ`."""
+    user = environ.get("USER") or os.environ.get("USER") or "root"
+    return {name: Path(os.path.expanduser(environ.get(name) or default.format(user=user)))
+            for name, default in engine.compile_caches}
+
+
+def cache_state(engine: Engine, environ: dict[str, str]) -> dict[str, Any]:
+    """What the compile caches held when the boot started: a warm boot skips compilation and
+    autotuning (vLLM's second boot took half the first's time), so boot times and first requests
+    are comparable only between boots in the same state."""
+    dirs = {}
+    for name, path in cache_dirs(engine, environ).items():
+        files = size = 0
+        for root, _, names in os.walk(path):
+            for file_name in names:
+                files += 1
+                try:
+                    size += os.lstat(os.path.join(root, file_name)).st_size
+                except OSError:
+                    continue
+        dirs[name] = {"path": str(path), "files": files, "bytes": size}
+    if not dirs:
+        return {}
+    return {"state": "warm" if any(d["files"] for d in dirs.values()) else "cold", "dirs": dirs}
+
+
+def fresh_caches(engine: Engine, root: Path) -> dict[str, str]:
+    """Empty per-boot cache directories for a cold boot, without touching the user's own caches."""
+    env = {}
+    for name, _ in engine.compile_caches:
+        path = root / name.lower()
+        path.mkdir(parents=True, exist_ok=True)
+        env[name] = str(path)
+    return env
+
+
+def api_key_environment(engine_name: str, environ: dict[str, str], secret_dir: Path) -> tuple[dict[str, str], list[str]]:
+    """(environment changes, extra server arguments) that hand RIG_API_KEY to the engine the one
+    non-argv way it reads a key. vLLM reads VLLM_API_KEY; SGLang reads a `--config` YAML file,
+    written 0600 into `secret_dir` (a directory only this user can enter) and deleted with the boot;
+    transformers serve has no key at all, so a key there is refused rather than silently ignored."""
+    key = environ.get(API_KEY_ENV)
+    if not key:
+        return {}, []
+    how = ENGINES[engine_name].api_key
+    if how is None:
+        raise RigError("environment", API_KEY_ENV, f"{engine_name} cannot be protected by an API key",
+                       f"unset {API_KEY_ENV} for this recipe")
+    if how.startswith("env:"):
+        return {how.removeprefix("env:"): key}, []
+    import json
+
+    secret_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(secret_dir, 0o700)
+    path = secret_dir / "server-config.yaml"
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write("api-key: " + json.dumps(key) + "\n")  # a JSON string is a YAML scalar: any key survives
+    return {}, ["--config", str(path)]
+
+
+def secret_dir_for(boot_id: str) -> Path:
+    """Where a boot's key file lives: memory-backed where the host has /dev/shm, never results/."""
+    base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+    return base / f"rig-{os.getuid()}-{boot_id}"

@@ -1,0 +1,72 @@
+"""A deterministic toy language model for the timed test server's non-streamed completions: the
+logprob scoring and divergence code is tested against real HTTP responses in vLLM's format
+without a GPU. Tokens are bytes (text is UTF-8); only printable ASCII is ever generated.
+`perturb` adds a small deterministic change to every logit: an arm that "changes numerics"."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+
+VOCAB = tuple(range(32, 127))
+CONTEXT = 3  # tokens the next-token distribution depends on
+
+
+def encode(text: str) -> list[int]:
+    return list(text.encode())
+
+
+def decode(ids: list[int]) -> str:
+    return bytes(i % 256 for i in ids).decode(errors="replace")
+
+
+def logprobs(context: list[int], perturb: float = 0.0) -> dict[int, float]:
+    """log-softmax over VOCAB of logits seeded by the last CONTEXT tokens."""
+    key = bytes(i % 256 for i in context[-CONTEXT:])
+    seed = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little")
+    base = random.Random(seed)
+    logits = {v: base.gauss(0.0, 3.0) for v in VOCAB}
+    if perturb:
+        nudge = random.Random(seed ^ 0x5EED)
+        logits = {v: x + perturb * nudge.gauss(0.0, 1.0) for v, x in logits.items()}
+    top = max(logits.values())
+    total = math.log(sum(math.exp(x - top) for x in logits.values())) + top
+    return {v: x - total for v, x in logits.items()}
+
+
+def top_k(dist: dict[int, float], k: int, actual: int | None = None) -> dict[int, float]:
+    chosen = dict(sorted(dist.items(), key=lambda item: -item[1])[:k])
+    if actual is not None:
+        chosen[actual] = dist.get(actual, -1e9)
+    return chosen
+
+
+def complete(request: dict, perturb: float = 0.0) -> dict:
+    """A vLLM-format /v1/completions response (non-streamed): greedy generation, `logprobs` top-k per
+    generated token, `prompt_logprobs` per prompt position, token ids when asked."""
+    prompt = request.get("prompt")
+    ids = list(prompt) if isinstance(prompt, list) else encode(str(prompt or ""))
+    max_tokens = int(request.get("max_tokens") or 16)
+    k = int(request.get("logprobs") or 0)
+    as_ids = bool(request.get("return_tokens_as_token_ids"))
+    context, output, tops = list(ids), [], []
+    for _ in range(max_tokens):
+        dist = logprobs(context, perturb)
+        token = max(dist, key=dist.get)
+        output.append(token)
+        if k:
+            tops.append({(f"token_id:{t}" if as_ids else decode([t])): lp for t, lp in top_k(dist, k).items()})
+        context.append(token)
+    choice: dict = {"index": 0, "text": decode(output), "finish_reason": "length"}
+    if k:
+        choice["logprobs"] = {"tokens": [decode([t]) for t in output], "top_logprobs": tops}
+    if request.get("return_token_ids"):
+        choice["token_ids"], choice["prompt_token_ids"] = output, ids
+    if request.get("prompt_logprobs") is not None:
+        kp = int(request["prompt_logprobs"])
+        choice["prompt_logprobs"] = [None] + [
+            {str(t): {"logprob": lp, "rank": 1} for t, lp in top_k(logprobs(ids[:i], perturb), kp, ids[i]).items()}
+            for i in range(1, len(ids))]
+    return {"id": "cmpl-toy", "object": "text_completion", "model": request.get("model"), "choices": [choice],
+            "usage": {"prompt_tokens": len(ids), "completion_tokens": len(output), "total_tokens": len(ids) + len(output)}}

@@ -1,0 +1,165 @@
+"""Quality beside speed (rig/compare/quality.py): the drift verdict's error rate by simulation, the
+scoring protocol against real HTTP responses (the timed server's toy model in vLLM's format,
+with and without a numerics change), divergence, coherence and the report line."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+from conftest import free_port
+
+from rig.compare.arms import Arm
+from rig.compare.model import BootEntry, ComparePlan
+from rig.compare.quality import (
+    BootQuality,
+    Generation,
+    Probe,
+    Score,
+    _kl_shared,
+    analyze_quality,
+    collect,
+    drift,
+    drift_verdict,
+    first_divergence,
+    holm,
+    quality_line,
+    repetition,
+    scripts_of,
+)
+
+PROBES = [Probe("a", "The harbour at dawn"), Probe("b", "def fib(n):"), Probe("c", "Zero-padding K to 640")]
+
+
+def _score(values: np.ndarray) -> BootQuality:
+    """A boot whose reference scores are `values` (probe x position); top-1 = the scored token."""
+    quality = BootQuality(scoring="vllm-prompt-logprobs")
+    for index, row in enumerate(values):
+        quality.scores[f"p{index}"] = Score([float(v) for v in row], [{1: float(v), 2: float(v) - 1.0} for v in row])
+    return quality
+
+
+# ---- statistics -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("pairs", [2, 3, 4])
+def test_drift_verdict_false_moved_rate_with_nothing_changed(pairs):
+    """Identical arms: every boot draws its own nondeterminism (per-token noise around the same truth).
+    The share of "outputs moved" verdicts stays at or below 5% (one-sided test at 2.5%)."""
+    rng = np.random.default_rng(7)
+    truth = rng.normal(-2.0, 1.0, size=(8, 32))
+    trials, moved = 1500, 0
+    for _ in range(trials):
+        boot_sd = rng.uniform(0.001, 0.01)
+        baseline = {j: _score(truth + rng.normal(0, boot_sd, truth.shape)) for j in range(pairs)}
+        arm = {j: _score(truth + rng.normal(0, boot_sd, truth.shape)) for j in range(pairs)}
+        moved += drift_verdict(baseline, arm)["verdict"] == "outputs moved"
+    rate = moved / trials
+    standard_error = math.sqrt(0.05 * 0.95 / trials)
+    print(f"pairs {pairs}: false 'moved' {100 * rate:.1f}% of {trials}")
+    assert rate <= 0.05 + 2.5 * standard_error
+
+
+def test_drift_verdict_finds_a_real_change_and_a_deterministic_engine():
+    rng = np.random.default_rng(3)
+    truth = rng.normal(-2.0, 1.0, size=(8, 32))
+    noisy = {j: _score(truth + rng.normal(0, 0.002, truth.shape)) for j in range(3)}
+    shifted = {j: _score(truth + 0.02 + rng.normal(0, 0.002, truth.shape)) for j in range(3)}
+    result = drift_verdict(noisy, shifted)
+    assert result["verdict"] == "outputs moved" and result["excess"]["ci"][0] > 0
+    assert result["arm"]["mean_abs_dlogprob"] == pytest.approx(0.02, rel=0.2)
+    # a bitwise-deterministic engine: every baseline boot identical, the floor is exactly zero
+    same = {j: _score(truth) for j in range(2)}
+    assert drift_verdict(same, {j: _score(truth) for j in range(2)})["verdict"] == "within boot noise"
+    assert drift_verdict(same, {j: _score(truth + 1e-4) for j in range(2)})["verdict"] == "outputs moved"
+    assert drift_verdict({0: _score(truth)}, {0: _score(truth)})["verdict"].startswith("no noise floor")
+
+
+def test_kl_over_shared_tokens_and_other_bucket():
+    p = {1: math.log(0.5), 2: math.log(0.3), 3: math.log(0.1)}
+    assert _kl_shared(p, p) == pytest.approx(0.0, abs=1e-12)
+    q = {1: math.log(0.4), 2: math.log(0.4), 4: math.log(0.1)}
+    # buckets: token 1, token 2, other (p 0.2, q 0.2)
+    expected = 0.5 * math.log(0.5 / 0.4) + 0.3 * math.log(0.3 / 0.4)
+    assert _kl_shared(p, q) == pytest.approx(expected)
+
+
+def test_first_divergence_and_near_ties():
+    ref = Generation([1], [5, 6, 7, 8], "x", [{5: -0.1, 9: -2}, {6: -0.1, 3: -2}, {7: -0.5, 4: -0.6}, {8: -0.1}])
+    same = Generation([1], [5, 6, 7, 8], "x")
+    assert first_divergence(ref, same) == {"index": None, "near_tie": None}
+    late = Generation([1], [5, 6, 4, 2], "y", [{5: -0.1}, {6: -0.1}, {4: -0.55, 7: -0.6}, {2: -0.1}])
+    assert first_divergence(ref, late) == {"index": 2, "near_tie": True}
+    early = Generation([1], [9, 6, 7, 8], "z", [{9: -0.1, 1: -3}, {}, {}, {}])
+    assert first_divergence(ref, early) == {"index": 0, "near_tie": False}
+    text_only = first_divergence(Generation(None, None, "abcd"), Generation(None, None, "abXd"), encode=lambda t: list(t.encode()))
+    assert text_only == {"index": 2, "near_tie": None}
+
+
+def test_holm_scripts_repetition():
+    assert holm({"a": 0.001, "b": 0.02, "c": 0.04}) == {"a": True, "b": True, "c": True}
+    assert holm({"a": 0.001, "b": 0.03, "c": 0.04}) == {"a": True, "b": False, "c": False}
+    assert scripts_of("Hello, 世界! Привет 123") == {"LATIN", "CJK", "CYRILLIC"}
+    assert repetition("a b c d a b c d a b c d") == pytest.approx(1 - 4 / 9)
+    assert repetition("too short") is None
+
+
+# ---- the protocol against real HTTP responses ---------------------------------------------------
+
+@pytest.fixture
+def toy_servers():
+    """Two unperturbed toy servers ("boots" of the baseline) and two with a numerics change."""
+    started = []
+
+    def start(perturb: float) -> str:
+        port = free_port()
+        process = subprocess.Popen([sys.executable, "-m", "rig.load.timed_server", "--port", str(port), "--ttft", "0.01",
+                                    "--itl", "0.001", "--perturb", str(perturb)])
+        started.append(process)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(url + "/health", timeout=1)  # noqa: S310
+                return url
+            except OSError:
+                time.sleep(0.1)
+        raise AssertionError("toy server did not start")
+
+    yield start
+    for process in started:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def test_scoring_protocol_finds_a_numerics_change_and_not_identical_arms(toy_servers):
+    base = [toy_servers(0.0), toy_servers(0.0)]
+    same = [toy_servers(0.0), toy_servers(0.0)]
+    nudged = [toy_servers(0.05), toy_servers(0.05)]
+    reference = collect(base[0], "toy", "vllm", PROBES, 24, None)
+    assert set(reference.scores) == {"a", "b", "c"} and all(len(g.output_ids) == 24 for g in reference.generations.values())
+    refs = reference.generations
+    boots = {"base": {0: reference, 1: collect(base[1], "toy", "vllm", PROBES, 24, refs)},
+             "same": {j: collect(url, "toy", "vllm", PROBES, 24, refs) for j, url in enumerate(same)},
+             "nudged": {j: collect(url, "toy", "vllm", PROBES, 24, refs) for j, url in enumerate(nudged)}}
+    assert drift(boots["base"][0], boots["base"][1])["mean_abs_dlogprob"] == 0.0
+    assert drift_verdict(boots["base"], boots["same"])["verdict"] == "within boot noise"
+    moved = drift_verdict(boots["base"], boots["nudged"])
+    assert moved["verdict"] == "outputs moved" and 0 < moved["arm"]["mean_abs_dlogprob"] < 0.2
+    assert moved["arm"]["kl"] > 0 and moved["noise"]["mean_abs_dlogprob"] == 0.0
+
+    # the same boots through the comparison's analysis and its report line
+    plan = ComparePlan(recipe="tiny-cpu", arms=[Arm("base"), Arm("same"), Arm("nudged")], control=None, boots=2, rounds=1,
+                       scenarios=["prose-c1"], small=True)
+    entries = [BootEntry(index=i, block=j, arm=arm, spec=arm, control=False, attempt=1, quality=q.to_json())
+               for i, (arm, j, q) in enumerate((arm, j, q) for arm, per in boots.items() for j, q in per.items())]
+    quality = analyze_quality(plan, entries)
+    assert quality["drift"]["same"]["verdict"] == "within boot noise"
+    assert quality["drift"]["nudged"]["verdict"] == "outputs moved"
+    assert quality["divergence"]["same"]["diverged"] == 0
+    assert "outputs moved: mean |dlogprob|" in quality_line(quality, "nudged")
+    assert "within boot noise" in quality_line(quality, "same")

@@ -1,0 +1,110 @@
+"""Real vLLM on real GPUs, through rig's own commands: `rig up` (the native driver, the recipe's
+Python environment, adapters through vLLM's plugin entry point), `rig loadtest`, `rig down` with
+nothing left running. Runs where the recipe's engine environment and enough GPUs exist (the lent
+H200 hosts: benchmarks/h200/README.md); everywhere else each test skips with one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import REPO, rig_cli
+
+from rig.recipe import parse_recipe
+
+pytestmark = [pytest.mark.gpu, pytest.mark.e2e]
+PLANTED = "sk-gpu-test-planted-4f1c"
+
+
+def gpu_count() -> int:
+    if not shutil.which("nvidia-smi"):
+        return 0
+    result = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True, text=True, check=False)
+    return len(result.stdout.split()) if result.returncode == 0 else 0
+
+
+def engine_missing(recipe_name: str) -> str | None:
+    """Why the recipe's engine cannot run here, or None."""
+    native = parse_recipe(REPO / "recipes" / f"{recipe_name}.yaml").native
+    interpreter = native.interpreter()
+    if not os.access(interpreter, os.X_OK):
+        return f"no engine interpreter {interpreter}"
+    probe = subprocess.run([interpreter, "-c", "import vllm"], env={**os.environ, "PYTHONPATH": os.pathsep.join(native.pythonpath)},
+                           capture_output=True, text=True, check=False)
+    return None if probe.returncode == 0 else f"vllm does not import from {interpreter} with {native.pythonpath}"
+
+
+def compute_apps() -> list[str]:
+    result = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"], capture_output=True, text=True, check=False)
+    return result.stdout.split()
+
+
+# TP1 runs every scenario (full sizes, short windows): the per-scenario figures of the real engine.
+EVERY_SCENARIO = ["prose-c1", "code-c1", "decode-ctx0", "decode-ctx3k", "prefill-8k", "c3000"]
+
+
+@pytest.mark.parametrize(("recipe", "variant", "gpus", "keyed", "scenarios"), [
+    ("llama-h200", "tp1", 1, False, EVERY_SCENARIO),
+    ("llama-h200", "tp2", 2, True, ["prose-c1"]),
+    ("qwen2moe-h200", "ep2", 2, False, ["prose-c1"]),
+])
+def test_rig_up_loadtest_down_on_real_vllm(tmp_path, recipe, variant, gpus, keyed, scenarios):
+    if gpu_count() < gpus:
+        pytest.skip(f"needs {gpus} CUDA GPU(s), found {gpu_count()}")
+    missing = engine_missing(recipe)
+    if missing:
+        pytest.skip(missing)
+    if recipe == "qwen2moe-h200":
+        site = parse_recipe(REPO / "recipes" / f"{recipe}.yaml").native.pythonpath[0]
+        if not list(Path(site).glob("vllm/_moe_C*.so")):
+            pytest.skip("vLLM's MoE kernels are not installed (offline-vllm part-moe)")
+    ref = f"{recipe}:{variant}"
+    env = {"RIG_RESULTS_DIR": str(tmp_path / "results"), "RIG_STATE_DIR": str(tmp_path / "state")}
+    if keyed:
+        env["RIG_API_KEY"] = PLANTED
+    up = rig_cli("up", ref, env=env, timeout=900)
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        record = json.loads(next((tmp_path / "state").glob("*.json")).read_text())
+        if keyed:  # the key is really in force: a request without it is refused
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(record["base_url"] + "/v1/models", timeout=10)  # noqa: S310
+            assert refused.value.code == 401
+        chosen = [arg for name in scenarios for arg in ("--scenario", name)]
+        load = rig_cli("loadtest", ref, *chosen, "--full", "--duration", "8", env=env, timeout=1200)
+        print(load.stdout[-6000:])
+        assert load.returncode in (0, 4), load.stdout + load.stderr
+    finally:
+        down = rig_cli("down", ref, env=env, timeout=120)
+    assert down.returncode == 0, down.stdout + down.stderr
+    summaries = sorted((tmp_path / "results" / recipe).glob("*/*/summary.json"))
+    measured = {p.parent.name: json.loads(p.read_text()) for p in summaries if not p.parent.name.startswith("warmup-")}
+    warmups = [p for p in summaries if p.parent.name.startswith("warmup-")]
+    assert sorted(measured) == sorted(scenarios) and len(warmups) == len(scenarios), summaries
+    export = os.environ.get("RIG_GPU_TEST_RESULTS")  # keep the raw results for benchmarks/RESULTS.md
+    if export:
+        shutil.copytree(tmp_path / "results", Path(export) / f"{recipe}-{variant}", dirs_exist_ok=True)
+    summary = measured["prose-c1"]
+    if load.returncode == 4:  # an INVALID client on a busy host must say why
+        assert not summary["client"]["valid"] and summary["client"]["reasons"], summary["client"]
+    metrics = summary["metrics"]
+    assert metrics["requests"]["error_rate"] == 0 and metrics["user_decode_tok_s"]["token_weighted"] > 100, metrics
+    assert not [e for e in metrics["requests"]["errors"] if e.startswith("http_")], metrics["requests"]
+    assert summary["observations"]["server"]["metrics"]["running_requests"]["max"] >= 1
+    gpu = summary["observations"]["gpu"]
+    assert gpu["j_per_output_token"] > 0 and len(gpu["serving_gpus"]) == gpus, gpu
+    boot = json.loads(Path(record["boot_dir"], "boot.json").read_text())
+    assert boot["status"] == "stopped" and boot["compile_cache"].get("state") in ("cold", "warm")
+    assert boot["fingerprint"]["gpu_count"] >= gpus
+    # nothing left running: the process group is gone and no process holds a GPU
+    assert subprocess.run(["kill", "-0", f"-{record['pid']}"], capture_output=True, check=False).returncode != 0
+    assert compute_apps() == []
+    if keyed:
+        leaked = [str(p) for p in tmp_path.rglob("*") if p.is_file() and PLANTED.encode() in p.read_bytes()]
+        assert leaked == []
