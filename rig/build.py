@@ -7,6 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from rig import grammar
 from rig.errors import RigError
 from rig.lab import is_lab_image, lab_digests
 from rig.recipe import REPO_ROOT, load, split_ref
@@ -51,6 +52,13 @@ def build(ref: str, allow_unpinned: bool = False, platform: str | None = None) -
     if render([REPO_ROOT / "recipes" / f"{split_ref(ref)[0]}.yaml"], check=True):
         raise RigError(where, "(rendered files)", "docker/ or compose/ files are stale", "run `make render` and commit")
     platform = platform or resolved.topology.platform
+    if platform not in ("linux/amd64", "linux/arm64"):
+        raise RigError("command line", "--platform", f"{platform!r} is not a platform rig builds", "pass linux/amd64 or linux/arm64")
+    image_tag = os.environ.get("RIG_IMAGE_TAG", "dev")
+    try:
+        grammar.tag(image_tag)
+    except ValueError as error:
+        raise RigError("environment", "RIG_IMAGE_TAG", str(error), "set RIG_IMAGE_TAG to a plain tag, e.g. v2") from None
     image = recipe.container_image("build")
     lab = is_lab_image(image.repository)
     digest = image.digest_for(platform) or (lab_digests(image).get(platform) if lab else None)
@@ -63,7 +71,7 @@ def build(ref: str, allow_unpinned: bool = False, platform: str | None = None) -
     from rig.boot.compose import docker_client
 
     docker_client()  # one clear line when no engine answers, before anything is sent
-    tag = f"{image_name(recipe)}:{os.environ.get('RIG_IMAGE_TAG', 'dev')}"
+    tag = f"{image_name(recipe)}:{image_tag}"
     command = ["docker", "build", "--platform", platform, "-f", str(dockerfile_path(recipe)), "-t", tag,
                "--build-arg", f"RIG_SOURCE_COMMIT={source_commit()}"]
     if digest:

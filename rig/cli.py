@@ -100,12 +100,14 @@ def cmd_pin(args: argparse.Namespace) -> int:
 def cmd_up(args: argparse.Namespace) -> int:
     from rig.boot import driver_for
     from rig.boot.checks import check_boot
-    from rig.recipe import load
+    from rig.recipe import check_overlay, load
 
     resolved = load(args.recipe)
     if args.port is not None and not 1 <= args.port <= 65535:
         raise RigError("command line", "--port", f"{args.port} is not a TCP port", "pass a port from 1 to 65535")
-    record = driver_for(resolved, args.driver).up(resolved, _env_pairs(args.env), port=args.port)
+    overlay = _env_pairs(args.env)
+    check_overlay(resolved, overlay, "command line", "--env")
+    record = driver_for(resolved, args.driver).up(resolved, overlay, port=args.port)
     check = check_boot(record, resolved)
     print(f"{record.ref} up: {record.base_url} model={record.served_model} boot={record.boot_id} "
           f"healthy after {record.healthy_after_s:.1f}s")
@@ -125,9 +127,9 @@ def _running(recipe_name: str):
 
 def cmd_down(args: argparse.Namespace) -> int:
     from rig.boot import driver_named
-    from rig.recipe import split_ref
+    from rig.recipe import parse_ref
 
-    record = _running(split_ref(args.recipe)[0])
+    record = _running(parse_ref(args.recipe)[0])
     driver_named(record.driver).down(record)
     if record.error and record.error.startswith("stale state"):
         print(f"{record.ref}: removed the stale state of boot {record.boot_id}; nothing was signalled ({record.error})")
@@ -139,14 +141,14 @@ def cmd_down(args: argparse.Namespace) -> int:
 def cmd_logs(args: argparse.Namespace) -> int:
     import time
 
-    from rig.boot.base import BOOTS_DIR, BootRecord
-    from rig.recipe import split_ref
+    from rig.boot.base import BootRecord, boots_of
+    from rig.recipe import parse_ref
 
-    name = split_ref(args.recipe)[0]
+    name = parse_ref(args.recipe)[0]
     try:
         record = _running(name)
     except RigError:
-        boots = sorted(BOOTS_DIR.glob(f"*-{name}*/boot.json"))
+        boots = boots_of(name)
         if not boots:
             raise
         record = BootRecord.load(boots[-1])
@@ -191,8 +193,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_chat(args: argparse.Namespace) -> int:
     from rig.chat import stream_chat
+    from rig.recipe import parse_ref
 
-    record = _running(args.recipe.partition(":")[0])
+    record = _running(parse_ref(args.recipe)[0])
     print(f"model: {record.served_model}")
     result = stream_chat(record.base_url, record.served_model or "", args.prompt, args.max_tokens)
     print(f"({result['chunks']} chunks, usage {result['usage']}, ttft {result['ttft_s']:.3f}s, total {result['total_s']:.3f}s)")

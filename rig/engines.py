@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from rig.recipe import Resolved
 
 MULTINODE_ADDR_VAR = "RIG_DIST_INIT_ADDR"
+# Variables rig itself sets in every engine's environment or compose file: never a recipe's.
+RIG_OWNED_ENV = ("RIG_API_KEY", "RIG_BOOT_ID", "RIG_ADAPTER_MANIFEST_DIR", "RIG_MANIFEST_DIR", "RIG_MODEL_DIR",
+                 "RIG_IMAGE_TAG", MULTINODE_ADDR_VAR)
 ROUNDING_FILE = Path(__file__).resolve().parent / "audit" / "engine_rounding.yaml"
 
 
@@ -107,6 +110,20 @@ class Engine:
         default=None, metadata={"doc": "how the engine scores a given token sequence teacher-forced (quality drift); None: it cannot"})
     compile_caches: tuple[tuple[str, str], ...] = field(
         default=(), metadata={"doc": "(variable, default directory) of each compile/kernel cache: a boot is warm when one holds files"})
+    owned_flags: tuple[str, ...] = field(
+        default=(), metadata={"doc": "flags rig sets (listening address, key, config, topology, served name): "
+                                     "refused in recipes, variants and overlays in every spelling (grammar.owned_flag)"})
+    allowed_env: tuple[str, ...] = field(
+        default=(), metadata={"doc": "loader/interpreter hook variables (grammar.HOOK_VARIABLES) this engine may be given; "
+                                     "names or globs"})
+    served_name_flag: str | None = field(
+        default=None, metadata={"doc": "the flag that sets the served model name from serving.served_model_name; "
+                                       "None = the engine cannot rename its model"})
+
+    def owned_env(self) -> tuple[str, ...]:
+        """The variables rig sets for this engine: its own, and the engine's API key variable."""
+        key = (self.api_key.removeprefix("env:"),) if self.api_key and self.api_key.startswith("env:") else ()
+        return (*RIG_OWNED_ENV, *key)
 
     def moe_intermediate_multiple(self) -> int:
         """How the engine rounds per-rank MoE shards (rig/audit/engine_rounding.yaml)."""
@@ -125,7 +142,12 @@ ENGINES: dict[str, Engine] = {
                                                                           ("-m", "sglang.launch_server")),
                argv=_sglang, multinode=_sglang_multinode, length_pinning={"ignore_eos": True},
                cache_reset=CacheReset("/flush_cache"), api_key="config-file", plugin_group="sglang.srt.plugins",
-               compile_caches=(("SGLANG_CACHE_DIR", "~/.cache/sglang"), *_TORCH_CACHES)),
+               compile_caches=(("SGLANG_CACHE_DIR", "~/.cache/sglang"), *_TORCH_CACHES),
+               # sglang/srt/server_args.py; --config is how rig hands SGLang its API key (rig/render.py).
+               owned_flags=("--model-path", "--model", "--host", "--port", "--api-key", "--admin-api-key", "--config",
+                            "--tp-size", "--tensor-parallel-size", "--ep-size", "--expert-parallel-size", "--nnodes",
+                            "--node-rank", "--dist-init-addr", "--nccl-init-addr", "--served-model-name"),
+               served_name_flag="--served-model-name"),
         # vLLM (0.24.0 .. 0.33.0): /reset_prefix_cache is one of the dev routes registered only with
         # VLLM_SERVER_DEV_MODE=1 (entrypoints/openai/api_server.py), which also opens /sleep,
         # /collective_rpc, /update_weights...; usage.prompt_tokens_details (cached prompt tokens)
@@ -137,12 +159,17 @@ ENGINES: dict[str, Engine] = {
                                       "and /update_weights to anyone who reaches the port"),
                report_args=("--enable-prompt-tokens-details",), api_key="env:VLLM_API_KEY", scoring="vllm-prompt-logprobs",
                plugin_group="vllm.general_plugins",
-               compile_caches=(("VLLM_CACHE_ROOT", "~/.cache/vllm"), *_TORCH_CACHES)),
+               compile_caches=(("VLLM_CACHE_ROOT", "~/.cache/vllm"), *_TORCH_CACHES),
+               # vllm/engine/arg_utils.py and entrypoints/openai/cli_args.py.
+               owned_flags=("--model", "--host", "--port", "--uds", "--api-key", "--config", "--tensor-parallel-size", "-tp",
+                            "--decode-context-parallel-size", "-dcp", "--enable-expert-parallel", "-ep",
+                            "--served-model-name"),
+               served_name_flag="--served-model-name"),
         # transformers serve answers 422 to ignore_eos/min_tokens; tiny-cpu's model never emits
         # EOS, so max_tokens alone fixes its length. It takes no API key at all.
         Engine(name="transformers", package="transformers", gpu=False,
                program=Program(("transformers", "serve"), ("-m", "transformers.cli.transformers", "serve")),
-               argv=_transformers),
+               argv=_transformers, owned_flags=("--host", "--port")),
     )
 }
 
@@ -166,5 +193,7 @@ def server_argv(resolved: Resolved, model_path: str, host: str, node_rank: int |
     argv = program + spec.argv(launch)
     if topo.nodes > 1 and spec.multinode is not None:
         argv += spec.multinode(launch)
+    if recipe.serving.served_model_name and spec.served_name_flag:
+        argv += [spec.served_name_flag, recipe.serving.served_model_name]
     return argv + list(spec.report_args) + resolved.server_args
 

@@ -2,15 +2,17 @@
 
 Each check returns the value or raises ValueError with the reason (pydantic turns that into
 the one-line RigError). Sources: distribution/reference (image names), RFC 3986 (URL paths),
-PEP 508/440 (pip pins), docker/go-units (sizes)."""
+PEP 508/440 (pip pins), docker/go-units (sizes), compose-go's interpolation (`$`), argparse's
+option matching (engine flags), RE2 (boot-log patterns)."""
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
-import re._constants as sre_constants  # the opcodes `re` itself compiles to
-import re._parser as sre_parse
 import unicodedata
+from collections.abc import Collection, Iterable
+from fnmatch import fnmatchcase
 from typing import Any
 
 # distribution/reference/regexp.go
@@ -24,7 +26,11 @@ TAG = re.compile(r"[\w][\w.-]{0,127}", re.ASCII)
 NAME_TOTAL_LENGTH_MAX = 255
 
 ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+ENV_KEY_MAX = 128
 RECIPE_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
+# Recipe and variant names become file names (compose/<name>.<variant>.yaml), boot ids, state
+# files and compose project names: bounded far below the 255 bytes a file name may have.
+NAME_MAX = 63
 # An absolute POSIX path of plain components: no '..', no ':' (a compose volume separator), no spaces.
 _PATH_PART = r"[A-Za-z0-9_@+][A-Za-z0-9._@+-]*|\.[A-Za-z0-9_@+-][A-Za-z0-9._@+-]*"
 ABSOLUTE_PATH = re.compile(rf"(?:/(?:{_PATH_PART}))+/?")
@@ -37,15 +43,16 @@ DOCKER_SIZE = re.compile(r"[0-9]+(?:\.[0-9]+)?[kKmMgGtTpP]?[iI]?[bB]?")
 MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(?:/[A-Za-z0-9][A-Za-z0-9._-]*)*")
 PLAIN_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/+-]*")
 
-# Bidirectional overrides reorder what a reviewer sees; line/paragraph separators break lines.
-_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c")
 
 
 def control_character(text: str) -> str | None:
-    """The first control character in `text` (as an escape), or None."""
+    """The first control (Cc), invisible format (Cf: zero-width space, bidirectional overrides that
+    reorder what a reviewer sees, BOM), surrogate or line/paragraph separator character in `text`
+    (as an escape), or None. A zero-width character makes a pattern or a name silently differ
+    from what it shows."""
     for char in text:
-        if unicodedata.category(char) in ("Cc", "Zl", "Zp") or char in _BIDI:
-            return repr(char)[1:-1]
+        if unicodedata.category(char) in ("Cc", "Cf", "Cs", "Zl", "Zp"):
+            return ascii(char)[1:-1]
     return None
 
 
@@ -89,12 +96,28 @@ def tag(value: str) -> str:
 def env_key(value: str) -> str:
     if not _full(ENV_KEY, value):
         raise ValueError(f"{value!r} is not an environment variable name (letters, digits, _; not starting with a digit)")
+    if len(value) > ENV_KEY_MAX:
+        raise ValueError(f"environment variable name of {len(value)} characters is longer than {ENV_KEY_MAX}")
+    return value
+
+
+def is_recipe_name(value: str) -> bool:
+    return len(value) <= NAME_MAX and _full(RECIPE_NAME, value)
+
+
+def recipe_name(value: str) -> str:
+    if not _full(RECIPE_NAME, value):
+        raise ValueError(f"recipe name {value!r} must be lowercase letters, digits and - (not starting with -)")
+    if len(value) > NAME_MAX:
+        raise ValueError(f"recipe name of {len(value)} characters is longer than {NAME_MAX}")
     return value
 
 
 def variant_key(value: str) -> str:
     if not _full(RECIPE_NAME, value):
         raise ValueError(f"variant name {value!r} must look like a recipe name: lowercase letters, digits and -")
+    if len(value) > NAME_MAX:
+        raise ValueError(f"variant name of {len(value)} characters is longer than {NAME_MAX}")
     return value
 
 
@@ -111,6 +134,8 @@ def url_path(value: str) -> str:
 
 
 def ip_address(value: str) -> str:
+    if "%" in value:  # an IPv6 scope id (fe80::1%eth0): Docker cannot publish on one, and it is free text
+        raise ValueError(f"{value!r} carries an IPv6 scope id (%...); Docker publishes ports on plain addresses only")
     try:
         ipaddress.ip_address(value)
     except ValueError:
@@ -173,79 +198,219 @@ def release_version(value: str) -> str:
     return value
 
 
-# Boot-log patterns run with Python's `re`, which has no timeout (checks.py scans every log line
-# with them). Rather than adding a regex engine with timeouts, patterns are kept to a shape that
-# cannot backtrack catastrophically: short, no quantifier over a group that itself repeats or
-# alternates (the (a+)+ / (a|a)* families, exponential), and few unbounded quantifiers (each
-# adds a polynomial factor on a long line; checks.py wraps forbid patterns in ^.*(...).*$).
+
+
+# ---- values that reach compose ---------------------------------------------------------------
+# Compose substitutes `$NAME`, `${NAME}` and `${NAME:-default}` (nested, too) in every string of a
+# compose file; `$$` is a literal `$`. A recipe value holding `${RIG_API_KEY}` would put the key
+# on the engine's argv, in its served model name and in compose's error messages.
+KEY_VARIABLE = "RIG_API_KEY"
+_INTERPOLATION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def compose_literal(value: str) -> str:
+    """A recipe value that is written into a compose file (or an engine's argv or environment):
+    no `$` at all, and no mention of the API key's variable."""
+    if "$" in value:
+        raise ValueError(f"{value!r} contains '$', which Docker Compose would substitute with a variable "
+                         f"(${{{KEY_VARIABLE}}} included)")
+    if KEY_VARIABLE.lower() in value.lower():
+        raise ValueError(f"{value!r} names {KEY_VARIABLE}: the API key reaches the server only through rig, never a recipe")
+    return value
+
+
+def compose_interpolations(text: str) -> list[str]:
+    """The variables compose would substitute in `text` ("$" for a `$` compose cannot parse)."""
+    found: list[str] = []
+    index = 0
+    while (index := text.find("$", index)) >= 0:
+        if text.startswith("$$", index):
+            index += 2
+            continue
+        if text.startswith("${", index):
+            depth, end = 1, index + 2
+            while end < len(text) and depth:
+                depth += {"{": 1, "}": -1}.get(text[end], 0)
+                end += 1
+            inner = text[index + 2:end - 1] if depth == 0 else text[index + 2:]
+            name = _INTERPOLATION_NAME.match(inner)
+            found.append(name.group(0) if name else "$")
+            found += compose_interpolations(inner[name.end():] if name else inner)
+            index = end
+            continue
+        name = _INTERPOLATION_NAME.match(text, index + 1)
+        found.append(name.group(0) if name else "$")
+        index = name.end() if name else index + 1
+    return found
+
+
+# ---- engine flags rig owns -------------------------------------------------------------------
+
+
+def owned_flag(token: str, owned: Iterable[str]) -> str | None:
+    """The rig-owned flag (rig/engines.py Engine.owned_flags) that `token` would set, in any spelling
+    the engines' parsers accept: `--flag`, `--flag=v`, `--flag_name` (vLLM reads _ as -),
+    `--flag.key=v` (vLLM's nested form) and every abbreviation argparse expands (`--ho` for
+    `--host`, `-t` for `-tp`). `--` alone (the end of options) counts: rig appends after it.
+    Refusing every prefix is conservative: argparse accepts an abbreviation only when unique."""
+    if token == "--":  # noqa: S105 - an argv token, not a password
+        return "--"
+    if len(token) < 2 or token[0] != "-" or token[1].isdigit():
+        return None
+    name = token.split("=", 1)[0]
+    if name.startswith("--"):
+        spelled = "--" + name[2:].split(".", 1)[0].replace("_", "-")
+        for flag in owned:
+            if flag.startswith("--") and len(spelled) > 2 and flag.startswith(spelled):
+                return flag
+        return None
+    for flag in owned:
+        if flag.startswith("-") and not flag.startswith("--"):
+            if flag.startswith(name) or (len(flag) == 2 and name.startswith(flag)):
+                return flag
+    return None
+
+
+# ---- environment names -----------------------------------------------------------------------
+# Names that make a process load code, or read or write a file it names, before rig's own setup
+# runs: the dynamic loader, interpreters, shells and libraries' plugin and file hooks. A recipe,
+# variant or overlay sets one only where its engine's row allows it (Engine.allowed_env).
+HOOK_VARIABLES: dict[str, str] = {
+    "LD_*": "the dynamic loader reads it (preloaded libraries, library search paths, audit modules)",
+    "GCONV_PATH": "glibc loads conversion modules from it",
+    "GLIBC_TUNABLES": "it changes glibc's own behaviour at load",
+    "PATH": "it picks which python3 and engine executables run",
+    "PYTHON*": "the Python interpreter reads it at start (import paths, startup files, hooks, warnings imports)",
+    "BASH_ENV": "a shell sources the file it names",
+    "ENV": "a shell sources the file it names",
+    "SHELLOPTS": "it changes every shell the entrypoint starts",
+    "BASHOPTS": "it changes every shell the entrypoint starts",
+    "IFS": "it changes how the entrypoint's shell splits words",
+    "PERL5*": "Perl loads modules from it", "PERLLIB": "Perl loads modules from it",
+    "NODE_OPTIONS": "Node loads modules from it", "NODE_PATH": "Node loads modules from it",
+    "RUBYOPT": "Ruby loads libraries from it", "RUBYLIB": "Ruby loads libraries from it",
+    "*_PRELOAD": "it names a library to preload",
+    "CUDA_INJECTION*": "CUDA loads the library it names into the process",
+    "NCCL_*PLUGIN*": "NCCL loads the plugin library it names",
+    "NCCL_*FILE*": "NCCL reads or writes the file it names",
+    "NCCL_*PATH*": "NCCL reads from the path it names",
+}
+# Interpreter settings that change no code path: allowed.
+HARMLESS_VARIABLES = frozenset({"PYTHONUNBUFFERED", "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE",
+                                "PYTHONFAULTHANDLER", "PYTHONIOENCODING", "PYTHONUTF8"})
+
+
+def hook_variable(name: str, allowed: Collection[str] = ()) -> str | None:
+    """Why `name` may not be set by a recipe or an overlay (a loader or interpreter hook), or None.
+    `allowed` holds names or globs the engine's registry row allows."""
+    if name in HARMLESS_VARIABLES or any(fnmatchcase(name, pattern) for pattern in allowed):
+        return None
+    for pattern, why in HOOK_VARIABLES.items():
+        if fnmatchcase(name, pattern):
+            return why
+    return None
+
+
+# A name is secret-looking when it holds one of these words (split at _), ends in one of the
+# others (HF_TOKEN, but not RIG_TOKEN_DELAY_MS or MAX_TOKENS), or has one glued on (MYAPIKEY).
+_SECRET_ANYWHERE = frozenset({"SECRET", "SECRETS", "PASSWORD", "PASSWD", "PASSPHRASE", "APIKEY", "CREDENTIAL",
+                              "CREDENTIALS", "PRIVATE", "COOKIE"})
+_SECRET_LAST = frozenset({"TOKEN", "KEY", "PAT", "AUTH", "SIGNATURE"})
+_SECRET_SUFFIXES = ("APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD")
+_SECRET_PAIRS = ("API_KEY", "ACCESS_KEY", "AUTH_TOKEN", "ACCESS_TOKEN")
+
+
+def secret_looking(name: str) -> bool:
+    upper = name.upper()
+    words = upper.split("_")
+    return (any(word in _SECRET_ANYWHERE for word in words) or words[-1] in _SECRET_LAST
+            or upper.endswith(_SECRET_SUFFIXES) or any(pair in upper for pair in _SECRET_PAIRS))
+
+
+def host_env_default(value: str) -> str:
+    """The default of a variable compose reads from the host (rendered as ${NAME:-default})."""
+    if not re.fullmatch(r"[A-Za-z0-9._,:/@+-]*", value):
+        raise ValueError(f"{value!r} is not a plain default (letters, digits, . _ , : / @ + -)")
+    return value
+
+
+# ---- boot-log patterns -----------------------------------------------------------------------
+# Boot checks scan whole server logs with these. They compile with RE2 (google-re2), which
+# matches in time linear in the log: no pattern backtracks, whatever its shape. What is left to
+# bound is the compiled program (stacked `.{0,999}` multiply it), its memory, and the length.
 REGEX_MAX_LENGTH = 200
-REGEX_MAX_UNBOUNDED = 2
+REGEX_MAX_PROGRAM = 2000  # RE2 instructions; `.{0,100}` is about 900, `\p{L}` 1,200, `.{0,999}` 9,000
+REGEX_MAX_MEMORY = 8 << 20
 
 
-def _walk(parsed: Any) -> list[tuple[Any, Any]]:
-    return list(parsed.data if hasattr(parsed, "data") else parsed)
+def _re2_options() -> Any:
+    import re2
+
+    options = re2.Options()
+    options.max_mem = REGEX_MAX_MEMORY
+    options.log_errors = False  # RE2 would print every refused pattern on stderr
+    return options
 
 
-def _repeats_inside(items: list[tuple[Any, Any]]) -> bool:
-    for op, arg in items:
-        if op in (sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT, sre_constants.POSSESSIVE_REPEAT) and arg[1] > 1:
-            return True
-        if op is sre_constants.BRANCH:
-            return True
-        if _children_repeat(op, arg):
-            return True
-    return False
-
-
-def _children(op: Any, arg: Any) -> list[list[tuple[Any, Any]]]:
-    if op is sre_constants.SUBPATTERN:
-        return [_walk(arg[-1])]
-    if op in (sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT, sre_constants.POSSESSIVE_REPEAT):
-        return [_walk(arg[2])]
-    if op is sre_constants.BRANCH:
-        return [_walk(branch) for branch in arg[1]]
-    if op in (sre_constants.ASSERT, sre_constants.ASSERT_NOT):
-        return [_walk(arg[1])]
-    if op is sre_constants.ATOMIC_GROUP:
-        return [_walk(arg)]
-    if op is sre_constants.GROUPREF_EXISTS:
-        return [_walk(b) for b in arg[1:] if b is not None]
-    return []
-
-
-def _children_repeat(op: Any, arg: Any) -> bool:
-    return any(_repeats_inside(child) for child in _children(op, arg))
-
-
-def _audit(items: list[tuple[Any, Any]], counts: list[int]) -> str | None:
-    for op, arg in items:
-        if op in (sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT, sre_constants.POSSESSIVE_REPEAT):
-            low, high, body = arg
-            if high is sre_constants.MAXREPEAT or high > 1000:
-                counts[0] += 1
-            if high > 1 and _repeats_inside(_walk(body)):
-                return "a quantifier over a group that itself repeats or alternates (like (a+)+ or (a|b)*) can backtrack exponentially"
-        if op is sre_constants.GROUPREF:
-            return "backreferences are not supported in boot-log patterns"
-        for child in _children(op, arg):
-            found = _audit(child, counts)
-            if found:
-                return found
+def _inline_global_flags(pattern: str) -> str | None:
+    """The first `(?flags)` group (flags for the rest of the pattern, not a scoped `(?i:...)`)."""
+    index, length, in_class = 0, len(pattern), False
+    while index < length:
+        char = pattern[index]
+        if pattern.startswith("\\Q", index):  # RE2's literal text, up to \E
+            end = pattern.find("\\E", index + 2)
+            index = length if end < 0 else end + 2
+            continue
+        if char == "\\":
+            index += 2
+            continue
+        if in_class:
+            if pattern.startswith("[:", index):
+                end = pattern.find(":]", index + 2)
+                index = index + 1 if end < 0 else end + 2
+                continue
+            in_class = char != "]"
+            index += 1
+            continue
+        if char == "[":
+            index += 1 + pattern.startswith("^", index + 1)
+            index += pattern.startswith("]", index)  # a ] first in a class is literal
+            in_class = True
+            continue
+        flags = re.match(r"\(\?[A-Za-z-]*\)", pattern[index:])
+        if flags:
+            return flags.group(0)
+        index += 1
     return None
 
 
 def safe_regex(pattern: str) -> str:
+    """A boot-log pattern RE2 compiles, short, with a bounded program and no global inline flags
+    (they would change how rig's own wrapping matches, and Python's `re` rejects them mid-pattern)."""
+    import re2
+
     if len(pattern) > REGEX_MAX_LENGTH:
         raise ValueError(f"regex of {len(pattern)} characters is longer than {REGEX_MAX_LENGTH}")
+    flags = _inline_global_flags(pattern)
+    if flags:
+        raise ValueError(f"regex {pattern!r}: the inline flag group {flags} applies to the whole pattern; "
+                         f"scope it, e.g. (?i:text)")
+    if "\\C" in pattern.replace("\\\\", ""):
+        raise ValueError(f"regex {pattern!r}: \\C matches single bytes inside characters; use .")
     try:
-        re.compile(pattern)
-        parsed = sre_parse.parse(pattern)
-    except re.error as error:
-        raise ValueError(f"regex {pattern!r} does not compile: {error}") from None
-    counts = [0]
-    problem = _audit(_walk(parsed), counts)
-    if problem is None and counts[0] > REGEX_MAX_UNBOUNDED:
-        problem = f"more than {REGEX_MAX_UNBOUNDED} unbounded quantifiers (* + {{n,}}) make a long log line slow to scan"
-    if problem:
-        raise ValueError(f"regex {pattern!r}: {problem}")
+        compiled = re2.compile(pattern, _re2_options())
+    except re2.error as error:
+        reason = error.args[0].decode(errors="replace") if error.args and isinstance(error.args[0], bytes) else str(error)
+        raise ValueError(f"regex {pattern!r} does not compile with RE2, the linear-time engine boot checks use: {reason}") from None
+    if compiled.programsize > REGEX_MAX_PROGRAM:
+        raise ValueError(f"regex {pattern!r} compiles to {compiled.programsize} RE2 instructions, more than "
+                         f"{REGEX_MAX_PROGRAM} (large bounded repeats like .{{0,999}} multiply it)")
     return pattern
+
+
+@functools.lru_cache(maxsize=256)
+def compile_regex(pattern: str, multiline: bool = False) -> Any:
+    """A checked pattern compiled with RE2 (multiline: ^ and $ match at every line)."""
+    import re2
+
+    return re2.compile(("(?m)" if multiline else "") + f"(?:{safe_regex(pattern)})", _re2_options())

@@ -18,6 +18,7 @@ import yaml
 
 from rig.atomic import write_text_atomic
 from rig.recipe import REPO_ROOT, BaseImage
+from rig.strict_yaml import load_yaml_file
 
 LAB_REGISTRY = "127.0.0.1:5000"
 LAB_DIR = Path(os.environ.get("RIG_LAB_DIR", REPO_ROOT / ".rig" / "lab"))
@@ -31,7 +32,7 @@ def is_lab_image(repository: str) -> bool:
 def _pins() -> dict[str, dict[str, str]]:
     if not PINS_FILE.exists():
         return {}
-    return yaml.safe_load(PINS_FILE.read_text()) or {}
+    return load_yaml_file(PINS_FILE, 1 << 20, fix=f"delete {PINS_FILE} and run `rig pin` again") or {}
 
 
 def lab_digests(image: BaseImage) -> dict[str, str]:

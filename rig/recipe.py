@@ -27,20 +27,36 @@ from pydantic import (
 from rig import grammar
 from rig.engines import ENGINES
 from rig.errors import RigError
-from rig.strict_yaml import YamlRefused, load_strict
+from rig.strict_yaml import load_yaml_file
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RECIPES_DIR = REPO_ROOT / "recipes"
 DATA_DIR = Path(__file__).resolve().parent / "data"
 Platform = Literal["linux/amd64", "linux/arm64"]
 Digest = Annotated[StrictStr, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
-# Every value that reaches a rendered file or a command line has its real grammar (rig/grammar.py).
+RECIPE_MAX_BYTES = 256 << 10  # the largest recipe is about 3 kB
+# Fan-out bounds: each variant renders a compose file, each node a service, each arg an argv entry.
+MAX_VARIANTS = 32
+MAX_NODES = 64
+MAX_GPUS_PER_NODE = 64
+MAX_PARALLEL = 4096  # tp, ep, dcp
+MAX_SERVER_ARGS = 256
+MAX_ENV = 256
+MAX_PATTERNS = 64
+# Every value that reaches a rendered file or a command line has its real grammar (rig/grammar.py);
+# free text that reaches compose (args, env values) holds no `$` and never names the API key.
 EnvKey = Annotated[StrictStr, AfterValidator(grammar.env_key)]
-EnvMap = dict[EnvKey, StrictStr]
+ComposeText = Annotated[StrictStr, AfterValidator(grammar.compose_literal)]
+EnvMap = Annotated[dict[EnvKey, ComposeText], Field(max_length=MAX_ENV)]
+ServerArgs = Annotated[list[ComposeText], Field(max_length=MAX_SERVER_ARGS)]
+# Variables compose reads from the host's shell or .env file at `up`, with a default: rig renders
+# ${NAME:-default} itself, so a recipe never writes a `$` (multi-node NCCL interfaces differ per host).
+HostEnvMap = Annotated[dict[EnvKey, Annotated[StrictStr, AfterValidator(grammar.host_env_default)]], Field(max_length=MAX_ENV)]
 VariantKey = Annotated[StrictStr, AfterValidator(grammar.variant_key)]
 AbsolutePath = Annotated[StrictStr, AfterValidator(grammar.absolute_path)]
 Port = Annotated[StrictInt, Field(ge=1, le=65535)]
-GpuId = Annotated[StrictInt, Field(ge=0)]
+GpuId = Annotated[StrictInt, Field(ge=0, le=1023)]
+Parallel = Annotated[StrictInt, Field(ge=1, le=MAX_PARALLEL)]
 SafeRegex = Annotated[StrictStr, AfterValidator(grammar.safe_regex)]
 EngineName = Literal[tuple(ENGINES)]  # type: ignore[valid-type]  # one row per engine in rig/engines.py
 
@@ -105,7 +121,7 @@ class NativeSpec(Strict):
 
     python: AbsolutePath | None = Field(None, description="the interpreter that runs the engine")
     venv: AbsolutePath | None = Field(None, description="a virtual environment: its bin/python runs the engine")
-    pythonpath: list[AbsolutePath] = Field(default_factory=list, description="PYTHONPATH entries, in order")
+    pythonpath: list[AbsolutePath] = Field(default_factory=list, max_length=64, description="PYTHONPATH entries, in order")
 
     @model_validator(mode="after")
     def _one_interpreter(self) -> NativeSpec:
@@ -120,13 +136,13 @@ class NativeSpec(Strict):
 
 
 class Topology(Strict):
-    tp: StrictInt = Field(1, ge=1)
-    ep: StrictInt = Field(1, ge=1)
-    dcp: StrictInt = Field(1, ge=1)
-    nodes: StrictInt = Field(1, ge=1)
-    gpus_per_node: StrictInt = Field(0, ge=0)
+    tp: Parallel = 1
+    ep: Parallel = 1
+    dcp: Parallel = 1
+    nodes: StrictInt = Field(1, ge=1, le=MAX_NODES)
+    gpus_per_node: StrictInt = Field(0, ge=0, le=MAX_GPUS_PER_NODE)
     platform: Platform = "linux/amd64"
-    gpu_ids: list[GpuId] | None = Field(None, description="pin these device ids instead of a count")
+    gpu_ids: list[GpuId] | None = Field(None, max_length=MAX_GPUS_PER_NODE, description="pin these device ids instead of a count")
 
     @field_validator("gpu_ids")
     @classmethod
@@ -164,9 +180,9 @@ def _unique_adapters(uses: list[AdapterUse] | None) -> list[AdapterUse] | None:
 
 
 class BootLog(Strict):
-    # Each pattern compiles and cannot backtrack catastrophically (rig/grammar.py safe_regex says why).
-    must: list[SafeRegex] = Field(default_factory=list, description="regexes that must appear in the boot log")
-    forbid: list[SafeRegex] = Field(default_factory=list, description="regexes that must not appear")
+    # RE2 patterns: linear-time matching whatever their shape, program size bounded (rig/grammar.py safe_regex).
+    must: list[SafeRegex] = Field(default_factory=list, max_length=MAX_PATTERNS, description="regexes that must appear in the boot log")
+    forbid: list[SafeRegex] = Field(default_factory=list, max_length=MAX_PATTERNS, description="regexes that must not appear")
 
 
 class AuditSpec(Strict):
@@ -182,22 +198,25 @@ class Serving(Strict):
         "127.0.0.1", description="host IP address the port is published on")
     health: Annotated[StrictStr, AfterValidator(grammar.url_path)] = Field(
         "/health", description="path (on this server) the health poll requests")
-    boot_timeout_s: StrictInt = Field(1200, ge=10, description="how long a boot may take to become healthy")
+    boot_timeout_s: StrictInt = Field(1200, ge=10, le=86400, description="how long a boot may take to become healthy")
     shm_size: Annotated[StrictStr, AfterValidator(grammar.docker_size)] = "32gb"
+    served_model_name: Annotated[StrictStr, AfterValidator(grammar.model_id)] | None = Field(
+        None, description="the model name the server answers to (rig passes the engine's flag for it)")
 
 
 class Variant(Strict):
     description: StrictStr
     topology: Topology | None = None
     env: EnvMap = Field(default_factory=dict)
-    server_args: list[StrictStr] = Field(default_factory=list, description="appended to the recipe's server_args")
+    host_env: HostEnvMap = Field(default_factory=dict, description="merged over the recipe's host_env")
+    server_args: ServerArgs = Field(default_factory=list, description="appended to the recipe's server_args")
     adapters: Annotated[list[AdapterUse] | None, AfterValidator(_unique_adapters)] = None
     boot_log: BootLog | None = None
     audit: AuditSpec | None = None
 
 
 class Recipe(Strict):
-    name: StrictStr = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    name: Annotated[StrictStr, AfterValidator(grammar.recipe_name)]
     description: StrictStr
     model: ModelSpec
     engine: EngineSpec
@@ -206,12 +225,13 @@ class Recipe(Strict):
     serving: Serving
     driver: Literal["compose", "native"] = "compose"
     native: NativeSpec | None = Field(None, description="native driver: the Python environment of the engine (default: rig's own)")
-    server_args: list[StrictStr] = Field(default_factory=list)
+    server_args: ServerArgs = Field(default_factory=list)
     env: EnvMap = Field(default_factory=dict)
+    host_env: HostEnvMap = Field(default_factory=dict, description="NAME: default, read from the host at compose up")
     adapters: Annotated[list[AdapterUse], AfterValidator(_unique_adapters)] = Field(default_factory=list)
     boot_log: BootLog = Field(default_factory=BootLog)
     audit: AuditSpec = Field(default_factory=AuditSpec)
-    variants: dict[VariantKey, Variant] = Field(default_factory=dict)
+    variants: dict[VariantKey, Variant] = Field(default_factory=dict, max_length=MAX_VARIANTS)
     default_variant: StrictStr | None = None
 
     @property
@@ -271,6 +291,11 @@ class Resolved:
     def full_env(self) -> dict[str, str]:
         return {**self.env, **self.adapter_env()}
 
+    def host_env(self) -> dict[str, str]:
+        """NAME -> default of the variables compose reads from the host (recipe, then variant)."""
+        variant = self.recipe.variants.get(self.variant) if self.variant else None
+        return {**self.recipe.host_env, **(variant.host_env if variant else {})}
+
 
 def _field_path(loc: tuple[Any, ...]) -> str:
     return ".".join(str(part) for part in loc) or "(top level)"
@@ -289,6 +314,7 @@ _FIXES = {
     "model_type": "write a YAML mapping",
     "greater_than_equal": "use a larger value",
     "less_than_equal": "use a smaller value",
+    "too_long": "use fewer (the bound is in the message)",
 }
 # Grammar errors (rig/grammar.py): the fix names the form, by the field's last name.
 _FIELD_FIXES = {
@@ -297,12 +323,18 @@ _FIELD_FIXES = {
     "path": "write an absolute path inside the container, e.g. /models/DeepSeek-V4.1-Flash",
     "pip_install": "pin each package exactly: name==version (extras allowed: name[extra]==version)",
     "health": "write the path only, e.g. /health",
-    "bind": "write an IP address of this host, e.g. 127.0.0.1",
+    "bind": "write an IP address of this host, e.g. 127.0.0.1 (IPv6 without a %scope)",
+    "name": "name the recipe with lowercase letters, digits and - (at most 63), like its file",
+    "served_model_name": "write a plain model name, e.g. glm-5.2",
+    "server_args": "write each argument literally: no '$' (compose would substitute it), no RIG_API_KEY",
+    "env": "write the value literally: no '$' (compose would substitute it), no RIG_API_KEY",
+    "gates": "write the value literally: no '$' (compose would substitute it), no RIG_API_KEY",
+    "host_env": "write NAME: default (rig renders ${NAME:-default}); a plain default, no '$'",
     "shm_size": "write a Docker size, e.g. 32gb",
     "gpu_ids": "list each device id once, each >= 0",
     "adapters": "list each adapter once, with all its gates",
-    "must": "use a literal string or a simple pattern (no nested or alternated repetition)",
-    "forbid": "use a literal string or a simple pattern (no nested or alternated repetition)",
+    "must": "write an RE2 pattern: a literal string or a short pattern, flags scoped as (?i:...)",
+    "forbid": "write an RE2 pattern: a literal string or a short pattern, flags scoped as (?i:...)",
     "variants": "name variants like recipes: lowercase letters, digits and -",
     "[key]": "name environment variables with letters, digits and _ (not starting with a digit)",
 }
@@ -320,28 +352,10 @@ def _fix_for(error: dict[str, Any]) -> str:
 
 
 def _read_raw(path: Path, where: str) -> Any:
-    """The file's YAML, strictly; every way a file can be unreadable is one RigError line."""
+    """The file's YAML, strictly (rig/strict_yaml.py); every way a file can be unreadable is one RigError line."""
     listing = f"see `rig validate` for the recipes in {_display(RECIPES_DIR)}"
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise RigError(where, "(file)", "no such recipe", listing) from None
-    except IsADirectoryError:
-        raise RigError(where, "(file)", "is a directory, not a recipe file", f"pass a recipe name or a .yaml file; {listing}") from None
-    except PermissionError:
-        raise RigError(where, "(file)", "cannot be read (permission denied)", "make it readable by this user") from None
-    except OSError as error:
-        raise RigError(where, "(file)", f"cannot be read ({error.strerror})", "pass a regular recipe file") from None
-    try:
-        return load_strict(data)
-    except YamlRefused as error:
-        line = f"line {error.line}" if error.line else "(file)"
-        raise RigError(where, line, error.problem, "write the recipe as plain UTF-8 YAML, each key once, like recipes/*.yaml") from None
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        line = f"line {mark.line + 1}" if mark else "(file)"
-        problem = " ".join(str(getattr(error, "problem", None) or error).split())
-        raise RigError(where, line, f"not valid YAML ({problem})", "fix the YAML syntax") from None
+    return load_yaml_file(path, RECIPE_MAX_BYTES, where, missing=("no such recipe", listing),
+                          fix="write the recipe as plain UTF-8 YAML, each key once, like recipes/*.yaml")
 
 
 def parse_recipe(path: Path) -> Recipe:
@@ -407,6 +421,7 @@ def check_semantics(recipe: Recipe, where: str) -> None:
     variants = [recipe.variant(None)] if not recipe.variants else [recipe.variant(n) for n in recipe.variants]
     if recipe.default_variant and recipe.default_variant not in recipe.variants:
         raise RigError(where, "default_variant", f"{recipe.default_variant!r} is not a variant", f"use one of {', '.join(recipe.variants)}")
+    check_rig_owned(recipe, where)
     knobs = _fork_knobs()
     known_backends = yaml.safe_load((Path(__file__).resolve().parent / "audit" / "constraints.yaml").read_text())
     for resolved in variants:
@@ -465,7 +480,7 @@ def recipe_path(name_or_file: str) -> Path:
     candidate = Path(name_or_file)
     if candidate.suffix in (".yaml", ".yml"):
         return candidate
-    if not grammar.RECIPE_NAME.fullmatch(name_or_file):  # a name never walks out of recipes/
+    if not grammar.is_recipe_name(name_or_file):  # a name never walks out of recipes/
         raise RigError("command line", "recipe", f"{name_or_file!r} is not a recipe name",
                        "pass a name from `rig validate` (lowercase letters, digits, -) or a path to a .yaml file")
     return RECIPES_DIR / f"{name_or_file}.yaml"
@@ -475,6 +490,92 @@ def split_ref(ref: str) -> tuple[str, str | None]:
     """'glm52-tp6:a16' -> ('glm52-tp6', 'a16')."""
     name, _, variant = ref.partition(":")
     return name, (variant or None)
+
+
+def parse_ref(ref: str) -> tuple[str, str | None]:
+    """`split_ref` for a reference from the command line, both parts checked against their grammar:
+    the name picks a state file and boot directories, so it never walks out of them."""
+    name, variant = split_ref(ref)
+    if not grammar.is_recipe_name(name) or (variant is not None and not grammar.is_recipe_name(variant)):
+        raise RigError("command line", "recipe", f"{ref!r} is not a recipe name[:variant]",
+                       "pass a name from `rig validate` (lowercase letters, digits, -), optionally :variant")
+    return name, variant
+
+
+# ---- what rig owns: flags, environment, secrets --------------------------------------------
+
+_OWNED_FLAG_FIXES = (  # (word in the flag, where the recipe says it instead)
+    ("api-key", "the API key comes from RIG_API_KEY in the environment only"),
+    ("config", "write the settings as server_args (rig hands SGLang its key through --config)"),
+    ("served-model-name", "set serving.served_model_name"),
+    ("host", "set serving.bind"), ("uds", "set serving.bind"), ("port", "set serving.port (or rig up --port)"),
+    ("model", "set model.path"),
+)
+
+
+def _owned_flag_fix(flag: str) -> str:
+    for word, fix in _OWNED_FLAG_FIXES:
+        if word in flag:
+            return f"remove it: {fix}"
+    return "remove it: set topology (tp, ep, dcp, nodes) instead"
+
+
+def refuse_env_name(name: str, engine: str, where: str, field: str, overlay: bool = False) -> None:
+    """An environment name a recipe (or, with `overlay`, an arm or `rig up --env`) may not set: one
+    rig or the engine's key handling sets, a loader or interpreter hook the engine's registry row
+    does not allow, or (in a committed recipe) a secret."""
+    spec = ENGINES[engine]
+    if name in spec.owned_env():
+        raise RigError(where, field, f"{name} is set by rig itself", "remove it (the API key comes from RIG_API_KEY "
+                       "in rig's environment; image tags from --arm NAME:image=TAG)")
+    hook = grammar.hook_variable(name, spec.allowed_env)
+    if hook:
+        raise RigError(where, field, f"{name} is a loader/interpreter hook: {hook}",
+                       f"remove it, or allow it for {engine} in Engine.allowed_env (rig/engines.py) once it is needed")
+    if not overlay and grammar.secret_looking(name):
+        raise RigError(where, field, f"{name} looks like a secret, and a recipe is committed and rendered into compose",
+                       f"pass it at boot: rig up --env {name}=... (recorded redacted)")
+
+
+def check_rig_owned(recipe: Recipe, where: str) -> None:
+    """Server args never set a flag rig owns, in any spelling; env never sets what rig owns, a
+    hook, or a secret. Checked for the recipe and each variant (arms become variants)."""
+    engine = recipe.engine.name
+    owned = ENGINES[engine].owned_flags
+    sources = [("", recipe.server_args, recipe.env, recipe.adapters, recipe.host_env)]
+    sources += [(f"variants.{name}.", variant.server_args, variant.env, variant.adapters or [], variant.host_env)
+                for name, variant in recipe.variants.items()]
+    for prefix, args, env, adapters, host_env in sources:
+        for name in host_env:
+            refuse_env_name(name, engine, where, f"{prefix}host_env.{name}")
+            if name in env or name in recipe.env:
+                raise RigError(where, f"{prefix}host_env.{name}", f"{name} is also set in env", "set it in one of them")
+            if recipe.driver == "native":
+                raise RigError(where, f"{prefix}host_env.{name}", "host_env is read by compose; the native driver has none",
+                               f"set {name} in env, or pass it with rig up --env")
+        for index, token in enumerate(args):
+            flag = grammar.owned_flag(token, owned)
+            if flag:
+                what = "ends option parsing (rig's own flags follow)" if flag == "--" else f"sets {flag}, which rig owns for {engine}"
+                raise RigError(where, f"{prefix}server_args.{index}", f"{token!r} {what}", _owned_flag_fix(flag))
+        for name in env:
+            refuse_env_name(name, engine, where, f"{prefix}env.{name}")
+        for use in adapters:  # registry names; a hook among them would be a registry bug, refused all the same
+            for name in use.gates:
+                refuse_env_name(name, engine, where, f"{prefix}adapters.{use.name}.gates.{name}")
+
+
+def check_overlay(resolved: Resolved, env: dict[str, str], where: str, field: str) -> None:
+    """An environment overlay (rig up --env, an arm): no rig-owned name, no hook; secrets are allowed
+    (they reach the server through the environment and are recorded redacted)."""
+    for name, value in env.items():
+        if name == "RIG_IMAGE_TAG":  # compose's image selector: the tag grammar `image=` gets
+            try:
+                grammar.tag(value)
+            except ValueError as error:
+                raise RigError(where, f"{field} {name}", str(error), "name a tag built by `rig build`") from None
+            continue
+        refuse_env_name(name, resolved.recipe.engine.name, where, f"{field} {name}", overlay=True)
 
 
 def load(ref: str) -> Resolved:

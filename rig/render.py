@@ -12,11 +12,11 @@ from typing import Any
 import yaml
 
 from rig import __version__, grammar
-from rig.atomic import write_text_atomic
-from rig.engines import server_argv
+from rig.atomic import write_files_atomic
+from rig.engines import MULTINODE_ADDR_VAR, server_argv
 from rig.errors import RigError
 from rig.lab import is_lab_image
-from rig.recipe import REPO_ROOT, Recipe, Resolved, parse_recipe
+from rig.recipe import REPO_ROOT, Recipe, Resolved, check_rig_owned, parse_recipe
 
 DOCKER_DIR = REPO_ROOT / "docker"
 COMPOSE_DIR = REPO_ROOT / "compose"
@@ -74,6 +74,18 @@ def dockerfile_path(recipe: Recipe) -> Path:
 
 def compose_path(resolved: Resolved) -> Path:
     return COMPOSE_DIR / f"{resolved.slug if resolved.variant != resolved.recipe.default_variant else resolved.recipe.name}.yaml"
+
+
+def compose_project(resolved: Resolved) -> str:
+    """The compose project (containers, network, the boot's identity in Docker): `_` cannot occur in
+    a recipe or variant name, so recipe `a-b` and recipe `a` variant `b` never share one."""
+    return f"rig-{resolved.recipe.name}" + (f"_{resolved.variant}" if resolved.variant else "")
+
+
+# Variables a rendered compose file may leave to compose (besides a recipe's host_env names), and
+# the one place the API key's may appear.
+COMPOSE_VARIABLES = frozenset({"RIG_IMAGE_TAG", "RIG_MODEL_DIR", "RIG_MANIFEST_DIR", MULTINODE_ADDR_VAR})
+API_KEY_ENTRY = f"${{{grammar.KEY_VARIABLE}:-}}"
 
 
 def _label(value: str) -> str:
@@ -158,7 +170,8 @@ def _service(resolved: Resolved, node_rank: int | None) -> dict[str, Any]:
     recipe, topo = resolved.recipe, resolved.topology
     multinode = topo.nodes > 1
     listen = recipe.serving.bind if multinode else "0.0.0.0"  # noqa: S104 - inside the container; published on serving.bind
-    environment = {**resolved.full_env(), "RIG_ADAPTER_MANIFEST_DIR": IMAGE_MANIFEST_DIR}
+    host_env = {name: f"${{{name}:-{default}}}" for name, default in resolved.host_env().items()}
+    environment = {**resolved.full_env(), **host_env, "RIG_ADAPTER_MANIFEST_DIR": IMAGE_MANIFEST_DIR}
     service: dict[str, Any] = {
         "image": f"{image_name(recipe)}:${{RIG_IMAGE_TAG:-dev}}",
         "build": {
@@ -169,18 +182,15 @@ def _service(resolved: Resolved, node_rank: int | None) -> dict[str, Any]:
         "platform": topo.platform,
         "entrypoint": api_key_entrypoint(recipe.engine.name),
         "command": server_argv(resolved, recipe.model.path, listen, node_rank),
-        "environment": {**environment, "RIG_API_KEY": "${RIG_API_KEY:-}"},
+        "environment": {**environment, grammar.KEY_VARIABLE: API_KEY_ENTRY},
     }
-    if recipe.engine.name == "sglang":
-        if "--config" in service["command"]:
-            raise RigError(f"recipes/{recipe.name}.yaml", "server_args", "--config is how rig hands SGLang its API key "
-                           "(SGLang accepts one config file)", "write those settings as server_args instead")
+    if recipe.engine.name == "sglang":  # --config is an owned flag (rig/engines.py): the key file is SGLang's only one
         service["tmpfs"] = [f"{SECRET_DIR}:mode=0700,size=64k"]  # the API key file lives in memory only
     if multinode:
         service["network_mode"] = "host"  # NCCL and SGLang's rendezvous need the node's own interfaces
         service["profiles"] = [f"node{node_rank}"]
     else:
-        service["ports"] = [f"{_host_ip(recipe.serving.bind)}:{recipe.serving.port}:{recipe.serving.port}"]
+        service["ports"] = [f"{host_ip(recipe.serving.bind)}:{recipe.serving.port}:{recipe.serving.port}"]
     if recipe.gpu:  # NCCL wants these on GPU hosts; a CPU container needs neither (memlock cannot be raised everywhere)
         service["ipc"] = "host"
     service["shm_size"] = recipe.serving.shm_size
@@ -203,7 +213,7 @@ def _service(resolved: Resolved, node_rank: int | None) -> dict[str, Any]:
     return service
 
 
-def _host_ip(bind: str) -> str:
+def host_ip(bind: str) -> str:
     """An IPv6 address is bracketed in a compose port mapping (host:published:target)."""
     return f"[{bind}]" if ":" in bind else bind
 
@@ -226,19 +236,44 @@ def render_compose(resolved: Resolved) -> str:
         else:
             header.append(f"# Run: docker compose -f {path} up")
     header.append("# Optional: RIG_API_KEY=... (read from the environment only). Boots via rig: rig up " + resolved.ref)
-    document = {"name": f"rig-{resolved.slug.replace('.', '-')}", "services": services, "volumes": {CACHE_VOLUME: {}}}
+    document = {"name": compose_project(resolved), "services": services, "volumes": {CACHE_VOLUME: {}}}
+    _refuse_interpolation(document, frozenset(resolved.host_env()), resolved)
     body = yaml.dump(document, Dumper=_NoAliasDumper, sort_keys=False, width=120, default_flow_style=False)
     return "\n".join(header) + "\n" + body
 
 
-def _refuse_control_characters(recipe: Recipe) -> None:
-    """Defence in depth behind the recipe schema: no rendered value may carry a control
-    character (a newline in a value is a new Dockerfile instruction or compose key)."""
+def _strings(value: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], str]]:
+    if isinstance(value, str):
+        return [(path, value)]
+    if isinstance(value, dict):
+        return [hit for key, item in value.items() for hit in [*_strings(str(key), path), *_strings(item, (*path, str(key)))]]
+    if isinstance(value, list):
+        return [hit for index, item in enumerate(value) for hit in _strings(item, (*path, str(index)))]
+    return []
+
+
+def _refuse_interpolation(document: dict[str, Any], host_env: frozenset[str], resolved: Resolved) -> None:
+    """Defence in depth behind the recipe schema: compose substitutes only rig's own variables and
+    the recipe's host_env names, and the API key's variable only as the service's RIG_API_KEY."""
+    for path, text in _strings(document):
+        for name in grammar.compose_interpolations(text):
+            key_entry = name == grammar.KEY_VARIABLE and path[-2:] == ("environment", grammar.KEY_VARIABLE) and text == API_KEY_ENTRY
+            if not (key_entry or name in COMPOSE_VARIABLES or name in host_env):
+                raise RigError(f"recipes/{resolved.recipe.name}.yaml", ".".join(path),
+                               f"would make compose substitute {'$' if name == '$' else '${' + name + '}'}; nothing was rendered",
+                               "write recipe values without '$'")
+
+
+def _refuse_unsafe(recipe: Recipe) -> None:
+    """Defence in depth behind the recipe schema, for a Recipe built without it: no rendered value
+    may carry a control character (a newline in a value is a new Dockerfile instruction or compose
+    key), and no flag or variable rig owns."""
     found = grammar.find_control_characters(recipe.model_dump(mode="json"))
     if found:
         field, char = found
         raise RigError(f"recipes/{recipe.name}.yaml", field, f"contains the control character {char}; nothing was rendered",
                        "remove it from the recipe")
+    check_rig_owned(recipe, f"recipes/{recipe.name}.yaml")
 
 
 def _inside(path: Path, root: Path, recipe: Recipe) -> Path:
@@ -251,7 +286,7 @@ def _inside(path: Path, root: Path, recipe: Recipe) -> Path:
 
 def rendered_files(recipe: Recipe) -> dict[Path, str]:
     """Every file a recipe renders to, by path; each path is checked to lie in docker/ or compose/."""
-    _refuse_control_characters(recipe)
+    _refuse_unsafe(recipe)
     if recipe.image is None:  # native-only: nothing to build or compose
         return {}
     files = {_inside(dockerfile_path(recipe), DOCKER_DIR, recipe): render_dockerfile(recipe)}
@@ -263,10 +298,21 @@ def rendered_files(recipe: Recipe) -> dict[Path, str]:
 
 def render(paths: list[Path], check: bool = False) -> list[Path]:
     """Write (or, with check, compare) every rendered file; returns the stale or written ones.
-    Every recipe is rendered (and refused) before anything is written; each write is atomic."""
-    planned = {path: content for recipe_file in paths for path, content in rendered_files(parse_recipe(recipe_file)).items()}
+    Every recipe is rendered (and refused) before anything is written, and the writes are one
+    all-or-nothing step (rig/atomic.py): a failure halfway leaves docker/ and compose/ as they were."""
+    planned: dict[Path, str] = {}
+    for recipe_file in paths:
+        for path, content in rendered_files(parse_recipe(recipe_file)).items():
+            if path in planned and planned[path] != content:
+                raise RigError(str(recipe_file), "name", f"renders {path.relative_to(REPO_ROOT)}, which another recipe renders too",
+                               "give each recipe its own name")
+            planned[path] = content
     changed = [path for path, content in planned.items() if not (path.exists() and path.read_text() == content)]
     if not check:
-        for path in changed:
-            write_text_atomic(path, planned[path])
+        try:
+            write_files_atomic({path: planned[path] for path in changed})
+        except OSError as error:
+            target = error.filename or "docker/, compose/"
+            raise RigError(str(target), "(write)", f"could not be written ({error.strerror or error}); nothing was changed",
+                           "free space or fix the permissions, then render again") from None
     return changed

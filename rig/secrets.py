@@ -5,7 +5,9 @@ HF_TOKEN included. Only names whose values are facts about the experiment are re
 value: the adapter registry's gates and settings (what an arm toggles), the recipe's own env
 keys (already public in the committed recipe) and rig's image-tag selector. Every other value
 becomes REDACTED in boot records, state, compose overrides, provenance and comparisons; the
-server still receives the real value through its process environment.
+server still receives the real value through its process environment. A secret-looking name
+(grammar.secret_looking: HF_TOKEN, *_API_KEY, ...) is never recorded by value, whatever a
+recipe or the registry declares.
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ def registry_keys() -> frozenset[str]:
 def recordable_keys(resolved: Resolved | None = None) -> frozenset[str]:
     """Names recorded by value: registry gates/settings, rig's variables and, given a resolved
     recipe, every env key the recipe (and its variant) sets itself."""
+    from rig.grammar import secret_looking
+
     keys = registry_keys() | RIG_VARIABLES
     if resolved is not None:
         keys |= frozenset(resolved.full_env())
-    return keys
+    return frozenset(key for key in keys if not secret_looking(key))
 
 
 def redact(env: Mapping[str, str], allowed: Collection[str]) -> dict[str, str]:

@@ -216,6 +216,126 @@ def test_compose_record_without_container_is_one_line(rig_dirs, monkeypatch, cap
     client = types.SimpleNamespace(containers=types.SimpleNamespace(list=lambda **kwargs: []))
     monkeypatch.setattr(compose, "docker_client", lambda: client)
     monkeypatch.setattr(base, "STATE_DIR", root / "state")
+    monkeypatch.setattr(base, "BOOTS_DIR", root / "results" / "boots")  # where the record says its boot lives
     assert main(["status"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and "DOWN (tiny-cpu:cb: compose started no container)" in out[0], out
+
+
+class ArgvWatcher:
+    """Samples every process's argv while rig runs: a secret on any command line is a leak, however brief."""
+
+    def __init__(self, needles: list[str]) -> None:
+        import threading
+
+        self.needles = [needle.encode() for needle in needles]
+        self.leaks: dict[int, bytes] = {}
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for pid, line in _cmdlines().items():
+                if any(needle in line for needle in self.needles):
+                    self.leaks[pid] = line
+            self.samples += 1
+            time.sleep(0.1)
+
+    def __enter__(self) -> ArgvWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _hostile_copies(folder: Path) -> dict[str, Path]:
+    """Copies of tiny-cpu that try to route the API key into argv, env, names or patterns."""
+    import yaml
+
+    cases = {
+        "served name by flag": lambda d: d["server_args"].extend(["--served-model-name=${RIG_API_KEY}"]),
+        "key flag": lambda d: d["server_args"].extend(["--api-key", "${RIG_API_KEY}"]),
+        "env value": lambda d: d["env"].update(OMP_NUM_THREADS="$RIG_API_KEY"),
+        "variant env": lambda d: d["variants"]["cb"].update(env={"TOKENIZERS_PARALLELISM": "${RIG_API_KEY:-x}"}),
+        "served name": lambda d: d["serving"].update(served_model_name="${RIG_API_KEY}"),
+        "bind scope": lambda d: d["serving"].update(bind="fe80::1%${RIG_API_KEY}"),
+        "pattern flag": lambda d: d["boot_log"].update(must=["(?i)${RIG_API_KEY}"]) if "boot_log" in d else d.update(
+            boot_log={"must": ["(?i)${RIG_API_KEY}"]}),
+        "key by name": lambda d: d["env"].update(RIG_API_KEY="x"),
+        "preload": lambda d: d["env"].update(LD_PRELOAD="/tmp/x.so"),
+    }
+    paths = {}
+    for case, change in cases.items():
+        data = yaml.safe_load((REPO / "recipes" / "tiny-cpu.yaml").read_text())
+        change(data)
+        path = folder / case.replace(" ", "-") / "tiny-cpu.yaml"
+        path.parent.mkdir(parents=True)
+        path.write_text(yaml.safe_dump(data))
+        paths[case] = path
+    return paths
+
+
+def test_planted_key_reaches_no_argv_log_result_or_state_through_boot_load_and_compare(rig_dirs):
+    """RIG_API_KEY and HF_TOKEN come from rig's environment only: after hostile recipes, a boot of a
+    hostile-but-valid recipe, a load test and a comparison, neither value is on any process's argv,
+    in any output, or in any file rig wrote (results, state, rendered files, logs). tiny-cpu's
+    transformers serve takes no key, so its boots refuse one; the key then rides the load test's
+    requests, and HF_TOKEN every server's environment."""
+    import yaml
+
+    env, root = rig_dirs
+    key, token = f"sk-planted-{secrets.token_hex(6)}", f"hf-planted-{secrets.token_hex(6)}"
+    with_token = {**env, "HF_TOKEN": token}
+    with_key = {**with_token, "RIG_API_KEY": key}
+    outputs: list[str] = []
+    before = {path: path.read_bytes() for path in _files(REPO / "docker", REPO / "compose")}
+
+    def rig(*args: str, environment: dict[str, str] = with_key) -> subprocess.CompletedProcess:
+        result = rig_cli(*args, env=environment)
+        outputs.append(result.stdout + result.stderr)
+        return result
+
+    valid = root / "valid" / "tiny-cpu.yaml"
+    valid.parent.mkdir()
+    data = yaml.safe_load((REPO / "recipes" / "tiny-cpu.yaml").read_text())
+    data["description"] = "hostile but valid: ${RIG_API_KEY} $RIG_API_KEY $$ (a label, escaped)"
+    data["variants"]["cb"]["boot_log"] = {"forbid": ["(a+)+$", "(?i:sk-planted|hf-planted)"]}  # the key in the log fails the boot check
+    valid.write_text(yaml.safe_dump(data))
+    with ArgvWatcher([key, token]) as watcher:
+        for case, path in _hostile_copies(root / "hostile").items():
+            for command in (("validate", str(path)), ("render", str(path)), ("up", str(path), "--port", str(free_port()))):
+                result = rig(*command)
+                assert result.returncode in (1, 2), (case, command, result.stdout + result.stderr)
+                assert "Traceback" not in outputs[-1] and len(outputs[-1].strip().splitlines()) == 1, (case, outputs[-1])
+        assert not (root / "results").exists() and not (root / "state").exists()
+        refused = rig("up", str(valid), "--port", str(free_port()))  # a key transformers serve cannot take
+        assert refused.returncode == 2 and "RIG_API_KEY" in refused.stderr, refused.stdout + refused.stderr
+        up = rig("up", str(valid), "--port", str(free_port()), environment=with_token)
+        try:
+            assert up.returncode == 0, up.stdout + up.stderr  # healthy, and the boot check found no key in the log
+            pid = json.loads((root / "state" / "tiny-cpu.json").read_text())["pid"]
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            assert f"HF_TOKEN={token}".encode() in environ  # the server really got it, through its environment
+            load = rig("loadtest", str(valid), "--scenario", "prose-c1", "--small", "--workers", "1", "--duration", "2")
+            assert load.returncode in (0, 4), load.stdout + load.stderr  # 4: a run INVALID on a busy box; measured all the same
+            assert rig("logs", "tiny-cpu").returncode == 0 and rig("status").returncode == 0
+        finally:
+            down = rig("down", "tiny-cpu")
+        assert down.returncode == 0, down.stdout + down.stderr
+        compare = rig("compare", "tiny-cpu", "--arm", "a:RIG_TOKEN_DELAY_MS=0", "--arm", "b:RIG_TOKEN_DELAY_MS=0",
+                      "--boots", "1", "--rounds", "1", "--scenario", "prose-c1", "--small", "--workers", "1", "--duration", "2",
+                      environment=with_token)
+        assert compare.returncode in (0, 5, 6), compare.stdout + compare.stderr
+    assert watcher.samples > 10 and watcher.leaks == {}, watcher.leaks
+    assert not any(key in output or token in output for output in outputs)
+    written = _files(root / "results", root / "state", REPO / "results", REPO / ".rig", REPO / "docker", REPO / "compose")
+    kinds = {path.name for path in written}
+    assert {"boot.json", "server.log", "summary.json", "plan.json", "compare.json", "command.txt"} <= kinds, kinds
+    leaked = [str(path) for path in written if key.encode() in path.read_bytes() or token.encode() in path.read_bytes()]
+    assert leaked == []
+    assert {path: path.read_bytes() for path in _files(REPO / "docker", REPO / "compose")} == before
+    records = [json.loads(path.read_text()) for path in (root / "results" / "boots").glob("*/boot.json")]
+    assert sorted(record["status"] for record in records) == ["failed", "stopped", "stopped", "stopped"], records

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import sys
 import time
@@ -16,15 +17,20 @@ from typing import Any, Protocol
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
-from rig import client
+from rig import client, grammar
 from rig.atomic import write_text_atomic
 from rig.errors import RigError
-from rig.recipe import REPO_ROOT, Resolved
+from rig.recipe import REPO_ROOT, Resolved, check_overlay
+from rig.render import COMPOSE_DIR
 from rig.secrets import redact_for
+from rig.strict_yaml import read_regular
 
 RESULTS_DIR = Path(os.environ.get("RIG_RESULTS_DIR", REPO_ROOT / "results"))
 BOOTS_DIR = RESULTS_DIR / "boots"
 STATE_DIR = Path(os.environ.get("RIG_STATE_DIR", REPO_ROOT / ".rig" / "state"))
+RECORD_MAX_BYTES = 4 << 20  # a boot record is a few kB (its fingerprint included)
+# <yyyymmdd>-<hhmmss>-<recipe>[.<variant>]-<4 hex>: the slug is unambiguous between fixed-width parts.
+BOOT_ID = re.compile(r"[0-9]{8}-[0-9]{6}-(?P<recipe>[a-z0-9][a-z0-9-]*)(?:\.(?P<variant>[a-z0-9][a-z0-9-]*))?-[0-9a-f]{4}")
 
 
 class BootFailed(Exception):
@@ -69,22 +75,44 @@ class BootRecord:
 
     @classmethod
     def load(cls, path: Path) -> BootRecord:
-        """Read a boot record or state file; anything but a complete, well-typed record is one RigError line."""
+        """Read a boot record or state file; anything but a complete, well-typed record whose paths
+        are its own boot directory's is one RigError line (a state file is input: edited, it could
+        point `rig logs` at any file or make `rig down` write a boot record anywhere)."""
+        fix = (f"check that nothing of this recipe still runs (`ps -eo pid,pgid,args`), then delete {_shown(path)}"
+               if path.parent == STATE_DIR else "this boot record is damaged; leave it out of comparisons")
+        text = read_regular(path, RECORD_MAX_BYTES, _shown(path),
+                            missing=("no such boot record", "list boots with `rig status` or under results/boots/"))
         try:
-            text = path.read_bytes()
-        except FileNotFoundError:
-            raise RigError(_shown(path), "(file)", "no such boot record", "list boots with `rig status` or under results/boots/") from None
-        except OSError as error:
-            raise RigError(_shown(path), "(file)", f"cannot be read ({error.strerror})", "check the path and its permissions") from None
-        try:
-            return _RECORD.validate_json(text)
+            record = _RECORD.validate_json(text)
         except ValidationError as error:
             first = error.errors()[0]
             field = ".".join(str(part) for part in first["loc"]) or "(file)"
             problem = " ".join(first["msg"].split())
-            fix = (f"check that nothing of this recipe still runs (`ps -eo pid,pgid,args`), then delete {_shown(path)}"
-                   if path.parent == STATE_DIR else "this boot record is damaged; leave it out of comparisons")
             raise RigError(_shown(path), field, f"not a complete boot record ({problem})", fix) from None
+        problem = record.inconsistency()
+        if problem:
+            field, why = problem
+            raise RigError(_shown(path), field, f"not a boot record rig wrote ({why})", fix)
+        return record
+
+    def inconsistency(self) -> tuple[str, str] | None:
+        """(field, why) when the record's names or paths are not those rig gives a boot, else None."""
+        found = BOOT_ID.fullmatch(self.boot_id)
+        if not found or found.group("recipe") != self.recipe or found.group("variant") != self.variant:
+            return "boot_id", f"{self.boot_id!r} is not a boot id of {self.ref!r}"
+        if self.ref != self.recipe + (f":{self.variant}" if self.variant else ""):
+            return "ref", f"{self.ref!r} is not recipe {self.recipe!r} variant {self.variant!r}"
+        boot_dir = BOOTS_DIR / self.boot_id
+        expected = {"boot_dir": boot_dir, "log_path": boot_dir / "server.log", "manifest_dir": boot_dir / "manifests"}
+        for name, path in expected.items():
+            if Path(getattr(self, name)) != path:
+                return name, f"{getattr(self, name)!r} is not {str(path)!r}"
+        if self.compose_project is not None and not re.fullmatch(r"rig-[a-z0-9][a-z0-9-]*(?:_[a-z0-9][a-z0-9-]*)?", self.compose_project):
+            return "compose_project", f"{self.compose_project!r} is not a project rig names"
+        for index, compose_file in enumerate(self.compose_files):
+            if Path(compose_file).parent not in (boot_dir, COMPOSE_DIR):
+                return f"compose_files.{index}", f"{compose_file!r} is neither a rendered file nor this boot's override"
+        return None
 
     def log_text(self) -> str:
         path = Path(self.log_path)
@@ -103,7 +131,9 @@ def _shown(path: Path) -> str:
 
 def new_boot(resolved: Resolved, driver: str, overlay: dict[str, str], port: int) -> BootRecord:
     """A new boot record; refused while the recipe's recorded server is still up. The overlay is
-    recorded redacted (rig/secrets.py): the driver hands the real values to the server."""
+    checked like a variant's env (no rig-owned name, no loader hook) and recorded redacted
+    (rig/secrets.py): the driver hands the real values to the server."""
+    check_overlay(resolved, overlay, "command line", "--env")
     refuse_if_up(resolved.recipe.name)
     boot_id = time.strftime("%Y%m%d-%H%M%S") + f"-{resolved.slug}-{secrets.token_hex(2)}"
     boot_dir = BOOTS_DIR / boot_id
@@ -139,7 +169,23 @@ def _client_host(bind: str) -> str:
 
 
 def state_path(recipe_name: str) -> Path:
+    """A recipe's state file; the name is checked here, so no caller can walk out of STATE_DIR."""
+    if not grammar.is_recipe_name(recipe_name):
+        raise RigError("command line", "recipe", f"{recipe_name!r} is not a recipe name",
+                       "pass a name from `rig validate` (lowercase letters, digits, -)")
     return STATE_DIR / f"{recipe_name}.json"
+
+
+def boots_of(recipe_name: str) -> list[Path]:
+    """The boot.json of every boot of `recipe_name` (any variant), oldest first; `a` never matches
+    the boots of `a-b`."""
+    state_path(recipe_name)  # the name's grammar
+    found = []
+    for path in BOOTS_DIR.glob("*/boot.json"):
+        match = BOOT_ID.fullmatch(path.parent.name)
+        if match and match.group("recipe") == recipe_name:
+            found.append(path)
+    return sorted(found, key=lambda path: path.parent.name)
 
 
 def current_boot(recipe_name: str) -> BootRecord | None:

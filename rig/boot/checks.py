@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rig.boot.base import BootRecord
+from rig.grammar import compile_regex
 from rig.recipe import BootLog, Resolved
 from rig_adapters.gates import gate_is_on
 from rig_adapters.registry import BY_NAME
@@ -67,12 +68,16 @@ def derived_boot_log(expectations: dict[str, bool]) -> BootLog:
 
 
 def check_log(text: str, boot_log: BootLog) -> tuple[list[str], list[str]]:
-    missing = [pattern for pattern in boot_log.must if not re.search(pattern, text)]
+    """Patterns run with RE2 (rig/grammar.py): linear in the log, whatever the pattern. A forbid
+    pattern reports the whole line it matched in (^ and $ match at each line)."""
+    missing = [pattern for pattern in boot_log.must if not compile_regex(pattern).search(text)]
     forbidden = []
     for pattern in boot_log.forbid:
-        match = re.search(f"^.*(?:{pattern}).*$", text, re.MULTILINE)
+        match = compile_regex(pattern, multiline=True).search(text)
         if match:
-            forbidden.append(match.group(0).strip()[:300])
+            start = text.rfind("\n", 0, match.start()) + 1
+            end = text.find("\n", match.end())
+            forbidden.append(text[start:end if end >= 0 else len(text)].strip()[:300])
     return missing, forbidden
 
 

@@ -18,7 +18,7 @@ from rig.boot.base import BootFailed, BootRecord, await_healthy, forget, new_boo
 from rig.engines import ENGINES
 from rig.errors import RigError
 from rig.recipe import REPO_ROOT, Resolved
-from rig.render import compose_path
+from rig.render import compose_path, compose_project, host_ip
 from rig.secrets import compose_environment, recordable_keys
 
 
@@ -36,6 +36,21 @@ def docker_client() -> Any:
 
 
 COMPOSE_VARIABLES = frozenset({"RIG_IMAGE_TAG"})
+
+
+def override_file(resolved: Resolved, overlay: dict[str, str], boot_id: str, port: int | None) -> tuple[str, dict[str, str]]:
+    """The boot's compose override (its text, and the secret variables to hand `docker compose`
+    through its environment). Values rig may record are written with `$` doubled; any other (a
+    token) is named bare and reaches the container through compose's own environment, never a file."""
+    serving = resolved.recipe.serving
+    server_env = {k: v for k, v in overlay.items() if k not in COMPOSE_VARIABLES}
+    entries, secret_env = compose_environment({**server_env, "RIG_BOOT_ID": boot_id},
+                                              recordable_keys(resolved) | {"RIG_BOOT_ID"})
+    override: dict[str, Any] = {"services": {"server": {"environment": entries}}}
+    if port:  # an IPv6 bind is bracketed, as in the rendered file (host:published:target)
+        override["services"]["server"]["ports"] = [f"{host_ip(serving.bind)}:{port}:{serving.port}"]
+    # `!override` replaces the rendered port list instead of appending to it (Compose merges lists).
+    return yaml.safe_dump(override, sort_keys=False).replace("    ports:\n", "    ports: !override\n"), secret_env
 
 
 class ComposeDriver:
@@ -58,25 +73,18 @@ class ComposeDriver:
         overlay = dict(overlay or {})
         serving = resolved.recipe.serving
         record = new_boot(resolved, self.name, overlay, port or serving.port)
-        record.compose_project = f"rig-{resolved.slug.replace('.', '-')}"
+        record.compose_project = compose_project(resolved)
         record.compose_files = [str(compose_path(resolved))]
         # Compose variables (the image tag) select what compose runs; everything else is server environment.
         compose_env = {k: v for k, v in overlay.items() if k in COMPOSE_VARIABLES}
-        server_env = {k: v for k, v in overlay.items() if k not in COMPOSE_VARIABLES}
+        server_overlay = dict(overlay)
         if cold_caches:  # fresh directories in the new container's own filesystem, not the shared cache volume
             engine = ENGINES[resolved.recipe.engine.name]
-            server_env.update({name: f"/tmp/rig-cold-cache/{name.lower()}" for name, _ in engine.compile_caches})
+            server_overlay.update({name: f"/tmp/rig-cold-cache/{name.lower()}" for name, _ in engine.compile_caches})
             record.compile_cache = {"state": "cold"}
-        # Values rig may record go into the override; any other (a token) is named there bare and
-        # reaches the container through `docker compose`'s own environment, never through a file.
-        entries, secret_env = compose_environment({**server_env, "RIG_BOOT_ID": record.boot_id},
-                                                  recordable_keys(resolved) | {"RIG_BOOT_ID"})
-        override: dict[str, Any] = {"services": {"server": {"environment": entries}}}
-        if port:
-            override["services"]["server"]["ports"] = [f"{serving.bind}:{port}:{serving.port}"]
+        text, secret_env = override_file(resolved, server_overlay, record.boot_id, port)
         override_path = Path(record.boot_dir) / "compose.override.yaml"
-        # `!override` replaces the rendered port list instead of appending to it (Compose merges lists).
-        write_text_atomic(override_path, yaml.safe_dump(override, sort_keys=False).replace("    ports:\n", "    ports: !override\n"))
+        write_text_atomic(override_path, text)
         record.compose_files.append(str(override_path))
         # The engine's processes write manifests into this bind mount under whatever uid the image runs as.
         os.chmod(record.manifest_dir, 0o777)  # noqa: S103 - a results directory, not a secret

@@ -7,7 +7,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rig.errors import RigError
-from rig.recipe import AdapterUse, Resolved, Variant, check_semantics, load, parse_recipe, recipe_path
+from rig.grammar import secret_looking
+from rig.recipe import AdapterUse, Resolved, Variant, check_overlay, check_semantics, load, parse_recipe, recipe_path
 
 IMAGE_TAG_VARIABLE = "RIG_IMAGE_TAG"
 
@@ -38,6 +39,7 @@ class Arm:
 
         base = self.base(recipe_name)
         recipe = base.recipe
+        check_overlay(base, self.env, "command line", f"--arm {self.spec}")
         gates = {spec.gate: spec for spec in REGISTRY}
         settings = {key: spec for spec in REGISTRY for key in spec.settings}
         adapters = {use.name: dict(use.gates) for use in base.adapters}
@@ -51,7 +53,7 @@ class Arm:
                     raise RigError("command line", f"--arm {self.spec}", f"{key} is a setting of {owner}, which this arm does not enable",
                                    f"add {settings[key].gate}=1 to the arm, or drop {key}")
                 adapters.setdefault(owner, {})[key] = value
-            else:
+            elif not secret_looking(key):  # a secret is pass-through environment, never part of what the arm records
                 env[key] = value
         original = recipe.variants.get(base.variant) if base.variant else None
         synthetic = f"arm-{self.name}"
@@ -61,6 +63,7 @@ class Arm:
                 topology=base.topology,
                 env={k: v for k, v in env.items() if k not in recipe.env or recipe.env[k] != v},
                 server_args=list(original.server_args) if original else [],
+                host_env=dict(original.host_env) if original else {},
                 adapters=[AdapterUse(name=name, gates=gate_values) for name, gate_values in adapters.items()],
                 boot_log=original.boot_log if original else None,
                 audit=base.audit,
@@ -81,7 +84,18 @@ class Arm:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Arm:
-        return cls(**data)
+        """An arm read back from a plan: parsed again from its spec, through the same grammar as
+        the command line (a plan is a file on disk; its fields are not trusted on their own)."""
+        spec = data.get("spec") if isinstance(data, dict) else None
+        if not isinstance(spec, str):
+            raise ValueError("an arm without its spec")
+        try:
+            arm = parse_arm(spec)
+        except RigError as error:
+            raise ValueError(error.problem) from None
+        if asdict(arm) != data:
+            raise ValueError(f"arm {spec!r} does not match its spec")
+        return arm
 
 
 def parse_arm(spec: str) -> Arm:
@@ -111,7 +125,8 @@ def parse_arm(spec: str) -> Arm:
         except ValueError as error:
             raise refuse(str(error), "name a tag built by `rig build` (RIG_IMAGE_TAG)") from None
         return Arm(name, variant=variant, image_tag=tag, spec=spec)
-    env = {}
+    env: dict[str, str] = {}
+    image_tag = None
     for pair in filter(None, rest.split(",")):
         key, eq, value = pair.partition("=")
         if not eq or not key:
@@ -120,10 +135,16 @@ def parse_arm(spec: str) -> Arm:
             grammar.env_key(key)
         except ValueError as error:
             raise refuse(str(error)) from None
-        if key in env:
+        if key in env or (key == IMAGE_TAG_VARIABLE and image_tag is not None):
             raise refuse(f"{key} is set twice", "set each key once")
+        if key == IMAGE_TAG_VARIABLE:  # the image selector, spelled as a variable: the same grammar as image=
+            try:
+                image_tag = grammar.tag(value)
+            except ValueError as error:
+                raise refuse(str(error), "name a tag built by `rig build` (RIG_IMAGE_TAG)") from None
+            continue
         env[key] = value
-    return Arm(name, variant=variant, env=env, spec=spec)
+    return Arm(name, variant=variant, env=env, image_tag=image_tag, spec=spec)
 
 
 def check_arms(recipe_name: str, arms: list[Arm]) -> dict[str, Resolved]:

@@ -14,8 +14,11 @@ from typing import Any
 
 from rig.atomic import write_text_atomic
 from rig.compare.arms import Arm, boot_order
+from rig.strict_yaml import load_json_file
 
 COMPARE_SCHEMA = 2
+PLAN_MAX_BYTES = 1 << 20
+ENTRY_MAX_BYTES = 16 << 20
 
 
 @dataclass
@@ -62,7 +65,8 @@ class ComparePlan:
 
     @classmethod
     def read(cls, out: Path) -> ComparePlan:
-        return cls.from_json(json.loads((out / "plan.json").read_text()))
+        """The plan of a comparison directory (`--resume` names it): read like any input file."""
+        return cls.from_json(load_json_file(out / "plan.json", PLAN_MAX_BYTES))
 
 
 @dataclass
@@ -136,4 +140,4 @@ class BootEntry:
 
     @classmethod
     def read(cls, path: Path) -> BootEntry:
-        return cls.from_json(json.loads(path.read_text()))
+        return cls.from_json(load_json_file(path, ENTRY_MAX_BYTES))

@@ -38,8 +38,13 @@ def host_fingerprint(extra: dict[str, Any] | None = None) -> dict[str, Any]:
 
 
 def communication_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """NCCL/GLOO/CUDA device settings by value; a secret-looking one (grammar.secret_looking) redacted."""
+    from rig.grammar import secret_looking
+    from rig.secrets import REDACTED
+
     environ = os.environ if environ is None else environ
-    return {key: value for key, value in sorted(environ.items()) if key.startswith(ENVIRONMENT_PREFIXES)}
+    return {key: REDACTED if secret_looking(key) else value
+            for key, value in sorted(environ.items()) if key.startswith(ENVIRONMENT_PREFIXES)}
 
 
 def cpu_model() -> str:

@@ -1,0 +1,607 @@
+"""Hostile inputs, second pass (issue #19): every class of the issue with crafted inputs, each
+refused in one line naming file and field, and nothing written anywhere."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO, rig_cli
+
+from rig import grammar
+from rig.errors import RigError
+from rig.recipe import parse_recipe
+
+WATCHED = [REPO / "docker", REPO / "compose", REPO / "results", REPO / ".rig", REPO / "recipes"]
+
+
+def tree(*roots: Path) -> dict[str, bytes | None]:
+    """Every file (bytes), link (its target) and directory (None) under `roots`: a snapshot to
+    compare byte for byte."""
+    found: dict[str, bytes | None] = {}
+    for root in roots:
+        if not root.exists():
+            continue
+        for path in sorted(root.rglob("*")):
+            if path.is_symlink():  # a planted link to /dev/zero is recorded, never read
+                found[str(path)] = b"-> " + os.readlink(path).encode()
+            else:
+                found[str(path)] = None if path.is_dir() else path.read_bytes()
+    return found
+
+
+def write_recipe(folder: Path, base: str, change=None, name: str | None = None, text: str | None = None) -> Path:
+    """A copy of recipes/<base>.yaml in `folder`, changed by `change(data)` or given as raw `text`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if text is None:
+        data = yaml.safe_load((REPO / "recipes" / f"{base}.yaml").read_text())
+        if change:
+            change(data)
+        text = yaml.safe_dump(data, allow_unicode=True, sort_keys=False)
+        name = name or data["name"]
+    path = folder / f"{name or base}.yaml"
+    path.write_text(text)
+    return path
+
+
+def put(dotted: str, value):
+    def change(data):
+        *parents, last = dotted.split(".")
+        node = data
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return change
+
+
+def line_of(base: str, needle: str, below: int = 0) -> str:
+    """`line N` of the first line of recipes/<base>.yaml holding `needle` (plus `below`)."""
+    lines = (REPO / "recipes" / f"{base}.yaml").read_text().splitlines()
+    return f"line {next(i for i, line in enumerate(lines) if needle in line) + 1 + below}"
+
+
+def raw(base: str, old: str, new: str) -> str:
+    text = (REPO / "recipes" / f"{base}.yaml").read_text()
+    assert old in text, old
+    return text.replace(old, new, 1)
+
+
+# case -> (base, change or raw text, field the message names, words the message holds)
+CRAFTED = {
+    # compose interpolation: every `$` refused, and no recipe value names the key
+    "arg interpolates the key": ("tiny-cpu", put("server_args", ["--dtype", "${RIG_API_KEY}"]), "server_args.1", "'$'"),
+    "env value interpolates": ("tiny-cpu", put("env", {"OMP_NUM_THREADS": "$RIG_API_KEY"}), "env.OMP_NUM_THREADS", "'$'"),
+    "env default interpolates": ("tiny-cpu", put("env", {"OMP_NUM_THREADS": "${HOME:-1}"}), "env.OMP_NUM_THREADS", "'$'"),
+    "escaped dollar": ("mia-tp4", put("env", {"NCCL_DEBUG": "$$INFO"}), "env.NCCL_DEBUG", "'$'"),
+    "gate value interpolates": ("tiny-cpu", put("variants.delay.adapters", [{"name": "token_delay", "gates": {"RIG_TOKEN_DELAY_MS": "${X}"}}]),
+                                "variants.delay.adapters.0.gates.RIG_TOKEN_DELAY_MS", "'$'"),
+    "variant arg names the key": ("tiny-cpu", put("variants.cb.server_args", ["--chat-template", "rig_api_key"]),
+                                  "variants.cb.server_args.1", "RIG_API_KEY"),
+    "bind scope id interpolates": ("tiny-cpu", put("serving.bind", "fe80::1%${RIG_API_KEY}"), "serving.bind", "scope id"),
+    "bind scope id": ("tiny-cpu", put("serving.bind", "fe80::1%eth0"), "serving.bind", "scope id"),
+    "served name interpolates": ("mia-tp4", put("serving.served_model_name", "${RIG_API_KEY}"), "serving.served_model_name", "model id"),
+    "host_env default interpolates": ("mia-tp4", put("variants.spark.host_env", {"NCCL_IB_HCA": "${RIG_API_KEY}"}),
+                                      "variants.spark.host_env.NCCL_IB_HCA", "plain default"),
+    "host_env names the key": ("mia-tp4", put("host_env", {"RIG_API_KEY": "x"}), "host_env.RIG_API_KEY", "set by rig"),
+    # flags rig owns, in every spelling argparse accepts
+    "host separate": ("tiny-cpu", put("server_args", ["--host", "0.0.0.0"]), "server_args.0", "--host"),
+    "port with =": ("tiny-cpu", put("server_args", ["--port=9"]), "server_args.0", "--port"),
+    "port abbreviated": ("tiny-cpu", put("variants.serial.server_args", ["--po", "9"]), "variants.serial.server_args.0", "--port"),
+    "api key with =": ("mia-tp4", put("server_args", ["--api-key=abc"]), "server_args.0", "--api-key"),
+    "api key separate, underscore": ("glm52-tp6", put("server_args", ["--api_key", "abc"]), "server_args.0", "--api-key"),
+    "config abbreviated": ("mia-tp4", put("server_args", ["--conf", "/x.yaml"]), "server_args.0", "--config"),
+    "vllm short tp": ("glm52-tp6", put("variants.a8.server_args", ["-tp", "8"]), "variants.a8.server_args.0", "-tp"),
+    "vllm short tp abbreviated": ("glm52-tp6", put("server_args", ["-t", "8"]), "server_args.0", "-tp"),
+    "vllm nested api key": ("glm52-tp6", put("server_args", ["--api-key.x=1"]), "server_args.0", "--api-key"),
+    "served name as a flag": ("glm52-tp6", put("server_args", ["--served-model-name", "x"]), "server_args.0", "serving.served_model_name"),
+    "sglang tp prefix": ("mia-tp4", put("server_args", ["--tp", "8"]), "server_args.0", "--tp-size"),
+    "end of options": ("mia-tp4", put("server_args", ["--"]), "server_args.0", "ends option parsing"),
+    # environment: loader and interpreter hooks, rig's own names, secrets
+    "LD_PRELOAD": ("tiny-cpu", put("env", {"LD_PRELOAD": "/tmp/x.so"}), "env.LD_PRELOAD", "dynamic loader"),
+    "LD_LIBRARY_PATH": ("mia-tp4", put("variants.spark.env", {"LD_LIBRARY_PATH": "/tmp"}), "variants.spark.env.LD_LIBRARY_PATH", "dynamic loader"),
+    "PYTHONPATH": ("tiny-cpu", put("env", {"PYTHONPATH": "/tmp"}), "env.PYTHONPATH", "Python"),
+    "PYTHONSTARTUP": ("tiny-cpu", put("variants.cb.env", {"PYTHONSTARTUP": "/tmp/x.py"}), "variants.cb.env.PYTHONSTARTUP", "Python"),
+    "PYTHONHOME": ("glm52-tp6", put("env", {"PYTHONHOME": "/tmp"}), "env.PYTHONHOME", "Python"),
+    "NCCL plugin": ("mia-tp4", put("env", {"NCCL_NET_PLUGIN": "/tmp/x.so"}), "env.NCCL_NET_PLUGIN", "plugin"),
+    "NCCL topo file": ("mia-tp4", put("env", {"NCCL_TOPO_FILE": "/tmp/t.xml"}), "env.NCCL_TOPO_FILE", "file"),
+    "PATH": ("tiny-cpu", put("env", {"PATH": "/tmp"}), "env.PATH", "python3"),
+    "CUDA injection": ("glm52-tp6", put("env", {"CUDA_INJECTION64_PATH": "/tmp/x.so"}), "env.CUDA_INJECTION64_PATH", "CUDA"),
+    "vLLM key variable": ("glm52-tp6", put("env", {"VLLM_API_KEY": "x"}), "env.VLLM_API_KEY", "set by rig"),
+    "rig boot id": ("tiny-cpu", put("env", {"RIG_BOOT_ID": "x"}), "env.RIG_BOOT_ID", "set by rig"),
+    "declared token": ("tiny-cpu", put("env", {"HF_TOKEN": ""}), "env.HF_TOKEN", "looks like a secret"),
+    "declared api key": ("glm52-tp6", put("variants.a8.env", {"OPENAI_API_KEY": "x"}), "variants.a8.env.OPENAI_API_KEY", "secret"),
+    # boot-log regexes: RE2 only, bounded program, no global flags, no invisible characters
+    "global inline flag": ("tiny-cpu", put("boot_log", {"forbid": ["(?i)refused"]}), "boot_log.forbid.0", "(?i:"),
+    "global flag mid-pattern": ("tiny-cpu", put("boot_log", {"must": ["ready(?s).x"]}), "boot_log.must.0", "(?s)"),
+    "stacked bounded repeats": ("tiny-cpu", put("boot_log", {"forbid": [".{0,999}.{0,999}x"]}), "boot_log.forbid.0", "RE2 instructions"),
+    "large bounded repeat": ("tiny-cpu", put("boot_log", {"must": ["(ab|cd){0,999}"]}), "boot_log.must.0", "2000"),
+    "zero-width space in pattern": ("tiny-cpu", put("boot_log", {"forbid": ["REF\u200bUSED"]}), "boot_log.forbid.0", "\\u200b"),
+    "bidi mark in description": ("tiny-cpu", put("description", "tiny \u2066cpu"), "description", "\\u2066"),
+    "zero-width joiner in a key": ("tiny-cpu", put("env", {"OMP\u200d_X": "1"}), "env", "\\u200d"),
+    # fan-out and size
+    "too many nodes": ("mia-tp4", put("variants.spark.topology", {"tp": 65, "nodes": 65, "gpus_per_node": 1}),
+                       "variants.spark.topology.nodes", "64"),
+    "huge tp": ("glm52-tp6", put("topology.tp", 10**9), "topology.tp", "4096"),
+    "too many variants": ("tiny-cpu", lambda d: d["variants"].update({f"v{i}": {"description": "x"} for i in range(40)}),
+                          "variants", "32"),
+    "long variant name": ("tiny-cpu", lambda d: d["variants"].update({"v" * 200: {"description": "x"}}), "variants", "63"),
+    "too many args": ("tiny-cpu", put("server_args", ["--device", "cpu"] * 200), "server_args", "256"),
+    "too many gpu ids": ("mia-tp4", put("topology.gpu_ids", list(range(100))), "topology.gpu_ids", "64"),
+    "huge value": ("tiny-cpu", put("description", "x" * 20_000), "line 2", "16384"),
+    # YAML 1.1 surprises in typed fields
+    "octal port": ("tiny-cpu", raw("tiny-cpu", "port: 8321", "port: 017620"), line_of("tiny-cpu", "port: 8321"), "8080"),
+    "on as a name": ("mia-tp4", raw("mia-tp4", "served_model_name: deepseek-v4.1-flash", "served_model_name: on"),
+                     line_of("mia-tp4", "served_model_name"), "YAML 1.2"),
+    "sexagesimal timeout": ("tiny-cpu", raw("tiny-cpu", "boot_timeout_s: 180", "boot_timeout_s: 3:00"),
+                            line_of("tiny-cpu", "boot_timeout_s"), "180"),
+    "no as an env value": ("tiny-cpu", raw("tiny-cpu", 'TOKENIZERS_PARALLELISM: "false"', "TOKENIZERS_PARALLELISM: no"),
+                           line_of("tiny-cpu", "TOKENIZERS_PARALLELISM"), "YAML 1.1"),
+    "merge key": ("tiny-cpu", raw("tiny-cpu", "serving:\n", "serving:\n  <<: {port: 1}\n"), line_of("tiny-cpu", "serving:", 1), "merge keys"),
+    "tag": ("tiny-cpu", raw("tiny-cpu", "port: 8321", "port: !!int 8321"), line_of("tiny-cpu", "port: 8321"), "tags"),
+    "date description": ("tiny-cpu", raw("tiny-cpu", "description: transformers serve", "description: 2024-01-01\nx: transformers serve"),
+                         line_of("tiny-cpu", "description:"), "date"),
+    # names
+    "long recipe name": ("tiny-cpu", put("name", "n" * 64), "name", "63"),
+}
+
+
+def _path(tmp_path: Path, case: str) -> Path:
+    base, change, _, _ = CRAFTED[case]
+    folder = tmp_path / case.replace(" ", "-").replace(":", "")
+    if isinstance(change, str):
+        return write_recipe(folder, base, text=change)
+    return write_recipe(folder, base, change)
+
+
+@pytest.mark.parametrize("case", sorted(CRAFTED))
+def test_crafted_input_is_one_line_naming_the_field(tmp_path, case):
+    _, _, field, words = CRAFTED[case]
+    path = _path(tmp_path, case)
+    with pytest.raises(RigError) as caught:
+        parse_recipe(path)
+    message = str(caught.value)
+    assert "\n" not in message and "\r" not in message, message
+    assert message.startswith(f"{path}: {field}"), message
+    assert words in message and "fix: " in message and not message.endswith("fix: "), message
+
+
+def test_validate_and_render_write_nothing_for_any_crafted_input(tmp_path, capsys):
+    from rig.cli import main
+
+    before = tree(*WATCHED)
+    paths = [_path(tmp_path, case) for case in CRAFTED]
+    listing = tree(tmp_path)
+    for path in paths:
+        assert main(["validate", str(path)]) == 1
+        assert main(["render", str(path)]) == 2
+        out, err = capsys.readouterr()
+        assert out.startswith("FAIL ") and len(out.strip().splitlines()) == 1, out
+        assert err.startswith("rig: ") and len(err.strip().splitlines()) == 1, err
+    assert tree(*WATCHED) == before and tree(tmp_path) == listing
+
+
+# ---- flags and environment: what is allowed, and the registry's say ---------------------------
+
+
+def test_flags_rig_does_not_own_pass():
+    owned = ("--host", "--port", "--api-key", "--config", "--served-model-name", "-tp")
+    for token in ("--dtype", "bfloat16", "--config-format", "--port-range", "-O3", "-1", "--max-model-len=4096",
+                  "--enable-prefix-caching", '{"linear":{"weight":"mxfp8"}}', "--hostname-x", "-x"):
+        assert grammar.owned_flag(token, owned) is None, token
+    assert grammar.owned_flag("--serv", owned) == "--served-model-name"
+    assert grammar.owned_flag("--Host", owned) is None  # argparse matches case-sensitively
+
+
+def test_the_registry_can_allow_a_hook_variable(tmp_path, monkeypatch):
+    import dataclasses
+
+    import rig.engines as engines
+
+    path = write_recipe(tmp_path, "mia-tp4", put("env", {"NCCL_TOPO_FILE": "/opt/topo.xml"}))
+    with pytest.raises(RigError, match="NCCL_TOPO_FILE is a loader/interpreter hook"):
+        parse_recipe(path)
+    allowing = dataclasses.replace(engines.ENGINES["sglang"], allowed_env=("NCCL_TOPO_*",))
+    monkeypatch.setitem(engines.ENGINES, "sglang", allowing)
+    assert parse_recipe(path).env["NCCL_TOPO_FILE"] == "/opt/topo.xml"
+
+
+def test_harmless_interpreter_settings_pass(tmp_path):
+    path = write_recipe(tmp_path, "tiny-cpu", put("env", {"PYTHONUNBUFFERED": "1", "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}))
+    assert parse_recipe(path).env["PYTHONHASHSEED"] == "0"
+
+
+def test_secret_looking_names_stay_redacted_whatever_the_recipe_says():
+    from rig.recipe import load
+    from rig.secrets import REDACTED, recordable_keys, redact_for
+
+    resolved = load("tiny-cpu")
+    smuggled = resolved.recipe.model_copy(update={"env": {**resolved.recipe.env, "HF_TOKEN": "", "WANDB_API_KEY": ""}})
+    sneaky = smuggled.variant(None)
+    assert "HF_TOKEN" in sneaky.full_env()  # declared (validation would refuse it; this one skipped validation)
+    allowed = recordable_keys(sneaky)
+    assert "HF_TOKEN" not in allowed and "WANDB_API_KEY" not in allowed and "OMP_NUM_THREADS" in allowed
+    overlay = {"HF_TOKEN": "hf_planted", "WANDB_API_KEY": "wb_planted", "RIG_TOKEN_DELAY_MS": "5"}
+    assert redact_for(sneaky, overlay) == {"HF_TOKEN": REDACTED, "WANDB_API_KEY": REDACTED, "RIG_TOKEN_DELAY_MS": "5"}
+    assert not any(grammar.secret_looking(key) for key in recordable_keys())  # the adapter registry's names
+
+
+@pytest.mark.parametrize("flag,value,expected", [
+    ("--env", "LD_PRELOAD=/tmp/x.so", "dynamic loader"),
+    ("--env", "PYTHONPATH=/tmp", "Python"),
+    ("--env", "RIG_BOOT_ID=x", "set by rig"),
+    ("--env", "RIG_IMAGE_TAG=a tag", "image tag"),
+    ("--env", "OMP_NUM_THREADS=1\u200b", "control character"),
+])
+def test_rig_up_refuses_a_hostile_overlay_before_anything_starts(tmp_path, flag, value, expected):
+    env = {"RIG_RESULTS_DIR": str(tmp_path / "results"), "RIG_STATE_DIR": str(tmp_path / "state")}
+    result = rig_cli("up", "tiny-cpu", flag, value, env=env)
+    assert result.returncode == 2 and expected in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert not (tmp_path / "results").exists() and not (tmp_path / "state").exists()
+
+
+# ---- arm overlays ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec,expected", [
+    ("x:RIG_IMAGE_TAG=bad tag", "not an image tag"),
+    ("x:RIG_IMAGE_TAG=.hidden", "not an image tag"),
+    ("x:RIG_IMAGE_TAG=a/b", "not an image tag"),
+    ("x:RIG_IMAGE_TAG=${RIG_API_KEY}", "not an image tag"),
+    ("x:RIG_IMAGE_TAG=v1,RIG_IMAGE_TAG=v2", "set twice"),
+    ("x:OMP_NUM_THREADS=1\u200b", "control character"),
+])
+def test_arm_image_tag_by_variable_takes_the_tag_grammar(spec, expected):
+    from rig.compare.arms import parse_arm
+
+    with pytest.raises(RigError, match=expected.replace("$", r"\$").replace("{", r"\{")) as caught:
+        parse_arm(spec)
+    assert "\n" not in str(caught.value)
+
+
+def test_arm_image_tag_by_variable_is_the_image_arm():
+    from rig.compare.arms import parse_arm
+
+    arm = parse_arm("new:RIG_IMAGE_TAG=v2,RIG_TOKEN_DELAY_MS=0")
+    assert arm.image_tag == "v2" and arm.env == {"RIG_TOKEN_DELAY_MS": "0"}
+    assert arm.overlay() == {"RIG_TOKEN_DELAY_MS": "0", "RIG_IMAGE_TAG": "v2"}
+
+
+@pytest.mark.parametrize("spec,expected", [
+    ("x:LD_PRELOAD=/tmp/x.so", "dynamic loader"),
+    ("x:PYTHONSTARTUP=/tmp/x.py", "Python"),
+    ("x:RIG_API_KEY=k", "set by rig"),
+    ("x:NCCL_NET_PLUGIN=/tmp/p.so", "plugin"),
+])
+def test_arm_overlay_refuses_hooks_and_rig_names(spec, expected):
+    from rig.compare.arms import check_arms, parse_arm
+
+    with pytest.raises(RigError, match=expected) as caught:
+        check_arms("tiny-cpu", [parse_arm(spec)])
+    assert str(caught.value).startswith(f"command line: --arm {spec}") and "\n" not in str(caught.value)
+
+
+def test_a_secret_in_an_arm_is_passed_through_not_recorded():
+    from rig.compare.arms import parse_arm
+    from rig.secrets import REDACTED, redact_for
+
+    arm = parse_arm("x:HF_TOKEN=hf_planted,RIG_TOKEN_DELAY_MS=0")
+    resolved = arm.resolve("tiny-cpu")
+    assert "HF_TOKEN" not in resolved.full_env()
+    assert redact_for(resolved, arm.overlay())["HF_TOKEN"] == REDACTED
+
+
+def test_a_plan_on_disk_is_parsed_again(tmp_path):
+    from rig.compare.arms import parse_arm
+    from rig.compare.model import ComparePlan
+
+    plan = ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:image=v1"), parse_arm("b:image=v2")], control=None,
+                       boots=1, rounds=1, scenarios=["prose-c1"], small=True)
+    plan.write(tmp_path)
+    assert [arm.image_tag for arm in ComparePlan.read(tmp_path).arms] == ["v1", "v2"]
+    data = json.loads((tmp_path / "plan.json").read_text())
+    data["arms"][1]["image_tag"] = "v2; curl x"  # the spec still says image=v2
+    (tmp_path / "plan.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="does not match its spec"):
+        ComparePlan.read(tmp_path)
+    data["arms"][1] = {**data["arms"][1], "image_tag": None, "spec": "b:LD_PRELOAD=/x.so", "env": {"LD_PRELOAD": "/x.so"}}
+    (tmp_path / "plan.json").write_text(json.dumps(data))
+    plan = ComparePlan.read(tmp_path)  # the spec parses; resolving it against the recipe refuses the hook
+    from rig.compare.arms import check_arms
+
+    with pytest.raises(RigError, match="dynamic loader"):
+        check_arms("tiny-cpu", plan.arms)
+
+
+# ---- files: only regular ones, with a size cap ------------------------------------------------
+
+
+def test_a_recipe_that_is_a_device_pipe_or_directory_is_refused_without_reading(tmp_path):
+    zero = tmp_path / "zero" / "tiny-cpu.yaml"
+    zero.parent.mkdir()
+    zero.symlink_to("/dev/zero")
+    fifo = tmp_path / "fifo" / "tiny-cpu.yaml"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)
+    for path in (zero, fifo):
+        result = rig_cli("validate", str(path), timeout=60)  # /dev/zero read to the end, or a FIFO waited on, would hang
+        assert result.returncode == 1 and "not a regular file" in result.stdout, result.stdout + result.stderr
+        assert len(result.stdout.strip().splitlines()) == 1
+    grown = tmp_path / "big" / "tiny-cpu.yaml"
+    grown.parent.mkdir()
+    grown.write_bytes(b"# " + b"x" * (300 << 10))
+    with pytest.raises(RigError, match=r"larger than this file may be \(262144 at most\)"):
+        parse_recipe(grown)
+
+
+def test_the_reader_never_reads_past_its_cap(tmp_path, monkeypatch):
+    """A file that grows while being read (st_size said small) is refused after cap + 1 bytes."""
+    from rig.strict_yaml import read_regular
+
+    path = tmp_path / "growing.yaml"
+    path.write_bytes(b"a: 1\n")
+    reads: list[int] = []
+    real_read = os.read
+
+    def endless(fd, size):
+        reads.append(size)
+        real_read(fd, size)
+        return b"x" * size
+
+    monkeypatch.setattr(os, "read", endless)
+    with pytest.raises(RigError, match="larger than this file may be"):
+        read_regular(path, 1000)
+    assert sum(reads) <= 1001
+
+
+# ---- render: all or nothing ------------------------------------------------------------------
+
+
+def _halfway_recipe(tmp_path: Path) -> Path:
+    def change(data):
+        data["name"] = "zz-halfway"
+        data["variants"] = {f"v{i}": {"description": f"variant {i}"} for i in range(4)}
+        data["default_variant"] = "v0"
+    return write_recipe(tmp_path, "tiny-cpu-docker", change)
+
+
+def test_render_failing_halfway_leaves_the_tree_byte_identical(tmp_path, monkeypatch):
+    import rig.atomic as atomic
+    from rig.render import render
+
+    before = tree(REPO / "docker", REPO / "compose")
+    stale = REPO / "compose" / "tiny-cpu.yaml"  # an existing file is rewritten too, and must come back
+    stale_text = stale.read_text()
+    paths = [_halfway_recipe(tmp_path), REPO / "recipes" / "tiny-cpu.yaml"]
+    real_replace = os.replace
+    try:
+        for fail_at in (1, 3, 6):
+            calls = []
+
+            def failing(src, dst, *, _fail_at=fail_at, _calls=calls):
+                _calls.append(dst)
+                if len(_calls) == _fail_at:
+                    raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+                return real_replace(src, dst)
+
+            stale.write_text(stale_text + "# stale\n")
+            middle = tree(REPO / "docker", REPO / "compose")
+            monkeypatch.setattr(atomic.os, "replace", failing)
+            with pytest.raises(RigError, match="nothing was changed") as caught:
+                render(paths)
+            monkeypatch.setattr(atomic.os, "replace", real_replace)
+            assert "\n" not in str(caught.value) and len(calls) == fail_at
+            assert tree(REPO / "docker", REPO / "compose") == middle, f"failure at rename {fail_at} left a partial render"
+    finally:
+        monkeypatch.setattr(atomic.os, "replace", real_replace)
+        stale.write_text(stale_text)
+    assert tree(REPO / "docker", REPO / "compose") == before
+    assert not (REPO / "docker" / "zz-halfway").exists()
+
+
+def test_render_failing_on_a_too_long_name_writes_nothing(tmp_path):
+    """A name past the filesystem's limit (only reachable by skipping validation): staged, failed, gone."""
+    from rig.atomic import write_files_atomic
+    from rig.render import rendered_files
+
+    recipe = parse_recipe(_halfway_recipe(tmp_path))
+    long = recipe.model_copy(update={"variants": {**recipe.variants, "w" * 300: recipe.variants["v1"]}})
+    files = rendered_files(long)
+    before = tree(REPO / "docker", REPO / "compose")
+    with pytest.raises(OSError) as caught:
+        write_files_atomic(files)
+    assert caught.value.errno == errno.ENAMETOOLONG
+    assert tree(REPO / "docker", REPO / "compose") == before
+
+
+def test_render_refuses_interpolation_that_slipped_past_the_schema():
+    import rig.render as render
+
+    recipe = parse_recipe(REPO / "recipes" / "tiny-cpu.yaml")
+    for change in ({"env": {"OMP_NUM_THREADS": "${RIG_API_KEY}"}}, {"server_args": ["--device", "$HOME"]}):
+        with pytest.raises(RigError, match="nothing was rendered"):
+            render.rendered_files(recipe.model_copy(update=change))
+    owned = recipe.model_copy(update={"server_args": ["--device", "cpu", "--host=0.0.0.0"]})
+    with pytest.raises(RigError, match="--host"):
+        render.rendered_files(owned)
+
+
+def test_compose_interpolations_grammar():
+    assert grammar.compose_interpolations("$$HOME and $$") == []
+    assert grammar.compose_interpolations("${A:-${B:-x}} $C ${D?e} $") == ["A", "B", "C", "D", "$"]
+    assert grammar.compose_interpolations("--x=${RIG_API_KEY}") == ["RIG_API_KEY"]
+
+
+# ---- name collisions -----------------------------------------------------------------------------
+
+
+def test_a_dash_and_a_variant_never_share_a_project_or_a_boot(tmp_path, monkeypatch):
+    import rig.boot.base as base
+    from rig.render import compose_path, compose_project
+
+    def plain(data):
+        data["name"] = "h-b"
+        data.pop("variants")
+        data.pop("default_variant")
+
+    def with_variant(data):
+        data["name"] = "h"
+        data["variants"] = {"b": {"description": "b"}}
+        data.pop("default_variant")
+
+    dashed = parse_recipe(write_recipe(tmp_path / "1", "tiny-cpu-docker", plain)).variant(None)
+    variant = parse_recipe(write_recipe(tmp_path / "2", "tiny-cpu-docker", with_variant)).variant("b")
+    assert compose_project(dashed) != compose_project(variant)
+    assert compose_path(dashed) != compose_path(variant)
+    assert (compose_project(dashed), compose_project(variant)) == ("rig-h-b", "rig-h_b")
+    monkeypatch.setattr(base, "BOOTS_DIR", tmp_path / "boots")
+    for boot_id in ("20260101-000000-h-b-0a1b", "20260101-000001-h.b-0a1c", "20260101-000002-h-0a1d"):
+        (tmp_path / "boots" / boot_id).mkdir(parents=True)
+        (tmp_path / "boots" / boot_id / "boot.json").write_text("{}")
+    assert [p.parent.name for p in base.boots_of("h")] == ["20260101-000001-h.b-0a1c", "20260101-000002-h-0a1d"]
+    assert [p.parent.name for p in base.boots_of("h-b")] == ["20260101-000000-h-b-0a1b"]
+    assert base.state_path("h") != base.state_path("h-b")
+
+
+def test_two_recipe_files_rendering_the_same_path_are_refused(tmp_path):
+    from rig.render import render
+
+    first = write_recipe(tmp_path / "a", "tiny-cpu", put("description", "one"))
+    second = write_recipe(tmp_path / "b", "tiny-cpu", put("description", "two"))
+    before = tree(REPO / "docker", REPO / "compose")
+    with pytest.raises(RigError, match="another recipe renders too"):
+        render([first, second])
+    assert tree(REPO / "docker", REPO / "compose") == before
+
+
+# ---- state paths ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [("logs", "../../x"), ("down", "../x"), ("chat", "a/../b", "hi"), ("logs", "tiny-cpu:../x"),
+                                     ("down", "tiny-cpu/.."), ("logs", "*")])
+def test_state_commands_check_the_name(tmp_path, command):
+    env = {"RIG_RESULTS_DIR": str(tmp_path / "results"), "RIG_STATE_DIR": str(tmp_path / "state" / "deep")}
+    result = rig_cli(*command, env=env)
+    assert result.returncode == 2 and "is not a recipe name" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not any(tmp_path.iterdir())
+
+
+def _record(root: Path, **changes) -> dict:
+    boot_id = "20260101-000000-tiny-cpu.cb-0000"
+    boot_dir = root / "results" / "boots" / boot_id
+    return {"boot_id": boot_id, "ref": "tiny-cpu:cb", "recipe": "tiny-cpu", "variant": "cb", "driver": "native",
+            "base_url": "http://127.0.0.1:8321", "boot_dir": str(boot_dir), "log_path": str(boot_dir / "server.log"),
+            "manifest_dir": str(boot_dir / "manifests"), "overlay": {}, "started": 1.0, "healthy_after_s": 1.0,
+            "stopped": None, "status": "healthy", "served_model": "m", "pid": 999_999_999, "pid_start_ticks": None,
+            "kernel_boot_time": None, "compose_project": None, "compose_files": [], "image": {}, "error": None, **changes}
+
+
+@pytest.mark.parametrize("case", ["log elsewhere", "boot dir elsewhere", "boot id of another recipe", "foreign compose file",
+                                  "state is a device"])
+def test_a_state_file_cannot_point_outside_its_boot(tmp_path, case):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("not for rig logs")
+    changes = {"log elsewhere": {"log_path": str(outside / "secret.txt")},
+               "boot dir elsewhere": {"boot_dir": str(outside)},
+               "boot id of another recipe": {"boot_id": "20260101-000000-other-0000"},
+               "foreign compose file": {"driver": "compose", "compose_project": "rig-tiny-cpu_cb",
+                                        "compose_files": [str(outside / "evil.yaml")]},
+               "state is a device": {}}[case]
+    state = tmp_path / "state" / "tiny-cpu.json"
+    state.parent.mkdir()
+    if case == "state is a device":
+        state.symlink_to("/dev/zero")
+    else:
+        state.write_text(json.dumps(_record(tmp_path, **changes)))
+    env = {"RIG_RESULTS_DIR": str(tmp_path / "results"), "RIG_STATE_DIR": str(tmp_path / "state")}
+    before = tree(tmp_path)
+    for command in (("logs", "tiny-cpu"), ("down", "tiny-cpu"), ("status",)):
+        result = rig_cli(*command, env=env, timeout=60)
+        output = result.stdout + result.stderr
+        assert result.returncode in (1, 2) and "Traceback" not in output, (command, output)
+        assert len(output.strip().splitlines()) == 1 and f"{state}: " in output, (command, output)
+        assert "not for rig logs" not in output
+    assert tree(tmp_path) == before
+
+
+# ---- YAML 1.1 vs 1.2, the reader itself -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("text,ok", [
+    ("a: 017620", False), ("a: yes", False), ("a: No", False), ("a: on", False), ("a: 1:20", False), ("a: 0o17", False),
+    ("a: 1_000", False), ("a: 0b101", False), ("a: 08", False), ("a: 1e3", False), ("a: 2024-01-01", False), ("yes: 1", False),
+    ("a: 8080", True), ("a: '017620'", True), ("a: \"yes\"", True), ("a: 0.957", True), ("a: true", True), ("a: ~", True),
+    ("a: -1", True), ("a: 0x1F", True), ("a: .inf", True), ("a: text, with a comma", True), ("a: v1.2.3", True),
+])
+def test_ambiguous_scalars(text, ok):
+    from rig.strict_yaml import YamlRefused, load_strict
+
+    if ok:
+        load_strict(text.encode())
+    else:
+        with pytest.raises(YamlRefused, match="YAML 1.1 readers"):
+            load_strict(text.encode())
+
+
+def test_every_file_rig_ships_reads_strictly():
+    from rig.strict_yaml import load_yaml_file
+
+    for path in [*REPO.glob("recipes/*.yaml"), *REPO.glob("loadtests/**/*.yaml"), *REPO.glob("rig/**/*.yaml")]:
+        load_yaml_file(path)
+
+
+# ---- IPv6 binds in the compose override -----------------------------------------------------------
+
+
+def test_compose_override_brackets_an_ipv6_bind_and_compose_accepts_it(tmp_path):
+    from test_render import COMPOSE_ENV, compose_binary
+
+    from rig.boot.compose import override_file
+    from rig.render import render_compose
+
+    resolved = parse_recipe(write_recipe(tmp_path, "tiny-cpu-docker", put("serving.bind", "::1"))).variant(None)
+    rendered = tmp_path / "rendered.yaml"
+    rendered.write_text(render_compose(resolved))
+    text, secrets = override_file(resolved, {"HF_TOKEN": "hf_x", "OMP_NUM_THREADS": "$PLANTED"}, "boot-1", 9000)
+    override = tmp_path / "override.yaml"
+    override.write_text(text)
+    assert "hf_x" not in text and secrets == {"HF_TOKEN": "hf_x"}
+    port = resolved.recipe.serving.port
+    assert yaml.safe_load(text.replace("!override", ""))["services"]["server"]["ports"] == [f"[::1]:9000:{port}"]
+    result = subprocess.run([compose_binary(), "-f", str(rendered), "-f", str(override), "config", "--format", "json"],
+                            capture_output=True, text=True, env={**os.environ, **COMPOSE_ENV, "HF_TOKEN": "hf_x", "PLANTED": "7"}, check=False)
+    assert result.returncode == 0, result.stderr
+    service = json.loads(result.stdout)["services"]["server"]
+    assert [(p["host_ip"], p["published"]) for p in service["ports"]] == [("::1", "9000")]
+    # Written $$PLANTED: a literal (config prints it escaped again), never the variable's 7.
+    assert service["environment"]["OMP_NUM_THREADS"] == "$$PLANTED" and service["environment"]["HF_TOKEN"] == "hf_x"
+    for bind in ("::1", "fe80::2"):
+        document = yaml.safe_load(render_compose(parse_recipe(write_recipe(tmp_path / bind.replace(":", "_"), "tiny-cpu-docker",
+                                                                                 put("serving.bind", bind))).variant(None)))
+        assert document["services"]["server"]["ports"] == [f"[{bind}]:{port}:{port}"]
+
+
+def test_regex_patterns_run_in_linear_time_on_adversarial_logs():
+    """(a+)+$ and (x|xy)*z backtrack exponentially in Python's re; under RE2 they are plain patterns."""
+    from rig.boot.checks import check_log
+    from rig.recipe import BootLog
+
+    line = "a" * 200_000 + "!"
+    done = threading.Event()
+
+    def scan():
+        check_log(line + "\n" + "xy" * 100_000, BootLog(must=["(a+)+$"], forbid=["(x|xy)*z", "(a|aa)*b"]))
+        done.set()
+
+    worker = threading.Thread(target=scan, daemon=True)
+    worker.start()
+    worker.join(120)  # exponential backtracking would take longer than the universe; RE2 takes milliseconds
+    assert done.is_set()
