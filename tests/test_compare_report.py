@@ -131,8 +131,11 @@ def test_percentiles_pool_each_boots_rounds_and_print_their_counts(simulated):
             assert c.support.counts[e.arm][e.block] == pooled.count
         low, high = c.support.count_range()
         line = printed(text, f"{figure.name} b")
-        assert f"{c.support.percentile} of {low}-{high} samples per boot" in line
-        if low >= c.support.needed:
+        if high < c.support.needed:
+            assert f"refused: a {c.support.percentile} needs >= {c.support.needed} samples per boot, these boots had " \
+                   f"{low}-{high}" in line
+        else:
+            assert f"{c.support.percentile} of {low}-{high} samples per boot" in line
             # each pair's delta is the ratio of the two boots' pooled percentiles
             boots = {(e.arm, e.block): LatencyHistogram.merged(r.latency[figure.samples] for r in e.usable_results(SCENARIO))
                      for e in entries}
@@ -140,9 +143,24 @@ def test_percentiles_pool_each_boots_rounds_and_print_their_counts(simulated):
                         for k in range(plan.boots)]
             assert c.pair_deltas == pytest.approx(expected) and c.pairs == plan.boots
     ttft_p99 = result.latency["ttft_p99_ms"]["b"]
-    low, high = ttft_p99.support.count_range()
-    assert high < 299 and ttft_p99.pairs == 0 and not ttft_p99.decided
-    assert f"refused: a p99 needs >= 299 samples per boot, these boots had {low}-{high}" in printed(text, "ttft_p99_ms b")
+    assert ttft_p99.support.count_range()[1] < 299 and ttft_p99.pairs == 0 and not ttft_p99.decided
+    assert "p50: 6, p99: 299" in text
+
+
+def test_a_boot_short_of_samples_is_refused_and_named_while_the_rest_compare():
+    def boot(index: int, block: int, arm: str, requests: int) -> BootEntry:
+        ttft = LatencyHistogram.of(np.linspace(100.0, 200.0, requests) * (1.1 if arm == "b" else 1.0))
+        rounds = [{SCENARIO: RunResult(SCENARIO, "/nonexistent", {HEADLINE: 100.0}, [], latency={"ttft": ttft})}]
+        return BootEntry(index=index, block=block, arm=arm, spec="", control=False, attempt=1, rounds=rounds)
+
+    entries = [boot(0, 0, "a", 310), boot(1, 0, "b", 300), boot(2, 1, "b", 298), boot(3, 1, "a", 305),
+               boot(4, 2, "a", 320), boot(5, 2, "b", 330), boot(6, 3, "b", 10), boot(7, 3, "a", 5)]
+    entries[6].voided = True  # its partner's 5 requests stand behind nothing printed
+    analysis = analyze(plan_for(4), entries)
+    c = analysis.scenarios[SCENARIO].latency["ttft_p99_ms"]["b"]
+    assert c.pairs == 2 and c.support.refused() == [("b", 1, 298)] and c.support.count_range() == (298, 330)
+    line = printed(markdown(analysis), "ttft_p99_ms b")
+    assert "p99 of 298-330 samples per boot; 1 boot(s) refused, fewer than 299: b block 1 (298)" in line
 
 
 def test_secondary_figures_share_one_bonferroni_family_and_say_so(simulated):

@@ -21,7 +21,7 @@ from rig.recipe import load, split_ref
 # Boot pairs per comparison. From the calibration table (tests/test_compare_calibration.py):
 # 4 pairs is the smallest design whose wrong-signed verdicts stay well under 1% at boot sd 3%
 # (2 pairs: 1.4%, 3: 0.8%, 4: 0.15%) while false verdicts stay at the stated 5%; with quiet
-# boots (sd 1%) it resolves about +-2.2%. Use --target to keep adding pairs to a precision.
+# boots (sd 1%) its intervals reach a precision of about 2.3%. Use --target to plan for a precision.
 DEFAULT_BOOTS = 4
 DEFAULT_ROUNDS = 3
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rig.compare.percentiles import min_count
 from rig.compare.report import Analysis
 from rig.compare.stats import CONFIDENCE, RATIO, Comparison
 
@@ -26,7 +27,7 @@ def _details(c: Comparison) -> str:
     if c.support is not None and (counts := c.support.count_range()):
         parts.append(f"{c.support.percentile} of {counts[0]}-{counts[1]} samples per boot")
         if refused := c.support.refused():
-            parts.append(f"{len(refused)} boot(s) refused (< {c.support.needed}): "
+            parts.append(f"{len(refused)} boot(s) refused, fewer than {c.support.needed}: "
                          + ", ".join(f"{arm} block {block} ({n})" for arm, block, n in refused))
     return "; ".join(parts)
 
@@ -35,7 +36,7 @@ def comparison_line(scenario: str, label: str, c: Comparison) -> str:
     """One comparison as the report prints it: paired means, delta, interval, verdict, details."""
     head = f"{scenario:14} {label:24}"
     if c.delta is None or c.baseline_mean is None or c.arm_mean is None:
-        return f"{head} {c.verdict}" + (f"   ({_details(c)})" if c.support is not None and c.support.count_range() else "")
+        return f"{head} {c.verdict}"  # no pair: the verdict says why (a refusal names the counts)
     means = f"{_num(c.baseline_mean):>10} -> {_num(c.arm_mean):>10} {c.unit:15}"
     interval = f"[{_delta(c, c.ci[0])}, {_delta(c, c.ci[1])}]" if c.ci else "[no interval]"
     lines = [f"{head} {means} {_delta(c, c.delta):>8} {interval:20} {c.verdict}   ({_details(c)})"]
@@ -53,11 +54,14 @@ def _header(analysis: Analysis) -> list[str]:
              f"{plan['boots']} boot pair(s) (ABBA), {plan['rounds']} rounds per boot, each scenario's first run after every boot "
              f"discarded; {analysis.boots['used']} of {planned} boots used. Headline: paired t interval on the boot-pair log "
              f"ratios (the boot is the unit of replication), {100 * CONFIDENCE:.0f}% for each of the {headlines} headline "
-             f"comparison(s). Secondary figures (latency percentiles from each boot's pooled requests"
-             + (", goodput as a paired difference" if plan["slos"] else "")
+             f"comparison(s) (each, with nothing changed, prints a verdict {100 - 100 * CONFIDENCE:.0f}% of the time). "
+             "Secondary figures (latency percentiles"
+             + (", goodput as a paired difference in req/s" if plan["slos"] else "")
              + f"): {family.size} interval(s), each at {100 * family.confidence:.4g}% (Bonferroni: with nothing changed, any "
-             f"of them prints a verdict at most {100 * family.alpha:.0f}% of the time). Means: of the paired boots only "
-             "(geometric for ratios, so their ratio is the delta).", ""]
+             f"of them prints a verdict at most {100 * family.alpha:.0f}% of the time). Percentiles: each boot's requests "
+             f"pooled over its usable rounds; a boot with fewer samples than bracket the percentile with 95% confidence is "
+             f"refused (p50: {min_count(0.5)}, p99: {min_count(0.99)}). Means: of the paired boots only (geometric for "
+             "ratios, so their ratio is the delta).", ""]
     if analysis.void:
         lines += [f"**VOID: {analysis.void}**", ""]
     return lines

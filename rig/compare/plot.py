@@ -84,9 +84,10 @@ def plot(analysis: Analysis, path: Path) -> None:
             right.fill_betweenx([y - 0.35, y + 0.35], noise_low, noise_high, color="0.87", zorder=0)
             right.errorbar([delta], [y], xerr=[[delta - low], [high - delta]], fmt="o", color=colours[arm], capsize=4)
         right.axvline(0, color="k", lw=0.8)
+        right.set_xscale("symlog", linthresh=10)  # linear within +-10%: one wide tail interval cannot flatten the rest
         right.set_yticks(range(len(rows)), [label for label, _, _ in rows], fontsize=7)
         right.set_ylim(len(rows) - 0.5, -0.5)
-        right.set_xlabel(f"delta % (headline 95%; others {100 * analysis.family.confidence:.4g}% each)\n"
+        right.set_xlabel(f"delta % (symlog; headline 95%, others {100 * analysis.family.confidence:.4g}% each)\n"
                          "grey: the delta's noise (its interval centred on 0)")
         right.set_title("effect: headline, latency, goodput")
     figure.savefig(path, dpi=110)

@@ -48,8 +48,12 @@ class PercentileBoots:
     counts: dict[str, dict[int, int]]  # arm -> block -> samples pooled over the boot's usable rounds
 
     def support(self, arms: tuple[str, str]) -> SampleSupport:
+        """The counts of the blocks where both arms' boots were measured (a voided boot's partner
+        enters no pair, so its count stands behind nothing printed)."""
+        blocks = set(self.counts.get(arms[0], {})) & set(self.counts.get(arms[1], {}))
         return SampleSupport(percentile=percentile_label(self.figure.quantile), needed=min_count(self.figure.quantile),
-                             counts={arm: self.counts.get(arm, {}) for arm in arms})
+                             counts={arm: {b: n for b, n in self.counts[arm].items() if b in blocks} for arm in arms
+                                     if arm in self.counts})
 
 
 @dataclass
