@@ -37,11 +37,11 @@ def simulate(pairs: int, boot_sd: float, round_sd: float, true_pct: float, rng: 
         arm[block] = list(100 * np.exp(effect + drift + rng.normal(0, boot_sd) + rng.normal(0, round_sd, ROUNDS)))
     result = compare_boots(baseline, arm)
     decided = result.verdict in ("faster", "slower")
-    covered = result.ci_pct is not None and result.ci_pct[0] <= true_pct <= result.ci_pct[1]
+    covered = result.ci is not None and result.ci[0] <= true_pct <= result.ci[1]
     wrong_sign = decided and (result.verdict == "slower") == (true_pct > 0) and true_pct != 0
     right_sign = decided and not wrong_sign and true_pct != 0
-    return {"decided": decided, "covered": covered, "interval": result.ci_pct is not None, "wrong": wrong_sign,
-            "right": right_sign, "half": result.half_width_pct}
+    return {"decided": decided, "covered": covered, "interval": result.ci is not None, "wrong": wrong_sign,
+            "right": right_sign, "half": result.precision_pct}
 
 
 def cell(pairs: int, boot_sd: float, round_sd: float, true_pct: float, seed: int) -> dict[str, float]:
@@ -67,7 +67,7 @@ def build_table() -> dict[tuple, dict[str, float]]:
                 out[(boot_sd, round_sd, pairs, true_pct)] = cell(pairs, boot_sd, round_sd, true_pct, seed)
     lines = [f"calibration: {SIMULATIONS} simulated comparisons per cell, {ROUNDS} rounds per boot, block drift sd {100 * DRIFT_SD:.0f}%",
              f"{'boot sd':>7} {'round sd':>8} {'pairs':>5} | {'false verdicts':>14} {'coverage':>8} | "
-             f"{'power@2%':>8} {'wrong sign':>10} {'coverage':>8} | {'median +-':>9}"]
+             f"{'power@2%':>8} {'wrong sign':>10} {'coverage':>8} | {'precision':>9}"]
     for boot_sd, round_sd in SETTINGS:
         for pairs in DESIGNS:
             null, effect = out[(boot_sd, round_sd, pairs, 0.0)], out[(boot_sd, round_sd, pairs, 2.0)]
@@ -113,8 +113,8 @@ def test_power_with_quiet_boots_and_six_pairs(table):
 
 def test_one_pair_gets_no_interval_and_says_how_many_more():
     result = compare_boots({0: [100.0, 101.0, 99.0]}, {0: [95.0, 96.0, 94.0]})
-    assert result.ci_pct is None and result.verdict.startswith("not enough boots: 1 more pair")
-    assert result.delta_pct == pytest.approx(-5.0, abs=0.01)
+    assert result.ci is None and result.verdict.startswith("not enough boots: 1 more pair")
+    assert result.delta == pytest.approx(-5.0, abs=0.01)
 
 
 def add_pair(rng: np.random.Generator, baseline: dict, arm: dict, block: int, effect: float) -> None:
@@ -144,7 +144,7 @@ def test_target_mode_keeps_its_coverage():
             while len(baseline) < min(12, first.pairs_for_target):
                 add_pair(rng, baseline, arm, len(baseline), effect)
             result = compare_boots(baseline, arm, target_pct=2.0, first_stage=MIN_PAIRS_FOR_TARGET)
-            covered += result.ci_pct[0] <= true_pct <= result.ci_pct[1]
+            covered += result.ci[0] <= true_pct <= result.ci[1]
             decided += result.verdict in ("faster", "slower")
         results[true_pct] = (covered / runs, decided / runs)
     print(f"\ntarget mode (Stein, 2%, boot sd 1%): coverage {100 * results[0.0][0]:.1f}% / {100 * results[2.0][0]:.1f}%, "

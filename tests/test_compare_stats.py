@@ -11,8 +11,9 @@ from rig.boot.base import BootRecord
 from rig.boot.checks import check_boot
 from rig.compare import run as compare_run
 from rig.compare.arms import Arm, boot_order, check_arms, parse_arm
+from rig.compare.conditions import normalize
+from rig.compare.identity import greedy_report
 from rig.compare.model import BootEntry, ComparePlan, RunResult
-from rig.compare.report import greedy_report, normalize
 from rig.compare.stats import compare_boots, noise_components, pairs_needed
 from rig.errors import RigError
 
@@ -95,10 +96,10 @@ def test_known_effect_is_found_with_its_sign_and_covered():
     arm = {0: [90.2, 91.0, 89.6], 1: [88.1, 88.9, 89.3], 2: [90.0, 90.4, 90.9]}
     result = compare_boots(baseline, arm)
     assert result.verdict == "slower" and result.pairs == 3
-    low, high = result.ci_pct
-    assert low < result.delta_pct < high < 0
-    assert result.delta_pct == pytest.approx(-9.8, abs=0.3)
-    assert result.noise.round_sd_pct is not None and result.noise.boot_sd_pct is not None
+    low, high = result.ci
+    assert low < result.delta < high < 0
+    assert result.delta == pytest.approx(-9.8, abs=0.3)
+    assert result.noise.round_sd is not None and result.noise.boot_sd is not None
 
 
 def test_identical_arms_give_no_verdict_and_latency_reads_lower_is_better():
@@ -118,8 +119,8 @@ def test_noise_estimates_do_not_grow_with_more_boots():
     def boots(n):
         return [list(100 * np.exp(rng.normal(0, 0.03) + rng.normal(0, 0.01, 3))) for _ in range(n)]
 
-    few = [noise_components({"a": boots(2), "b": boots(2)}).boot_sd_pct for _ in range(200)]
-    many = [noise_components({"a": boots(8), "b": boots(8)}).boot_sd_pct for _ in range(200)]
+    few = [noise_components({"a": boots(2), "b": boots(2)}).boot_sd for _ in range(200)]
+    many = [noise_components({"a": boots(8), "b": boots(8)}).boot_sd for _ in range(200)]
     assert abs(np.median(many) - 3.0) < 0.5 and np.median(many) <= np.median(few) + 0.5
     assert pairs_needed(0.0424, 1.0) > pairs_needed(0.0163, 1.0) >= 2
 
@@ -199,7 +200,8 @@ def test_target_adds_pairs_until_met_or_limit(tmp_path, monkeypatch):
 
 def test_a_planted_fingerprint_difference_voids_the_comparison(tmp_path, monkeypatch):
     """A power limit that differs between boots voids the verdict, naming the field, unless accepted."""
-    from rig.compare.report import analyze, markdown
+    from rig.compare.markdown import markdown
+    from rig.compare.report import analyze
 
     def fake_boot(plan, index, block, arm, out, progress):
         limit = 600.0 if (arm.name == "b" and block == 1) else 700.0

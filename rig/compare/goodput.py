@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from rig.errors import RigError
-from rig.load.metrics import chunk_token_counts, run_tokens_per_chunk
-from rig.load.records import read_records
+from rig.load.metrics import chunk_token_counts, completed_in_window, run_tokens_per_chunk
+from rig.load.records import RequestRecord
 from rig.load.summary import RunSummary
 
 SLO_KEYS = {"ttft": "time to first token", "tpot": "time per output token", "e2e": "end-to-end latency"}
@@ -34,14 +33,12 @@ def parse_slos(text: str | None) -> dict[str, float] | None:
     return slos
 
 
-def goodput(out_dir: Path, summary: RunSummary, slos: dict[str, float]) -> dict[str, Any]:
-    records = read_records(out_dir)
+def goodput(records: list[RequestRecord], summary: RunSummary, slos: dict[str, float]) -> dict[str, Any]:
+    """A round's goodput over its window's completed requests (the ones its latencies cover)."""
     window = summary.metrics["window"]
     ratio = run_tokens_per_chunk(records)
     met = total = 0
-    for r in records:
-        if not (r.complete and r.t_last is not None and window["start"] <= r.t_send <= window["end"]):
-            continue
+    for r in completed_in_window(records, window["start"], window["end"]):
         total += 1
         counts = chunk_token_counts(r, ratio)
         decoded = sum(counts) - counts[0]

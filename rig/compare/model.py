@@ -14,9 +14,10 @@ from typing import Any
 
 from rig.atomic import write_text_atomic
 from rig.compare.arms import Arm, boot_order
+from rig.compare.percentiles import LatencyHistogram
 from rig.strict_yaml import load_json_file
 
-COMPARE_SCHEMA = 2
+COMPARE_SCHEMA = 3
 PLAN_MAX_BYTES = 1 << 20
 ENTRY_MAX_BYTES = 16 << 20
 
@@ -75,13 +76,22 @@ class RunResult:
 
     scenario: str
     dir: str
-    figures: dict[str, float | None]  # RunSummary.figures(): headline + latency
+    figures: dict[str, float | None]  # RunSummary.figures(): the headline
     problems: list[str]  # RunSummary.problems(): empty = usable
     goodput: dict[str, Any] | None = None  # requests/s meeting the SLOs, when SLOs were given
+    # Per-request latencies of the window (ms), by rig.load.summary.LATENCY_SAMPLES name: a boot's
+    # percentiles are read from its usable rounds pooled (rig.compare.percentiles).
+    latency: dict[str, LatencyHistogram] = field(default_factory=dict)
 
     @property
     def usable(self) -> bool:
         return not self.problems
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunResult:
+        data = dict(data)
+        data["latency"] = {name: LatencyHistogram(**h) for name, h in (data.get("latency") or {}).items()}
+        return cls(**data)
 
 
 @dataclass
@@ -108,13 +118,12 @@ class BootEntry:
     quality: dict[str, Any] | None = None  # rig.compare.quality.BootQuality: continuations and reference scores
     schema: int = COMPARE_SCHEMA
 
+    def usable_results(self, scenario: str) -> list[RunResult]:
+        """This scenario's usable rounds, in round order."""
+        return [r[scenario] for r in self.rounds if scenario in r and r[scenario].usable]
+
     def usable_figures(self, scenario: str, figure: str) -> list[float]:
-        values = []
-        for round_results in self.rounds:
-            result = round_results.get(scenario)
-            if result is not None and result.usable and result.figures.get(figure) is not None:
-                values.append(float(result.figures[figure]))  # type: ignore[arg-type]
-        return values
+        return [float(value) for result in self.usable_results(scenario) if (value := result.figures.get(figure)) is not None]
 
     def exclusions(self) -> list[str]:
         return [f"round {index} {name}: {'; '.join(result.problems)}"
@@ -128,7 +137,8 @@ class BootEntry:
         if data.get("schema") != COMPARE_SCHEMA:
             raise ValueError(f"boot entry schema {data.get('schema')} is not {COMPARE_SCHEMA}")
         data = dict(data)
-        data["rounds"] = [{name: RunResult(**result) for name, result in round_results.items()} for round_results in data["rounds"]]
+        data["rounds"] = [{name: RunResult.from_json(result) for name, result in round_results.items()}
+                          for round_results in data["rounds"]]
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
     @staticmethod

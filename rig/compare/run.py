@@ -20,12 +20,16 @@ from rig.boot.base import BootRecord
 from rig.boot.checks import check_boot, read_manifests
 from rig.chat import stream_chat
 from rig.compare.arms import Arm
+from rig.compare.goodput import goodput
 from rig.compare.model import BootEntry, ComparePlan, RunResult
+from rig.compare.percentiles import LatencyHistogram
 from rig.errors import RigError
 from rig.load.command import Interrupted, model_dir_for, run_scenarios
+from rig.load.metrics import completed_in_window, latency_samples, run_tokens_per_chunk
+from rig.load.records import RequestRecord, read_records
 from rig.load.runner import LoadTarget
 from rig.load.scenarios import greedy_prompts, load_scenario
-from rig.load.summary import RunSummary
+from rig.load.summary import LATENCY_SAMPLES, RunSummary
 from rig.recipe import Resolved
 
 
@@ -59,11 +63,14 @@ def boot_quality(plan: ComparePlan, out: Path, resolved: Resolved, record: BootR
     return quality.to_json()
 
 
-def run_result(summary: RunSummary, out_dir: Path, slos: dict[str, float] | None) -> RunResult:
-    from rig.compare.goodput import goodput
-
+def run_result(summary: RunSummary, records: list[RequestRecord], out_dir: Path, slos: dict[str, float] | None) -> RunResult:
+    """What a comparison keeps of one round: its headline, why it may not be used, its goodput,
+    and its window's per-request latencies (ms) for the boot's pooled percentiles."""
+    window = summary.metrics["window"]
+    samples = latency_samples(completed_in_window(records, window["start"], window["end"]), run_tokens_per_chunk(records))
+    latency = {name: LatencyHistogram.of(1000 * value for value in getattr(samples, name)) for name in LATENCY_SAMPLES}
     return RunResult(scenario=summary.name, dir=str(out_dir), figures=summary.figures(), problems=summary.problems(),
-                     goodput=goodput(out_dir, summary, slos) if slos else None)
+                     goodput=goodput(records, summary, slos) if slos else None, latency=latency)
 
 
 def _attempt_dir(out: Path, index: int, arm: Arm) -> tuple[int, Path]:
@@ -132,7 +139,8 @@ def run_boot(plan: ComparePlan, index: int, block: int, arm: Arm, out: Path, pro
             names = plan.scenarios[shift:] + plan.scenarios[:shift]  # interleaved: the order rotates per round
             root = runs_dir / f"round-{round_index}"
             summaries = run_scenarios(target, names, plan.small, plan.workers, root, progress=progress, duration_s=plan.duration_s)
-            entry.rounds.append({s.name: run_result(s, root / s.name, plan.slos) for s in summaries if not s.warmup})
+            entry.rounds.append({s.name: run_result(s, read_records(root / s.name), root / s.name, plan.slos)
+                                 for s in summaries if not s.warmup})
         entry.greedy = greedy_identity(record.base_url, record.served_model or "", plan.small)
         entry.quality = boot_quality(plan, out, resolved, record, baseline=arm is plan.arms[0] and not entry.control)
         # Evidence that the adapters ran on their targets exists only once the model has served.

@@ -10,10 +10,22 @@ highest level of the design that varies, here the boot:
 - boots are paired by ABBA block (block k holds one boot of each arm, adjacent in time), so
   drift over the session (thermal, page cache) cancels within a pair;
 - the effect is the paired log ratio d_k = ln(arm_k / baseline_k); its mean gets a Student t
-  interval on (pairs - 1) degrees of freedom, reported back as a percentage. With equal rounds
-  per boot, boot means are independent with variance sigma_boot^2 + sigma_round^2 / R, so the
-  t interval is exact under normality; calibration by simulation (tests/test_compare_calibration.py)
-  checks the error rates it states.
+  interval on (pairs - 1) degrees of freedom, reported back as a percentage, asymmetric as the
+  ratio scale makes it. With equal rounds per boot, boot means are independent with variance
+  sigma_boot^2 + sigma_round^2 / R, so the t interval is exact under normality; calibration by
+  simulation (tests/test_compare_calibration.py) checks the error rates it states;
+- the means printed beside it are those of the paired boots only (geometric, so their ratio is
+  the delta), never of a boot whose partner was voided;
+- a figure that can be zero (goodput) is compared as a paired difference in its own unit, zeros
+  kept; a ratio figure's non-positive values have no log and are listed as excluded, never dropped
+  silently.
+
+Multiplicity: the headline of each comparison keeps its own CONFIDENCE. The secondary figures of
+a report (latency percentiles, goodput: every other verdict it prints) form one family whose
+intervals are Bonferroni-simultaneous (`family_confidence`): with nothing changed, the chance that
+any of them prints a verdict is at most FAMILY_ALPHA (tests/test_compare_report_calibration.py).
+Bonferroni rather than Holm because each printed interval must agree with its verdict, and Holm's
+step-down verdicts have no such intervals.
 
 No verdict where the design cannot support one: one pair has no variance estimate, so it
 reports "not enough boots" and how many more pairs would be needed. The noise reported beside
@@ -24,7 +36,7 @@ boots shrink the uncertainty instead of raising a floor.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -32,26 +44,45 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 CONFIDENCE = 0.95
+FAMILY_ALPHA = 0.05  # family-wise false-verdict rate of a report's secondary figures
 MIN_PAIRS = 2  # below this there is no variance estimate: no interval, no verdict
-DEFAULT_TARGET_PCT = 1.0  # the effect size the planning line resolves by default
+DEFAULT_TARGET_PCT = 1.0  # the precision the planning line resolves by default
 # `--target` is Stein's two-stage procedure (Stein 1945): a first stage of at least this many pairs
 # estimates the sd of a pair's difference; that estimate alone fixes how many pairs to run, and the
 # final interval uses it with its own degrees of freedom. Adding pairs until the half-width first
 # dips below the target instead favours draws whose sd came out small: simulated at boot sd 1%, it
 # covered 91.5% from 2 pairs and 94.2% from 4, with 5.8% false verdicts; Stein's holds 95%.
 MIN_PAIRS_FOR_TARGET = 4
+RATIO, DIFFERENCE = "ratio", "difference"
+
+
+def family_confidence(size: int, alpha: float = FAMILY_ALPHA) -> float:
+    """Bonferroni: `size` intervals, each at 1 - alpha / size, all cover together with probability
+    at least 1 - alpha, so with nothing changed any of them prints a verdict at most that often."""
+    return 1 - alpha / max(size, 1)
+
+
+def precision_pct(half_log: float) -> float:
+    """A ratio interval's precision: its ends lie within a factor (1 + precision) of the estimate
+    (ln-scale half-width h -> 100 (e^h - 1)). What `--target` plans for and is judged against."""
+    return 100.0 * math.expm1(half_log)
+
+
+def half_log(target_pct: float) -> float:
+    """The ln-scale half-width whose precision_pct is target_pct (its inverse)."""
+    return math.log1p(target_pct / 100.0)
 
 
 def stein_pairs(sd_first: float, first: int, target_pct: float, confidence: float = CONFIDENCE) -> int:
-    """Pairs whose Stein interval (first-stage sd and df) has a half-width at most the target."""
-    return max(first, math.ceil((t_quantile(first - 1, confidence) * sd_first / log_ratio(target_pct)) ** 2))
+    """Pairs whose Stein interval (first-stage sd and df) has a precision at most the target."""
+    return max(first, math.ceil((t_quantile(first - 1, confidence) * sd_first / half_log(target_pct)) ** 2))
 
 
-def target_met(widest_half_width_pct: float | None, target_pct: float) -> bool:
-    return widest_half_width_pct is not None and widest_half_width_pct <= target_pct
+def target_met(widest_precision_pct: float | None, target_pct: float) -> bool:
+    return widest_precision_pct is not None and widest_precision_pct <= target_pct
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=4096)
 def t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
     return float(scipy_stats.t.ppf(0.5 + confidence / 2, df))
 
@@ -60,45 +91,51 @@ def pct(log_ratio: float) -> float:
     return 100.0 * math.expm1(log_ratio)
 
 
-def log_ratio(target_pct: float) -> float:
-    return math.log1p(target_pct / 100.0)
-
-
 def pairs_needed(sd_diff: float, target_pct: float, confidence: float = CONFIDENCE, limit: int = 1000) -> int | None:
-    """Smallest number of boot pairs whose interval half-width (in log ratio) is at most the
-    target effect, given the sd of one pair's difference; None when more than `limit`."""
-    target = log_ratio(target_pct)
+    """Smallest number of boot pairs whose interval precision is at most the target, given the sd
+    of one pair's ln-ratio difference; None when more than `limit`."""
+    def resolves(n: int) -> bool:
+        return precision_pct(t_quantile(n - 1, confidence) * sd_diff / math.sqrt(n)) <= target_pct
+
     if sd_diff <= 0:
         return MIN_PAIRS
-    for n in range(MIN_PAIRS, limit + 1):
-        if t_quantile(n - 1, confidence) * sd_diff / math.sqrt(n) <= target:
-            return n
-    return None
+    if not resolves(limit):
+        return None
+    low, high = MIN_PAIRS, limit  # the half-width shrinks as n grows: bisect for the first n that resolves
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (low, middle) if resolves(middle) else (middle + 1, high)
+    return low
 
 
 @dataclass
 class NoiseComponents:
-    """Standard deviations in percent (of the log figure), estimated from every usable boot."""
+    """Standard deviations estimated from every usable boot, in `unit`: percent (of the log figure)
+    for a ratio comparison, the figure's own unit for a difference."""
 
-    boot_sd_pct: float | None  # between boots of one arm, round noise removed
-    round_sd_pct: float | None  # between rounds inside one boot
+    boot_sd: float | None  # between boots of one arm, round noise removed
+    round_sd: float | None  # between rounds inside one boot
     rounds_per_boot: float | None
+    unit: str = "%"
 
 
-def noise_components(boots: dict[str, list[list[float]]]) -> NoiseComponents:
+def noise_components(boots: dict[str, list[list[float]]], scale: str = RATIO, unit: str = "%") -> NoiseComponents:
     """One-way random-effects estimate per arm, pooled across arms: round variance from the
     within-boot spread, boot variance from the spread of boot means minus round variance / R."""
     within_ss = within_df = 0.0
     between_ss = between_df = 0.0
     sizes = []
+    factor = 100.0 if scale == RATIO else 1.0
     for arm_boots in boots.values():
-        logs = [np.log(np.asarray(rounds, dtype=float)) for rounds in arm_boots if rounds]
-        for values in logs:
+        values_per_boot = [np.asarray(rounds, dtype=float) for rounds in arm_boots if rounds]
+        if scale == RATIO:
+            values_per_boot = [np.log(values) for values in values_per_boot]
+        for values in values_per_boot:
             sizes.append(len(values))
             if len(values) > 1:
                 within_ss += float(((values - values.mean()) ** 2).sum())
                 within_df += len(values) - 1
-        means = np.asarray([values.mean() for values in logs])
+        means = np.asarray([values.mean() for values in values_per_boot])
         if len(means) > 1:
             between_ss += float(((means - means.mean()) ** 2).sum())
             between_df += len(means) - 1
@@ -108,10 +145,27 @@ def noise_components(boots: dict[str, list[list[float]]]) -> NoiseComponents:
     if between_df:
         boot_var = max(0.0, between_ss / between_df - (round_var or 0.0) / (rounds or 1.0))
     return NoiseComponents(
-        boot_sd_pct=None if boot_var is None else 100 * math.sqrt(boot_var),
-        round_sd_pct=None if round_var is None else 100 * math.sqrt(round_var),
-        rounds_per_boot=rounds,
+        boot_sd=None if boot_var is None else factor * math.sqrt(boot_var),
+        round_sd=None if round_var is None else factor * math.sqrt(round_var),
+        rounds_per_boot=rounds, unit="%" if scale == RATIO else unit,
     )
+
+
+@dataclass
+class SampleSupport:
+    """A percentile figure: the samples behind each boot's figure and the boots refused for too few."""
+
+    percentile: str  # "p99"
+    needed: int  # rig.compare.percentiles.min_count
+    counts: dict[str, dict[int, int]]  # arm -> block -> samples pooled over the boot's usable rounds
+
+    def refused(self) -> list[tuple[str, int, int]]:
+        """(arm, block, samples) of the boots with too few samples for the percentile."""
+        return [(arm, block, n) for arm, blocks in self.counts.items() for block, n in sorted(blocks.items()) if n < self.needed]
+
+    def count_range(self) -> tuple[int, int] | None:
+        counts = [n for blocks in self.counts.values() for n in blocks.values()]
+        return (min(counts), max(counts)) if counts else None
 
 
 @dataclass
@@ -119,25 +173,34 @@ class Comparison:
     """One figure, baseline arm vs one other arm."""
 
     figure: str
+    unit: str
     higher_is_better: bool
-    pairs: int  # complete boot pairs (both arms have usable rounds in the block)
-    baseline_mean: float | None  # mean of the baseline's boot means (all its usable boots)
+    scale: str  # RATIO: delta and interval in percent of the baseline; DIFFERENCE: in `unit`
+    confidence: float  # of this interval: CONFIDENCE for a headline, family_confidence() for the rest
+    pairs: int  # complete boot pairs (both arms have a usable figure in the block)
+    baseline_mean: float | None  # over the paired boots only: geometric (RATIO) or arithmetic (DIFFERENCE)
     arm_mean: float | None
-    delta_pct: float | None  # geometric mean of the paired ratios, as a percentage
-    ci_pct: tuple[float, float] | None  # CONFIDENCE interval of delta_pct
-    half_width_pct: float | None  # half the interval's width, in percent (log scale, symmetric)
-    pair_deltas_pct: list[float]  # each pair's own delta, in block order
+    delta: float | None  # RATIO: 100 (arm_mean / baseline_mean - 1); DIFFERENCE: arm_mean - baseline_mean
+    ci: tuple[float, float] | None  # the interval of delta, asymmetric on the RATIO scale
+    precision_pct: float | None  # RATIO: the interval's ends lie within a factor (1 + this %) of the estimate
+    pair_deltas: list[float]  # each pair's own delta, in block order, in the units of delta
     noise: NoiseComponents
-    pair_sd_pct: float | None  # sd of one pair's difference (what planning uses)
-    pairs_for_target: int | None  # boot pairs that would resolve the target effect
+    pair_sd: float | None  # sd of one pair's difference (percent of the log ratio, or `unit`): what planning uses
+    pairs_for_target: int | None  # boot pairs that would resolve the target precision (RATIO only)
     target_pct: float
-    verdict: str  # "better"/"worse" said in the figure's words, or why there is none
+    decided: bool  # the interval excludes zero: the verdict names a direction
+    verdict: str  # the direction in the figure's words, or why there is none
     method: str
+    excluded: list[str] = field(default_factory=list)  # values that could not enter, with the reason
+    support: SampleSupport | None = None  # percentile figures only
 
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["ci_pct"] = list(self.ci_pct) if self.ci_pct else None
-        return data
+
+def paired_blocks(baseline: dict[int, list[float]], arm: dict[int, list[float]], scale: str = RATIO) -> list[int]:
+    """The ABBA blocks where both arms have a figure that can enter the comparison."""
+    def usable(values: list[float]) -> bool:
+        return any(v > 0 for v in values) if scale == RATIO else bool(values)
+
+    return sorted(b for b in set(baseline) & set(arm) if usable(baseline[b]) and usable(arm[b]))
 
 
 def _words(higher_is_better: bool, positive: bool) -> str:
@@ -146,55 +209,86 @@ def _words(higher_is_better: bool, positive: bool) -> str:
     return "higher (worse)" if positive else "lower (better)"
 
 
+def _confidence_label(confidence: float) -> str:
+    return f"{100 * confidence:.4g}%"
+
+
 def compare_boots(baseline: dict[int, list[float]], arm: dict[int, list[float]], figure: str = "figure",
                   higher_is_better: bool = True, target_pct: float = DEFAULT_TARGET_PCT,
-                  confidence: float = CONFIDENCE, first_stage: int | None = None) -> Comparison:
+                  confidence: float = CONFIDENCE, first_stage: int | None = None, scale: str = RATIO,
+                  unit: str = "", words: tuple[str, str] | None = None,
+                  names: tuple[str, str] = ("baseline", "arm")) -> Comparison:
     """`baseline[block]` / `arm[block]`: the usable round figures of that arm's boot in that ABBA
     block (a voided boot or one without usable rounds is absent or empty). `first_stage`: the
     comparison ran under `--target` (Stein's procedure): the sd comes from the pairs of the first
-    `first_stage` blocks only, with their degrees of freedom, and the mean from every pair."""
-    baseline = {b: [v for v in values if v and v > 0] for b, values in baseline.items()}
-    arm = {b: [v for v in values if v and v > 0] for b, values in arm.items()}
-    blocks = sorted(b for b in set(baseline) & set(arm) if baseline[b] and arm[b])
-    diffs = np.asarray([math.log(np.mean(arm[b]) / np.mean(baseline[b])) for b in blocks])
-    noise = noise_components({"baseline": [v for v in baseline.values() if v], "arm": [v for v in arm.values() if v]})
-    base_means = [float(np.mean(v)) for v in baseline.values() if v]
-    arm_means = [float(np.mean(v)) for v in arm.values() if v]
-    method = (f"paired t interval on ln(arm/baseline) of ABBA boot-pair means, {len(blocks)} pair(s), "
-              f"{len(blocks) - 1} df, {100 * confidence:.0f}%")
+    `first_stage` blocks only, with their degrees of freedom, and the mean from every pair.
+    `words`: what a positive and a negative resolved delta are called."""
+    excluded: list[str] = []
+    if scale == RATIO:
+        for name, boots in zip(names, (baseline, arm)):
+            for block, values in sorted(boots.items()):
+                bad = [v for v in values if not v > 0]
+                if bad:
+                    excluded.append(f"{name} block {block}: {len(bad)} value(s) <= 0 have no log ratio")
+        baseline = {b: [v for v in values if v > 0] for b, values in baseline.items()}
+        arm = {b: [v for v in values if v > 0] for b, values in arm.items()}
+    blocks = paired_blocks(baseline, arm, scale)
+    base_boots = np.asarray([np.mean(baseline[b]) for b in blocks], dtype=float)
+    arm_boots = np.asarray([np.mean(arm[b]) for b in blocks], dtype=float)
+    if scale == RATIO:
+        diffs = np.log(arm_boots) - np.log(base_boots)
+        base_mean = float(np.exp(np.log(base_boots).mean())) if blocks else None
+        arm_mean = float(np.exp(np.log(arm_boots).mean())) if blocks else None
+        shown = [pct(d) for d in diffs]
+        factor = 100.0
+        what = "ln(arm/baseline)"
+    else:
+        diffs = arm_boots - base_boots
+        base_mean = float(base_boots.mean()) if blocks else None
+        arm_mean = float(arm_boots.mean()) if blocks else None
+        shown = [float(d) for d in diffs]
+        factor = 1.0
+        what = "arm - baseline"
+    noise = noise_components({"baseline": [v for v in baseline.values() if v], "arm": [v for v in arm.values() if v]},
+                             scale, unit)
+    positive, negative = words or (_words(higher_is_better, True), _words(higher_is_better, False))
+    method = (f"paired t interval on {what} of ABBA boot-pair means, {len(blocks)} pair(s), "
+              f"{len(blocks) - 1} df, {_confidence_label(confidence)}")
     common: dict[str, Any] = dict(
-        figure=figure, higher_is_better=higher_is_better, pairs=len(blocks),
-        baseline_mean=float(np.mean(base_means)) if base_means else None,
-        arm_mean=float(np.mean(arm_means)) if arm_means else None,
-        pair_deltas_pct=[pct(d) for d in diffs], noise=noise, target_pct=target_pct, method=method,
+        figure=figure, unit=unit, higher_is_better=higher_is_better, scale=scale, confidence=confidence, pairs=len(blocks),
+        baseline_mean=base_mean, arm_mean=arm_mean, pair_deltas=shown, noise=noise, target_pct=target_pct, method=method,
+        excluded=excluded,
     )
     if len(blocks) == 0:
-        return Comparison(**common, delta_pct=None, ci_pct=None, half_width_pct=None, pair_sd_pct=None,
-                          pairs_for_target=None, verdict="no data: no boot pair with usable rounds in both arms")
+        return Comparison(**common, delta=None, ci=None, precision_pct=None, pair_sd=None, pairs_for_target=None,
+                          decided=False, verdict="no data: no boot pair with a usable figure in both arms")
     mean = float(diffs.mean())
+    delta = pct(mean) if scale == RATIO else mean
     if len(blocks) < MIN_PAIRS:
         # Planning from the components when both are known: a pair's difference has variance
         # 2 (boot var + round var / R). One boot per arm says nothing of the boot variance: unknown.
         needed = None
-        if noise.round_sd_pct is not None and noise.boot_sd_pct is not None:
-            sd = math.sqrt(2 * ((noise.boot_sd_pct / 100) ** 2 + (noise.round_sd_pct / 100) ** 2 / (noise.rounds_per_boot or 1)))
+        if scale == RATIO and noise.round_sd is not None and noise.boot_sd is not None:
+            sd = math.sqrt(2 * ((noise.boot_sd / 100) ** 2 + (noise.round_sd / 100) ** 2 / (noise.rounds_per_boot or 1)))
             needed = pairs_needed(sd, target_pct, confidence)
-        return Comparison(**common, delta_pct=pct(mean), ci_pct=None, half_width_pct=None, pair_sd_pct=None,
-                          pairs_for_target=needed,
-                          verdict=f"not enough boots: {MIN_PAIRS - len(blocks)} more pair(s) needed for an interval")
+        return Comparison(**common, delta=delta, ci=None, precision_pct=None, pair_sd=None, pairs_for_target=needed,
+                          decided=False, verdict=f"not enough boots: {MIN_PAIRS - len(blocks)} more pair(s) needed for an interval")
     sd = float(diffs.std(ddof=1))
     df = len(blocks) - 1
     first = [d for block, d in zip(blocks, diffs) if block < first_stage] if first_stage else []
     if first_stage and len(first) >= MIN_PAIRS:
         sd, df = float(np.std(first, ddof=1)), len(first) - 1
-        common["method"] = (f"Stein two-stage: t interval on ln(arm/baseline) of ABBA boot-pair means, {len(blocks)} pair(s), "
-                            f"sd from the {len(first)} first-stage pair(s), {df} df, {100 * confidence:.0f}%")
+        common["method"] = (f"Stein two-stage: t interval on {what} of ABBA boot-pair means, {len(blocks)} pair(s), "
+                            f"sd from the {len(first)} first-stage pair(s), {df} df, {_confidence_label(confidence)}")
     half = t_quantile(df, confidence) * sd / math.sqrt(len(blocks))
     low, high = mean - half, mean + half
-    if low > 0 or high < 0:
-        verdict = _words(higher_is_better, mean > 0)
+    decided = low > 0 or high < 0
+    verdict = (positive if mean > 0 else negative) if decided else "no difference resolved (the interval spans 0)"
+    if scale == RATIO:
+        ci = (pct(low), pct(high))
+        planned = stein_pairs(sd, df + 1, target_pct, confidence) if first_stage else pairs_needed(sd, target_pct, confidence)
+        precision: float | None = precision_pct(half)
     else:
-        verdict = f"no difference resolved (the interval spans 0; +-{100 * half:.2f}%)"
-    planned = stein_pairs(sd, df + 1, target_pct, confidence) if first_stage else pairs_needed(sd, target_pct, confidence)
-    return Comparison(**common, delta_pct=pct(mean), ci_pct=(pct(low), pct(high)), half_width_pct=100 * half,
-                      pair_sd_pct=100 * sd, pairs_for_target=planned, verdict=verdict)
+        ci, planned, precision = (low, high), None, None
+    return Comparison(**common, delta=delta, ci=ci, precision_pct=precision, pair_sd=factor * sd, pairs_for_target=planned,
+                      decided=decided, verdict=verdict)

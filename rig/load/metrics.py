@@ -131,6 +131,37 @@ def chunk_token_counts(record: RequestRecord, ratio: float) -> list[float]:
     return [ratio] * len(record.chunks)
 
 
+@dataclass
+class LatencySamples:
+    """Per-request latencies (seconds) of the completed requests sent inside a window; ITL has
+    one sample per gap between output chunks, so many per request."""
+
+    ttft: list[float]
+    tpot: list[float]  # requests that decoded at least one token after the first
+    itl: list[float]
+    e2e: list[float]
+
+
+def completed_in_window(records: list[RequestRecord], start: float, end: float) -> list[RequestRecord]:
+    """The requests a window's per-request figures cover: completed, sent inside it."""
+    return [r for r in records if r.complete and start <= r.t_send <= end and r.t_last is not None]
+
+
+def latency_samples(done: list[RequestRecord], ratio: float) -> LatencySamples:
+    """`done`: completed_in_window(); `ratio`: run_tokens_per_chunk() of the whole run."""
+    samples = LatencySamples(ttft=[], tpot=[], itl=[], e2e=[])
+    for r in done:
+        counts = chunk_token_counts(r, ratio)
+        samples.ttft.append(r.t_first - r.t_send)  # type: ignore[operator]
+        samples.e2e.append(r.t_last - r.t_send)  # type: ignore[operator]
+        decode_time = r.t_last - r.t_first  # type: ignore[operator]
+        decoded = sum(counts) - counts[0]
+        if decoded > 0 and decode_time > 0:
+            samples.tpot.append(decode_time / decoded)
+        samples.itl.extend(b - a for a, b in zip(r.chunks, r.chunks[1:]))
+    return samples
+
+
 def _bursty(record: RequestRecord, gap_limit: float) -> bool:
     run = 0
     for a, b in zip(record.chunks, record.chunks[1:]):
@@ -147,9 +178,10 @@ def summarize(records: list[RequestRecord], window: Window,
     checked against a re-tokenisation of the streamed text."""
     start, end, span = window.start, window.end, window.seconds
     ratio = run_tokens_per_chunk(records)
-    done = [r for r in records if r.complete and start <= r.t_send <= end and r.t_last is not None]
-    ttft, tpot, e2e, user_rates, prefill_rates = [], [], [], [], []
-    itl: list[float] = []
+    done = completed_in_window(records, start, end)
+    latency = latency_samples(done, ratio)
+    itl = latency.itl
+    user_rates, prefill_rates = [], []
     decode_tokens = decode_seconds = 0.0
     prompt_tokens_total = ttft_total = 0.0
     mismatches, tokenizer_differences = [], []
@@ -157,16 +189,12 @@ def summarize(records: list[RequestRecord], window: Window,
     for r in done:
         counts = chunk_token_counts(r, ratio)
         ttft_s = r.t_first - r.t_send  # type: ignore[operator]
-        ttft.append(ttft_s)
-        e2e.append(r.t_last - r.t_send)  # type: ignore[operator]
         decode_time = r.t_last - r.t_first  # type: ignore[operator]
         decoded = sum(counts) - counts[0]
         if decoded > 0 and decode_time > 0:
-            tpot.append(decode_time / decoded)
             user_rates.append(decoded / decode_time)
             decode_tokens += decoded
             decode_seconds += decode_time
-        itl.extend(b - a for a, b in zip(r.chunks, r.chunks[1:]))
         prompt_tokens = r.prompt_tokens
         if prompt_tokens and ttft_s > 0:
             prefill_rates.append(prompt_tokens / ttft_s)
@@ -205,10 +233,10 @@ def summarize(records: list[RequestRecord], window: Window,
                      "burst_requests": len(bursts), "burst_request_ids": bursts[:20],
                      "unique_prompts": len({(r.prompt, r.prompt_nonce) for r in records}) == len(records)
                      if all(r.prompt_nonce for r in records) else False},
-        "ttft_s": describe(ttft),
+        "ttft_s": describe(latency.ttft),
         "itl_s": describe(itl),
-        "tpot_s": describe(tpot),
-        "e2e_s": describe(e2e),
+        "tpot_s": describe(latency.tpot),
+        "e2e_s": describe(latency.e2e),
         # The decode headline: total decode tokens / total decode time; per request beside it.
         "user_decode_tok_s": {"token_weighted": decode_tokens / decode_seconds if decode_seconds else None,
                               **describe(user_rates)},

@@ -41,14 +41,29 @@ HEADLINE = {
     "prefill": Figure("prefill_tok_s", "prefill tok/s", True, ("prefill_tok_s", "token_weighted")),
     "concurrency": Figure("output_tok_s", "tok/s aggregate", True, ("output_tok_s",)),
 }
-# Latency figures compared beside the headline (lower is better).
+
+
+@dataclass(frozen=True)
+class LatencyFigure:
+    """A latency percentile compared beside the headline (lower is better). A comparison reads it
+    from each boot's requests pooled over its usable rounds (rig.compare.percentiles), never as a
+    mean of per-round percentiles: one round of a c=1 scenario has too few requests for a tail."""
+
+    name: str
+    samples: str  # the field of rig.load.metrics.LatencySamples it is read from
+    quantile: float
+    unit: str = "ms"
+    higher_is_better: bool = False
+
+
 LATENCY = (
-    Figure("ttft_p50_ms", "ms", False, ("ttft_s", "p50")),
-    Figure("ttft_p99_ms", "ms", False, ("ttft_s", "p99")),
-    Figure("itl_p50_ms", "ms", False, ("itl_s", "p50")),
-    Figure("itl_p99_ms", "ms", False, ("itl_s", "p99")),
-    Figure("tpot_p50_ms", "ms", False, ("tpot_s", "p50")),
+    LatencyFigure("ttft_p50_ms", "ttft", 0.50),
+    LatencyFigure("ttft_p99_ms", "ttft", 0.99),
+    LatencyFigure("itl_p50_ms", "itl", 0.50),
+    LatencyFigure("itl_p99_ms", "itl", 0.99),
+    LatencyFigure("tpot_p50_ms", "tpot", 0.50),
 )
+LATENCY_SAMPLES = tuple(dict.fromkeys(figure.samples for figure in LATENCY))  # what a comparison keeps per round
 
 
 @dataclass
@@ -77,12 +92,9 @@ class RunSummary:
         return HEADLINE[self.kind].read(self.metrics)
 
     def figures(self) -> dict[str, float | None]:
-        """Every figure a comparison may judge, latency converted to milliseconds."""
-        out = {HEADLINE[self.kind].name: self.headline()}
-        for figure in LATENCY:
-            value = figure.read(self.metrics)
-            out[figure.name] = None if value is None else 1000 * value
-        return out
+        """The per-round figures a comparison averages over a boot's rounds: the headline (latency
+        percentiles are pooled over the rounds instead; see LATENCY)."""
+        return {HEADLINE[self.kind].name: self.headline()}
 
     def problems(self) -> list[str]:
         """Why this run's figures may not be used; empty when they may. The one usability rule."""

@@ -1,0 +1,79 @@
+"""Did the change change the outputs: greedy identity at c=1 (reproducibility within an arm first)
+and the load tests' own temperature-0 outputs compared across arms."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rig.compare.model import BootEntry
+from rig.load.records import read_records
+from rig.load.scenarios import load_scenario
+
+
+def greedy_report(entries: list[BootEntry], arms: list[str], control: str | None) -> dict[str, Any]:
+    """Identity proves something only where the server reproduces itself: within-arm identity first
+    (else inconclusive), then across arms; the control is compared per prompt against every boot
+    of the baseline, and discriminates only if the baseline was reproducible."""
+    usable = [e for e in entries if not e.voided and e.greedy]
+    main = [e for e in usable if not e.control]
+    prompts = sorted({p for e in main for p in e.greedy})
+    within = {arm: {p: len({e.greedy.get(p) for e in main if e.arm == arm}) == 1 for p in prompts}
+              for arm in arms if any(e.arm == arm for e in main)}
+    reproducible = {p: all(within[arm].get(p, False) for arm in within) for p in prompts}
+    across = {p: len({e.greedy.get(p) for e in main}) == 1 for p in prompts}
+    unmeasured = [arm for arm in arms if not any(e.arm == arm for e in main)]
+    single = [arm for arm in arms if sum(e.arm == arm for e in main) == 1]
+    if not prompts:
+        status = "not measured (no usable boot)"
+    elif unmeasured:
+        status = f"not measured for {', '.join(unmeasured)} (no usable boot)"
+    elif single:
+        status = f"inconclusive: one usable boot of {', '.join(single)}, so reproducibility within the arm is unknown"
+    elif not all(reproducible.values()):
+        bad = [p for p, ok in reproducible.items() if not ok]
+        status = f"inconclusive: the server is not reproducible within an arm ({', '.join(bad)})"
+    elif all(across.values()):
+        status = "identical"
+    else:
+        status = f"CHANGED: {sum(not v for v in across.values())}/{len(prompts)} prompts differ between arms"
+    result: dict[str, Any] = {"prompts": prompts, "status": status, "identical_within_arm": within,
+                              "identical_across_arms": across, "boots_per_arm": {arm: sum(e.arm == arm for e in main) for arm in arms}}
+    controls = [e for e in usable if e.control]
+    baseline = [e for e in main if e.arm == arms[0]]
+    if control and controls and baseline:
+        differing = [p for p in prompts if all(controls[0].greedy.get(p) != b.greedy.get(p) for b in baseline)]
+        baseline_reproducible = all(within.get(arms[0], {}).values())
+        result["control"] = {"arm": control, "differing_prompts": differing, "compared_with_boots": len(baseline),
+                             "discriminates": bool(differing) and baseline_reproducible,
+                             "note": None if baseline_reproducible else "the baseline is not reproducible within its boots"}
+    elif control:
+        result["control"] = {"arm": control, "differing_prompts": [], "discriminates": None,
+                             "note": "the control boot (or every baseline boot) was voided"}
+    return result
+
+
+def batching_identity(entries: list[BootEntry], arms: list[str]) -> dict[str, Any]:
+    """The load tests' own outputs at temperature 0: the same prompt (name and nonce, which repeat
+    across arms round by round) compared across arms. Batch composition may legitimately change
+    greedy output, so this is reported beside the c=1 identity, not as a verdict."""
+    by_key: dict[tuple[str, str, str], dict[str, set[str]]] = {}
+    greedy: dict[str, bool] = {}  # scenario -> runs at temperature 0 (each scenario file read once)
+    for entry in entries:
+        if entry.voided or entry.control:
+            continue
+        for round_results in entry.rounds:
+            for name, result in round_results.items():
+                if name not in greedy:
+                    greedy[name] = load_scenario(name).temperature == 0
+                if not greedy[name]:
+                    continue
+                for record in read_records(Path(result.dir)):
+                    if record.complete and record.text_sha256:
+                        key = (name, record.prompt, record.prompt_nonce or "")
+                        by_key.setdefault(key, {}).setdefault(entry.arm, set()).add(record.text_sha256)
+    shared = {k: v for k, v in by_key.items() if len(v) >= 2}
+    identical = sum(1 for v in shared.values() if len(set().union(*v.values())) == 1)
+    return {"compared_prompts": len(shared), "identical": identical, "differing": len(shared) - identical,
+            "arms": arms}
+

@@ -1,0 +1,161 @@
+"""compare.md: the analysis in the seeds' form, one function per section (SECTIONS, in order)."""
+
+from __future__ import annotations
+
+from rig.compare.percentiles import min_count
+from rig.compare.quality import quality_line
+from rig.compare.report import Analysis
+from rig.compare.stats import CONFIDENCE, RATIO, Comparison
+
+
+def _num(value: float) -> str:
+    return f"{value:.1f}" if abs(value) >= 100 else f"{value:.2f}" if abs(value) >= 1 else f"{value:.4f}"
+
+
+def _delta(c: Comparison, value: float) -> str:
+    return f"{value:+.2f}%" if c.scale == RATIO else f"{value:+.4f}"
+
+
+def _details(c: Comparison) -> str:
+    parts = [f"{c.pairs} pair(s), {100 * c.confidence:.4g}% interval"]
+    unit = c.noise.unit if c.noise.unit == "%" else f" {c.noise.unit}"
+    if c.noise.boot_sd is not None:
+        parts.append(f"boot sd {c.noise.boot_sd:.3g}{unit}")
+    if c.noise.round_sd is not None:
+        parts.append(f"round sd {c.noise.round_sd:.3g}{unit}")
+    if c.pairs_for_target is not None and c.confidence == CONFIDENCE:
+        parts.append(f"{c.pairs_for_target} pairs resolve {c.target_pct:g}%")
+    if c.support is not None and (counts := c.support.count_range()):
+        parts.append(f"{c.support.percentile} of {counts[0]}-{counts[1]} samples per boot")
+        if refused := c.support.refused():
+            parts.append(f"{len(refused)} boot(s) refused, fewer than {c.support.needed}: "
+                         + ", ".join(f"{arm} block {block} ({n})" for arm, block, n in refused))
+    return "; ".join(parts)
+
+
+def comparison_line(scenario: str, label: str, c: Comparison) -> str:
+    """One comparison as the report prints it: paired means, delta, interval, verdict, details."""
+    head = f"{scenario:14} {label:24}"
+    if c.delta is None or c.baseline_mean is None or c.arm_mean is None:
+        return f"{head} {c.verdict}"  # no pair: the verdict says why (a refusal names the counts)
+    means = f"{_num(c.baseline_mean):>10} -> {_num(c.arm_mean):>10} {c.unit:15}"
+    interval = f"[{_delta(c, c.ci[0])}, {_delta(c, c.ci[1])}]" if c.ci else "[no interval]"
+    lines = [f"{head} {means} {_delta(c, c.delta):>8} {interval:20} {c.verdict}   ({_details(c)})"]
+    lines += [f"{'':14} {'':24} left out: {reason}" for reason in c.excluded]
+    return "\n".join(lines)
+
+
+def _header(analysis: Analysis) -> list[str]:
+    plan = analysis.plan
+    arms = [a["name"] for a in plan["arms"]]
+    planned = analysis.boots["planned"] - (1 if plan["control"] else 0)
+    headlines = len(analysis.scenarios) * (len(arms) - 1)
+    family = analysis.family
+    lines = [f"# rig compare {plan['recipe']}: {' vs '.join(arms)}",
+             f"{plan['boots']} boot pair(s) (ABBA), {plan['rounds']} rounds per boot, each scenario's first run after every boot "
+             f"discarded; {analysis.boots['used']} of {planned} boots used. Headline: paired t interval on the boot-pair log "
+             f"ratios (the boot is the unit of replication), {100 * CONFIDENCE:.0f}% for each of the {headlines} headline "
+             f"comparison(s) (each, with nothing changed, prints a verdict {100 - 100 * CONFIDENCE:.0f}% of the time). "
+             "Secondary figures (latency percentiles"
+             + (", goodput as a paired difference in req/s" if plan["slos"] else "")
+             + f"): {family.size} interval(s), each at {100 * family.confidence:.4g}% (Bonferroni: with nothing changed, any "
+             f"of them prints a verdict at most {100 * family.alpha:.0f}% of the time). Percentiles: each boot's requests "
+             f"pooled over its usable rounds; a boot with fewer samples than bracket the percentile with 95% confidence is "
+             f"refused (p50: {min_count(0.5)}, p99: {min_count(0.99)}). Means: of the paired boots only (geometric for "
+             "ratios, so their ratio is the delta).", ""]
+    if analysis.void:
+        lines += [f"**VOID: {analysis.void}**", ""]
+    return lines
+
+
+def _figures(analysis: Analysis) -> list[str]:
+    arms = [a["name"] for a in analysis.plan["arms"]]
+    lines = ["```"]
+    for name, result in analysis.scenarios.items():
+        lines += [comparison_line(name, f"{arms[0]} -> {arm}", c) for arm, c in result.vs.items()]
+        for figure, per_arm in result.latency.items():
+            lines += [comparison_line(name, f"  {figure} {arm}", c) for arm, c in per_arm.items()
+                      if c.pairs or (c.support and c.support.count_range())]
+        if result.goodput:
+            lines += [comparison_line(name, f"  goodput {arm}", c) for arm, c in result.goodput.items()]
+    lines.append("```")
+    if analysis.plan["slos"]:
+        lines.append(f"Goodput: requests per second meeting every SLO {analysis.plan['slos']} (seconds).")
+    return lines
+
+
+def _target_section(analysis: Analysis) -> list[str]:
+    return [f"\n{analysis.target['status']}."] if analysis.target else []
+
+
+def _greedy(analysis: Analysis) -> list[str]:
+    greedy = analysis.greedy
+    if not greedy["prompts"]:
+        return []
+    n = len(greedy["prompts"])
+    across = sum(greedy["identical_across_arms"].values())
+    lines = [f"\nGreedy identity (temperature 0, c=1, {n} prompts): {greedy['status']}; across arms {across}/{n}; "
+             + "; ".join(f"within {arm} {sum(v.values())}/{n} over {greedy['boots_per_arm'][arm]} boots"
+                         for arm, v in greedy["identical_within_arm"].items())]
+    control = greedy.get("control")
+    if control:
+        if control["discriminates"] is None:
+            lines.append(f"Control {control['arm']}: not measured ({control.get('note')}).")
+        elif control["discriminates"]:
+            lines.append(f"Control {control['arm']}: {len(control['differing_prompts'])}/{n} prompts differ from every "
+                         f"baseline boot: the check discriminates.")
+        else:
+            lines.append(f"Control {control['arm']}: the check does NOT discriminate "
+                         f"({len(control['differing_prompts'])}/{n} differ; {control.get('note') or 'same outputs'}).")
+    return lines
+
+
+def _batching(analysis: Analysis) -> list[str]:
+    batching = analysis.batching
+    if not batching["compared_prompts"]:
+        return []
+    return [f"Identity under batching (load-test outputs, same prompt and nonce across arms): "
+            f"{batching['identical']}/{batching['compared_prompts']} identical (batch composition may change them)."]
+
+
+def _boots(analysis: Analysis) -> list[str]:
+    lines = [f"\nVoided boot {v['index']} ({v['arm']}, attempt {v['attempt']}): " + "; ".join(v["problems"])[:500]
+             for v in analysis.boots["voided"]]
+    lines += [f"\nRounds left out of boot {e['index']} ({e['arm']}): " + "; ".join(e["rounds"])[:500]
+              for e in analysis.boots["exclusions"]]
+    return lines
+
+
+def _conditions(analysis: Analysis) -> list[str]:
+    lines = []
+    differences = analysis.fingerprints["differences"]
+    if differences:
+        lines.append("\nFingerprint differences between boots: " + "; ".join(
+            f"{d['field']} ({d['class']})" for d in differences[:20]))
+    healthy = [f"{k} {v:.1f}s" for k, v in analysis.boot_to_healthy_s.items() if v]
+    if healthy:
+        lines.append("\nBoot to healthy: " + ", ".join(healthy))
+    for arm, only in analysis.boot_log_diff.items():
+        if only:
+            lines.append(f"\nBoot-log lines only in {arm}:\n" + "\n".join(f"    {line[:200]}" for line in only[:20]))
+    return lines
+
+
+def _quality(analysis: Analysis) -> list[str]:
+    """One line per arm beside the throughput verdict: did the outputs move, and by more than noise."""
+    quality = analysis.quality
+    if not quality:
+        return []
+    arms = [a["name"] for a in analysis.plan["arms"]]
+    lines = ["\nQuality beside speed (teacher-forced scores of the baseline's greedy continuations; the noise floor "
+             "is the drift between baseline boots; coherence differences under Holm across the arm's figures):"]
+    lines += [f"- {arm}: {quality_line(quality, arm)}" for arm in arms[1:]]
+    lines += [f"- note: {note}" for note in quality.get("notes") or []]
+    return lines
+
+
+SECTIONS = (_header, _figures, _quality, _target_section, _greedy, _batching, _boots, _conditions)
+
+
+def markdown(analysis: Analysis) -> str:
+    return "\n".join(line for section in SECTIONS for line in section(analysis)) + "\n"

@@ -1,0 +1,99 @@
+"""compare.png: per scenario, the boots in time order beside each comparison's delta.
+
+The grey box behind each delta is the noise of that delta: the interval it would have if it were
+centred on zero (the same t, sd and pairs, at the row's own confidence). A point outside its box
+is a resolved change; inside, the design cannot tell it from no change.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from rig.compare.quality import quality_line
+from rig.compare.report import Analysis, ScenarioResult
+from rig.compare.stats import RATIO, Comparison
+
+
+def as_percent(c: Comparison) -> tuple[float, tuple[float, float], tuple[float, float]] | None:
+    """(delta, interval, zero-centred noise box) in percent of the baseline; None without an interval.
+    A difference (goodput) is scaled by the paired baseline mean, and has no percent when that is 0."""
+    if c.delta is None or c.ci is None:
+        return None
+    if c.scale == RATIO:
+        half = math.log1p(c.precision_pct / 100) if c.precision_pct is not None else 0.0
+        return c.delta, c.ci, (100 * math.expm1(-half), 100 * math.expm1(half))
+    if not c.baseline_mean:
+        return None
+    scale = 100 / c.baseline_mean
+    half = (c.ci[1] - c.ci[0]) / 2
+    return c.delta * scale, (c.ci[0] * scale, c.ci[1] * scale), (-half * scale, half * scale)
+
+
+def effect_rows(result: ScenarioResult, baseline: str) -> list[tuple[str, str, Comparison]]:
+    rows = [(f"{arm} vs {baseline}\n{result.headline}", arm, c) for arm, c in result.vs.items()]
+    rows += [(f"{arm}: {name}\n(lower is better)", arm, c) for name, per_arm in result.latency.items()
+             for arm, c in per_arm.items() if c.delta is not None]
+    rows += [(f"{arm}: goodput\n(difference, % of baseline)", arm, c) for arm, c in result.goodput.items()]
+    return rows
+
+
+def plot(analysis: Analysis, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    arms = [a["name"] for a in analysis.plan["arms"]]
+    colours = {arm: f"C{i}" for i, arm in enumerate(arms)}
+    scenarios = analysis.scenarios
+    rows_per_scenario = max(len(effect_rows(result, arms[0])) for result in scenarios.values()) if scenarios else 1
+    height = max(4.2, 0.3 * rows_per_scenario + 1.6)
+    figure, axes = plt.subplots(len(scenarios), 2, figsize=(13, height * len(scenarios)), squeeze=False,
+                                gridspec_kw={"width_ratios": [2.2, 1]}, layout="constrained")
+    for (left, right), (name, result) in zip(axes, scenarios.items()):
+        labels = []
+        for x, boot in enumerate(analysis.timeline):
+            values = [v for v in boot["rounds"].get(name, []) if v is not None]
+            colour = "0.6" if boot["control"] else colours.get(boot["arm"], "0.4")
+            if values:
+                left.bar(x, float(np.mean(values)), color=colour, alpha=0.35, width=0.7)
+                left.scatter([x] * len(values), values, color=colour, s=18, zorder=3)
+            if boot["voided"]:
+                left.text(x, 0.04, "voided", rotation=90, ha="center", va="bottom", fontsize=8, color="red",
+                          transform=left.get_xaxis_transform())
+            labels.append(f"{boot['index']}\n{boot['arm']}")
+        left.set_xticks(range(len(labels)), labels, fontsize=7)
+        left.set_xlabel("boots in time order (index, arm)")
+        left.set_ylabel(result.unit)
+        left.set_title(f"{name}: rounds (points) and boot means (bars)")
+        means = [v for arm_boots in result.boots.values() for vs in arm_boots.values() for v in vs]
+        if means:
+            low, high = min(means), max(means)
+            left.set_ylim(max(0.0, low - 0.15 * (high - low + 1e-9) - 0.05 * high), high + 0.15 * (high - low + 1e-9) + 0.02 * high)
+        left.legend(handles=[Patch(color=colours[a], alpha=0.6, label=a) for a in arms], fontsize=7, loc="lower right")
+        rows = effect_rows(result, arms[0])
+        for y, (_, arm, c) in enumerate(rows):
+            shown = as_percent(c)
+            if shown is None:
+                right.text(0, y, f" {'no data' if c.delta is None else 'no interval'}", va="center", fontsize=7, color="0.4")
+                continue
+            delta, (low, high), (noise_low, noise_high) = shown
+            right.fill_betweenx([y - 0.35, y + 0.35], noise_low, noise_high, color="0.87", zorder=0)
+            right.errorbar([delta], [y], xerr=[[delta - low], [high - delta]], fmt="o", color=colours[arm], capsize=4)
+        right.axvline(0, color="k", lw=0.8)
+        right.set_xscale("symlog", linthresh=10)  # linear within +-10%: one wide tail interval cannot flatten the rest
+        right.set_yticks(range(len(rows)), [label for label, _, _ in rows], fontsize=7)
+        right.set_ylim(len(rows) - 0.5, -0.5)
+        right.set_xlabel(f"delta % (symlog; headline 95%, others {100 * analysis.family.confidence:.4g}% each)\n"
+                         "grey: the delta's noise (its interval centred on 0)")
+        quality = analysis.quality
+        arm_names = [a["name"] for a in analysis.plan["arms"]]
+        right.set_title("effect: headline, latency, goodput" + "".join(
+            f"\nquality {arm}: {quality_line(quality, arm)[:95]}" for arm in arm_names[1:]) if quality else
+            "effect: headline, latency, goodput", fontsize=7 if quality else None)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

@@ -1,0 +1,213 @@
+"""What a comparison report prints is what its statistics computed: paired means, asymmetric
+intervals, the precision `--target` plans for and is judged against, percentile counts and
+refusals, goodput as a paired difference with its zeros, exclusions, the secondary family's
+confidence, and the plot's noise band."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+from simulated_runs import SCENARIO, Design, simulate_comparison
+
+from rig.compare.arms import Arm
+from rig.compare.command import write_report
+from rig.compare.markdown import comparison_line, markdown
+from rig.compare.model import BootEntry, ComparePlan, RunResult
+from rig.compare.percentiles import LatencyHistogram
+from rig.compare.plot import as_percent
+from rig.compare.report import analyze
+from rig.compare.stats import (
+    CONFIDENCE,
+    compare_boots,
+    family_confidence,
+    pairs_needed,
+    pct,
+    precision_pct,
+    stein_pairs,
+    t_quantile,
+    target_met,
+)
+from rig.load.summary import LATENCY
+
+HEADLINE = "user_decode_tok_s"
+NUMBER = r"([+-]?\d+(?:\.\d+)?)"
+
+
+def plan_for(boots: int, slos: dict[str, float] | None = None) -> ComparePlan:
+    return ComparePlan(recipe="tiny-cpu", arms=[Arm("a"), Arm("b")], control=None, boots=boots, rounds=3,
+                       scenarios=[SCENARIO], small=True, slos=slos)
+
+
+def entry(index: int, block: int, arm: str, headline: list[float], goodput: list[float] | None = None,
+          voided: bool = False) -> BootEntry:
+    rounds = [{SCENARIO: RunResult(SCENARIO, "/nonexistent", {HEADLINE: value}, [],
+                                   goodput={"requests_per_s": goodput[i]} if goodput else None,
+                                   latency={"ttft": LatencyHistogram.of([100.0 + i, 120.0, 140.0] * 3)})}
+              for i, value in enumerate(headline)]
+    return BootEntry(index=index, block=block, arm=arm, spec="", control=False, attempt=1, voided=voided,
+                     problems=["boot check failed"] if voided else [], rounds=[] if voided else rounds)
+
+
+def printed(text: str, label: str) -> str:
+    return next(line for line in text.splitlines() if label in line)
+
+
+def test_means_are_of_the_paired_boots_and_their_ratio_is_the_delta():
+    """b's block-1 boot was voided: a's block-1 boot (an outlier at 200) must not enter the means."""
+    entries = [entry(0, 0, "a", [100.0, 101.0, 99.0]), entry(1, 0, "b", [102.0, 103.0, 101.0]),
+               entry(2, 1, "b", [0.0], voided=True), entry(3, 1, "a", [200.0, 200.0, 200.0]),
+               entry(4, 2, "a", [98.0, 99.0, 100.0]), entry(5, 2, "b", [99.0, 100.0, 101.0])]
+    analysis = analyze(plan_for(3), entries)
+    c = analysis.scenarios[SCENARIO].vs["b"]
+    assert c.pairs == 2
+    assert c.baseline_mean == pytest.approx(math.sqrt(100.0 * 99.0)) and c.arm_mean == pytest.approx(math.sqrt(102.0 * 100.0))
+    assert c.delta == pytest.approx(100 * (c.arm_mean / c.baseline_mean - 1))
+    line = printed(markdown(analysis), "a -> b")
+    base, arm, delta, low, high = map(float, re.search(
+        rf"{NUMBER} -> +{NUMBER} .*? {NUMBER}% \[{NUMBER}%, {NUMBER}%\]", line).groups())
+    assert (base, arm) == (round(c.baseline_mean, 2), round(c.arm_mean, 2))
+    assert (delta, low, high) == (round(c.delta, 2), round(c.ci[0], 2), round(c.ci[1], 2))
+    assert "200" not in line and "95% interval" in line
+
+
+def test_a_wide_interval_is_printed_asymmetric_as_it_is():
+    baseline = {0: [100.0], 1: [100.0], 2: [100.0]}
+    arm = {0: [10.0], 1: [200.0], 2: [80.0]}
+    c = compare_boots(baseline, arm, unit="tok/s")
+    diffs = np.log([0.1, 2.0, 0.8])
+    half = t_quantile(2) * diffs.std(ddof=1) / math.sqrt(3)
+    assert c.ci == pytest.approx((pct(diffs.mean() - half), pct(diffs.mean() + half)))
+    assert c.ci[1] - c.delta > 2 * (c.delta - c.ci[0])  # the ratio scale is asymmetric in percent
+    line = comparison_line(SCENARIO, "a -> b", c)
+    assert f"[{c.ci[0]:+.2f}%, {c.ci[1]:+.2f}%]" in line and "+-" not in line
+    assert c.precision_pct == pytest.approx(100 * math.expm1(half))
+
+
+@pytest.mark.parametrize("sd", [0.004, 0.01, 0.03, 0.08])
+@pytest.mark.parametrize("target", [0.5, 1.0, 2.0, 5.0])
+def test_target_plans_for_and_is_judged_against_the_same_precision(sd, target):
+    """pairs_needed and Stein's stein_pairs give the fewest pairs whose interval's precision_pct
+    (the quantity target_met compares) is at most the target."""
+    def precision(n: int, df: int) -> float:
+        return precision_pct(t_quantile(df) * sd / math.sqrt(n))
+
+    n = pairs_needed(sd, target)
+    assert n is not None and target_met(precision(n, n - 1), target)
+    assert n == 2 or not target_met(precision(n - 1, n - 2), target)
+    stein = stein_pairs(sd, 4, target)
+    assert target_met(precision(stein, 3), target) and (stein == 4 or not target_met(precision(stein - 1, 3), target))
+
+
+def test_stein_comparison_meets_the_target_at_the_pairs_it_planned():
+    rng = np.random.default_rng(4)
+    baseline = {b: [100 * math.exp(rng.normal(0, 0.01))] for b in range(4)}
+    arm = {b: [100 * math.exp(rng.normal(0, 0.01))] for b in range(4)}
+    first = compare_boots(baseline, arm, target_pct=1.0, first_stage=4)
+    for block in range(4, first.pairs_for_target):
+        baseline[block], arm[block] = [100 * math.exp(rng.normal(0, 0.01))], [100 * math.exp(rng.normal(0, 0.01))]
+    final = compare_boots(baseline, arm, target_pct=1.0, first_stage=4)
+    assert final.pairs == max(4, first.pairs_for_target) and target_met(final.precision_pct, 1.0)
+    assert final.precision_pct == pytest.approx(precision_pct(t_quantile(3) * first.pair_sd / 100 / math.sqrt(final.pairs)))
+
+
+@pytest.fixture(scope="module")
+def simulated():
+    plan, entries = simulate_comparison(np.random.default_rng(23), Design())
+    return plan, entries, analyze(plan, entries)
+
+
+def test_percentiles_pool_each_boots_rounds_and_print_their_counts(simulated):
+    plan, entries, analysis = simulated
+    text = markdown(analysis)
+    result = analysis.scenarios[SCENARIO]
+    for figure in LATENCY:
+        c = result.latency[figure.name]["b"]
+        for e in entries:
+            pooled = LatencyHistogram.merged(r.latency[figure.samples] for r in e.usable_results(SCENARIO))
+            assert c.support.counts[e.arm][e.block] == pooled.count
+        low, high = c.support.count_range()
+        line = printed(text, f"{figure.name} b")
+        if high < c.support.needed:
+            assert f"refused: a {c.support.percentile} needs >= {c.support.needed} samples per boot, these boots had " \
+                   f"{low}-{high}" in line
+        else:
+            assert f"{c.support.percentile} of {low}-{high} samples per boot" in line
+            # each pair's delta is the ratio of the two boots' pooled percentiles
+            boots = {(e.arm, e.block): LatencyHistogram.merged(r.latency[figure.samples] for r in e.usable_results(SCENARIO))
+                     for e in entries}
+            expected = [pct(math.log(boots["b", k].quantile(figure.quantile) / boots["a", k].quantile(figure.quantile)))
+                        for k in range(plan.boots)]
+            assert c.pair_deltas == pytest.approx(expected) and c.pairs == plan.boots
+    ttft_p99 = result.latency["ttft_p99_ms"]["b"]
+    assert ttft_p99.support.count_range()[1] < 299 and ttft_p99.pairs == 0 and not ttft_p99.decided
+    assert "p50: 6, p99: 299" in text
+
+
+def test_a_boot_short_of_samples_is_refused_and_named_while_the_rest_compare():
+    def boot(index: int, block: int, arm: str, requests: int) -> BootEntry:
+        ttft = LatencyHistogram.of(np.linspace(100.0, 200.0, requests) * (1.1 if arm == "b" else 1.0))
+        rounds = [{SCENARIO: RunResult(SCENARIO, "/nonexistent", {HEADLINE: 100.0}, [], latency={"ttft": ttft})}]
+        return BootEntry(index=index, block=block, arm=arm, spec="", control=False, attempt=1, rounds=rounds)
+
+    entries = [boot(0, 0, "a", 310), boot(1, 0, "b", 300), boot(2, 1, "b", 298), boot(3, 1, "a", 305),
+               boot(4, 2, "a", 320), boot(5, 2, "b", 330), boot(6, 3, "b", 10), boot(7, 3, "a", 5)]
+    entries[6].voided = True  # its partner's 5 requests stand behind nothing printed
+    analysis = analyze(plan_for(4), entries)
+    c = analysis.scenarios[SCENARIO].latency["ttft_p99_ms"]["b"]
+    assert c.pairs == 2 and c.support.refused() == [("b", 1, 298)] and c.support.count_range() == (298, 330)
+    line = printed(markdown(analysis), "ttft_p99_ms b")
+    assert "p99 of 298-330 samples per boot; 1 boot(s) refused, fewer than 299: b block 1 (298)" in line
+
+
+def test_secondary_figures_share_one_bonferroni_family_and_say_so(simulated):
+    _, _, analysis = simulated
+    result = analysis.scenarios[SCENARIO]
+    secondary = [c for per_arm in result.latency.values() for c in per_arm.values()] + list(result.goodput.values())
+    with_interval = [c for c in secondary if c.ci is not None]
+    assert analysis.family.size == len(with_interval) == 5  # ttft p99 refused
+    assert all(c.confidence == family_confidence(5) == 0.99 for c in secondary)
+    assert result.vs["b"].confidence == CONFIDENCE
+    text = markdown(analysis)
+    assert "5 interval(s), each at 99%" in text and "99% interval" in printed(text, "itl_p50_ms b")
+
+
+def test_goodput_is_a_paired_difference_that_keeps_zero_rounds():
+    entries = [entry(0, 0, "a", [100.0] * 3, goodput=[0.0, 0.2, 0.1]), entry(1, 0, "b", [100.0] * 3, goodput=[0.3, 0.3, 0.3]),
+               entry(2, 1, "b", [100.0] * 3, goodput=[0.0, 0.0, 0.0]), entry(3, 1, "a", [100.0] * 3, goodput=[0.1, 0.1, 0.1]),
+               entry(4, 2, "a", [100.0] * 3, goodput=[0.2, 0.2, 0.2]), entry(5, 2, "b", [100.0] * 3, goodput=[0.2, 0.3, 0.1])]
+    analysis = analyze(plan_for(3, slos={"ttft": 1.0}), entries)
+    c = analysis.scenarios[SCENARIO].goodput["b"]
+    base, arm = np.array([0.1, 0.1, 0.2]), np.array([0.3, 0.0, 0.2])
+    half = t_quantile(2, c.confidence) * (arm - base).std(ddof=1) / math.sqrt(3)
+    assert c.pairs == 3 and not c.excluded and c.unit == "req/s"
+    assert (c.baseline_mean, c.arm_mean, c.delta) == pytest.approx((base.mean(), arm.mean(), (arm - base).mean()))
+    assert c.ci == pytest.approx(((arm - base).mean() - half, (arm - base).mean() + half))
+    line = printed(markdown(analysis), "goodput b")
+    assert f"{c.baseline_mean:.4f} ->     {c.arm_mean:.4f} req/s" in line and f"[{c.ci[0]:+.4f}, {c.ci[1]:+.4f}]" in line
+
+
+def test_a_value_with_no_log_ratio_is_listed_not_dropped():
+    c = compare_boots({0: [0.0, 5.0], 1: [4.0], 2: [4.4]}, {0: [5.0], 1: [4.2], 2: [4.1]}, unit="ms", names=("a", "b"))
+    assert c.pairs == 3 and c.excluded == ["a block 0: 1 value(s) <= 0 have no log ratio"]
+    assert "left out: a block 0: 1 value(s) <= 0 have no log ratio" in comparison_line(SCENARIO, "x", c)
+
+
+def test_the_plot_band_is_the_noise_of_each_delta(simulated, tmp_path):
+    _, _, analysis = simulated
+    result = analysis.scenarios[SCENARIO]
+    for c in [result.vs["b"], result.latency["tpot_p50_ms"]["b"]]:
+        delta, _, (low, high) = as_percent(c)
+        half = math.log1p(c.precision_pct / 100)
+        assert (low, high) == pytest.approx((pct(-half), pct(half)))
+        assert (delta < low or delta > high) == c.decided
+    goodput = result.goodput["b"]
+    delta, _, (low, high) = as_percent(goodput)
+    assert high == pytest.approx(-low) == pytest.approx(50 * (goodput.ci[1] - goodput.ci[0]) / goodput.baseline_mean)
+    write_report(tmp_path, analysis)
+    saved = json.loads((tmp_path / "compare.json").read_text())
+    assert saved["family"]["size"] == 5 and (tmp_path / "compare.png").stat().st_size > 0
+    assert saved["scenarios"][SCENARIO]["latency"]["ttft_p99_ms"]["b"]["support"]["needed"] == 299
