@@ -63,7 +63,7 @@ def test_every_sglang_recipe_parses_under_its_release(path, variant, rank):
 def test_rigs_launch_flags_exist_in_both_releases(release):
     spec = ENGINES["sglang"]
     launch = Launch(model_path="/models/m", host="127.0.0.1", port="30000", tp=4, ep=2, dcp=1, nodes=2, node_rank=1)
-    argv = spec.argv(launch) + spec.multinode(launch) + ["--served-model-name", "m", "--enable-metrics"]
+    argv = [*spec.program.console, *spec.argv(launch), *spec.multinode(launch), "--served-model-name", "m", "--enable-metrics"]
     parsed = grammar(release).check(launch_args(argv), f"rig/engines.py (sglang {release})")
     assert (parsed.tp_size, parsed.ep_size, parsed.nnodes, parsed.node_rank) == (4, 2, 2, 1)
     assert parsed.enable_metrics is True and parsed.served_model_name == "m"
@@ -189,3 +189,12 @@ def test_a_readable_fake_release_parses(tmp_path):
     assert (parsed.model_path, parsed.tp_size, parsed.attention_backend, parsed.x) == ("/m", 2, "torch_native", ["a", "b"])
     assert fake.release == "9.9.9" and fake.unchecked == ("--parser-name",)
     assert "invalid choice: 'fa3'" in str(pytest.raises(RigError, fake.check, ["--model", "/m", "--attention-backend", "fa3"], "fake").value)
+
+
+def test_the_native_driver_launch_through_a_named_interpreter_parses():
+    """A native SGLang recipe starts `<interpreter> -m sglang.launch_server ...`: the same grammar holds."""
+    recipe = parse_recipe(next(p for p, _, _ in BOOTS if p.stem == "mia-tp4"))
+    argv = server_argv(recipe.variant("host"), recipe.model.path, "127.0.0.1", python="/opt/sglang-venv/bin/python")
+    assert argv[:3] == ["/opt/sglang-venv/bin/python", "-m", "sglang.launch_server"]
+    parsed = grammar(PINNED_RELEASE).check(launch_args(argv), "native mia-tp4:host")
+    assert parsed.tp_size == 4 and parsed.model_path == recipe.model.path
