@@ -249,3 +249,15 @@ def safe_regex(pattern: str) -> str:
     if problem:
         raise ValueError(f"regex {pattern!r}: {problem}")
     return pattern
+
+
+# Load-test names (scenarios, prompt sets, traces, conversation files) become directory and file
+# names under results/ and loadtests/: one plain word, so no name can walk out of its directory.
+LOAD_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
+
+
+def load_name(value: str) -> str:
+    if not _full(LOAD_NAME, value):
+        raise ValueError(f"{value!r} is not a load-test name (lowercase letters, digits and -, at most 64, "
+                         "starting with a letter or digit)")
+    return value

@@ -177,7 +177,8 @@ def scenario_result(plan: ComparePlan, entries: list[BootEntry], name: str) -> S
     target = plan.target_pct or DEFAULT_TARGET_PCT
     boots = figure_boots(entries, name, headline.name)
     first = plan.first_stage if plan.target_pct is not None else None
-    vs = {arm: compare_boots(boots.get(baseline, {}), boots.get(arm, {}), headline.name, True, target, first_stage=first)
+    vs = {arm: compare_boots(boots.get(baseline, {}), boots.get(arm, {}), headline.name, headline.higher_is_better, target,
+                             first_stage=first)
           for arm in arms[1:]}
     latency = {}
     for figure in LATENCY:

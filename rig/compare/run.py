@@ -130,6 +130,8 @@ def run_boot(plan: ComparePlan, index: int, block: int, arm: Arm, out: Path, pro
 def run_compare(plan: ComparePlan, out: Path, progress: bool = True) -> list[BootEntry]:
     """Every boot of the plan, finished ones read back; `--target` extends the plan by whole ABBA
     blocks until the widest headline interval is narrow enough or max_boots is reached."""
+    for name in plan.scenarios:  # a bad scenario is refused before the comparison writes anything
+        load_scenario(name)
     out.mkdir(parents=True, exist_ok=True)
     if (out / "plan.json").exists():
         try:
@@ -145,8 +147,6 @@ def run_compare(plan: ComparePlan, out: Path, progress: bool = True) -> list[Boo
         plan = saved
     else:
         plan.write(out)
-    for name in plan.scenarios:
-        load_scenario(name)
     while True:
         entries = _run_order(plan, out, progress)
         if plan.target_pct is None:

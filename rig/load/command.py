@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from pathlib import Path
+
+from pydantic import ValidationError
 
 from rig.atomic import write_text_atomic
 from rig.boot import BootRecord, current_boot, driver_for
@@ -13,7 +14,8 @@ from rig.engines import engine
 from rig.errors import RigError
 from rig.load.report import markdown_table, notes
 from rig.load.runner import LoadTarget, note_run, results_root, run_scenario, settle_estimate, warmup_pending
-from rig.load.scenarios import TokenCounter, load_scenario
+from rig.load.inputs import validation_line
+from rig.load.scenarios import Scenario, TokenCounter, load_scenario
 from rig.load.summary import RunSummary
 from rig.recipe import Resolved, load
 
@@ -57,14 +59,25 @@ def flush_prefix_cache(target: LoadTarget) -> str:
     return f"prefix cache flushed ({endpoint})"
 
 
+def scenarios_for(names: list[str], small: bool, duration_s: float | None = None) -> list[Scenario]:
+    """The named scenarios at the chosen size, each validated (with its data files) before anything
+    boots or is written; a --duration override is held to the same bounds as the file."""
+    scenarios = [load_scenario(name).scaled(small) for name in names]
+    if duration_s is None:
+        return scenarios
+    try:
+        return [s.with_changes(duration_s=float(duration_s)) for s in scenarios]
+    except ValidationError as error:
+        field, message = validation_line(error)
+        raise RigError("command line", "--duration", message, "pass a positive number of seconds, at most a day") from None
+
+
 def run_scenarios(target: LoadTarget, names: list[str], small: bool, workers: int | None, root: Path,
                   progress: bool = True, warmup: bool = True, duration_s: float | None = None,
                   remote_workers: int = 0, master_bind: str = "127.0.0.1", flush_cache: bool = False) -> list[RunSummary]:
     """The warmup rule lives here: each scenario's first complete run after a boot is run, kept,
     marked and left out of results; the measured run waits for the steady state its warmup timed."""
-    scenarios = [load_scenario(name).scaled(small) for name in names]
-    if duration_s:
-        scenarios = [replace(s, duration_s=duration_s) for s in scenarios]
+    scenarios = scenarios_for(names, small, duration_s)
     counter = TokenCounter(target.model_dir, target.record.base_url, target.record.served_model)
     summaries: list[RunSummary] = []
     for scenario in scenarios:
@@ -92,6 +105,11 @@ def loadtest(ref: str | None, names: list[str] | None, small: bool | None, worke
     driver = None
     engine_name = None
     resolved: Resolved | None
+    names = names or DEFAULT_SCENARIOS
+    for name in names:  # a bad scenario is refused before anything boots or is written
+        load_scenario(name)
+    if duration_s is not None:
+        scenarios_for(names, False, duration_s)
     if url:
         from rig.load.attach import attach
 
@@ -116,7 +134,7 @@ def loadtest(ref: str | None, names: list[str] | None, small: bool | None, worke
     interrupted = False
     summaries: list[RunSummary] = []
     try:
-        summaries = run_scenarios(target, names or DEFAULT_SCENARIOS, small, workers, root, duration_s=duration_s,
+        summaries = run_scenarios(target, names, small, workers, root, duration_s=duration_s,
                                   remote_workers=remote_workers, master_bind=master_bind, flush_cache=flush_cache)
     except Interrupted as stop:
         summaries, interrupted = stop.summaries, True
