@@ -22,7 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictStr, model_validator
+from pydantic import Field, StrictStr, field_validator
 
 from rig.errors import RigError
 from rig.load.inputs import display, read_rows
@@ -65,15 +65,16 @@ class ConversationRow(Strict):
     id: StrictStr = Field(min_length=1, max_length=200)
     conversations: list[Message] = Field(min_length=2, max_length=2 * MAX_TURNS + 1)
 
-    @model_validator(mode="after")
-    def _alternating(self) -> ConversationRow:
-        messages = self.conversations[1:] if self.conversations[0].sender == "system" else self.conversations
+    @field_validator("conversations")
+    @classmethod
+    def _alternating(cls, conversations: list[Message]) -> list[Message]:
+        messages = conversations[1:] if conversations[0].sender == "system" else conversations
         expected = ["human", "gpt"] * (len(messages) // 2)
         if len(messages) % 2 or [m.sender for m in messages] != expected:
             raise ValueError("after an optional system message, turns must alternate human, gpt, ... and end with gpt")
         if any(not m.value.strip() for m in messages[::2]):
             raise ValueError("a human turn is empty")
-        return self
+        return conversations
 
     @property
     def system(self) -> str | None:

@@ -318,10 +318,12 @@ def arrival_window(records: list[RequestRecord], events: dict[str, float], last_
 
 
 def arrival_stats(records: list[RequestRecord], window: Window, offsets: list[float], epoch: float | None,
-                  rate: float | None, burstiness: float | None, capped: bool, pool: int) -> dict[str, Any]:
+                  rate: float | None, burstiness: float | None, capped: bool, pool: int, factor: float = 1.0) -> dict[str, Any]:
     """What the schedule asked for inside the window and what the client did: the achieved rate,
     the client-side queueing delay (scheduled -> sent), how late arrivals that found a free user
-    were sent, and (open loop) whether the sent gaps fit the Gamma distribution the schedule drew."""
+    were sent, and (open loop) whether the sent gaps fit the Gamma distribution the schedule drew
+    (Kolmogorov-Smirnov, on the gaps divided by the schedule's normalisation `factor`: see
+    rig.load.workload.gamma_schedule)."""
     from scipy import stats
 
     from rig.load.workload import arrivals_in
@@ -345,11 +347,11 @@ def arrival_stats(records: list[RequestRecord], window: Window, offsets: list[fl
     }
     if rate and burstiness:
         sends = sorted(r.t_send for r in mine)
-        gaps = [b - a for a, b in zip(sends, sends[1:])]
+        gaps = [(b - a) / factor for a, b in zip(sends, sends[1:])]
         if len(gaps) >= 20:
             result = stats.kstest(gaps, "gamma", args=(burstiness, 0.0, 1.0 / (rate * burstiness)))
             out["gaps"] = {"n": len(gaps), "distribution": f"gamma(shape={burstiness:g}, scale=1/({rate:g}*{burstiness:g}))",
-                           "ks_statistic": float(result.statistic), "ks_p": float(result.pvalue),
+                           "normalisation": factor, "ks_statistic": float(result.statistic), "ks_p": float(result.pvalue),
                            "mean_s": float(np.mean(gaps)), "cv": float(np.std(gaps) / np.mean(gaps))}
     return out
 

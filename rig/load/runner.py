@@ -38,7 +38,7 @@ from rig.load.metrics import (
 from rig.load.records import RequestRecord, read_records
 from rig.load.scenarios import ARRIVAL_KINDS, LOADTESTS, Scenario, TokenCounter, build_prompts
 from rig.load.summary import RunSummary
-from rig.load.workload import gamma_offsets
+from rig.load.workload import gamma_schedule
 from rig.observe.gpu import GpuSampler, summarize_gpu_samples
 from rig.observe.server_metrics import MetricsScraper, summarize_server_metrics
 from rig.observe.timeline import write_timeline
@@ -205,17 +205,19 @@ class LocustRun:
                     process.wait()
 
 
-def workload_config(scenario: Scenario, counter: TokenCounter, label: str, processes: int) -> tuple[dict[str, Any], list[float]]:
-    """The kind-specific part of the Locust configuration, and the arrival schedule (offsets in
-    seconds from its start) of an arrival-driven run (empty for the others)."""
+def workload_config(scenario: Scenario, counter: TokenCounter, label: str,
+                    processes: int) -> tuple[dict[str, Any], list[float], float]:
+    """The kind-specific part of the Locust configuration, the arrival schedule (offsets in seconds
+    from its start) of an arrival-driven run (empty for the others) and its normalisation factor."""
     config: dict[str, Any] = {"kind": scenario.kind, "arrival_processes": processes,
                               "output_lengths": scenario.output_lengths.model_dump() if scenario.output_lengths else None}
     offsets: list[float] = []
+    factor = 1.0
     if scenario.arrivals is not None:
         arrivals = scenario.arrivals
         count = arrivals.requests or max(1, round(arrivals.rate * scenario.duration_s))
         config["arrivals"] = {"rate": arrivals.rate, "burstiness": arrivals.burstiness, "count": count, "seed": scenario.seed}
-        offsets = gamma_offsets(arrivals.rate, arrivals.burstiness, count, scenario.seed)
+        offsets, factor = gamma_schedule(arrivals.rate, arrivals.burstiness, count, scenario.seed)
     if scenario.trace is not None:
         from rig.load.datasets import build_trace
 
@@ -228,7 +230,7 @@ def workload_config(scenario: Scenario, counter: TokenCounter, label: str, proce
 
         config.update(conversations=build_conversations(scenario, counter, scenario.file), turns=scenario.conversation.turns,
                       think_time_s=scenario.conversation.think_time_s)
-    return config, offsets
+    return config, offsets, factor
 
 
 def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers: int | None = None,
@@ -247,7 +249,7 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
     nonce = None
     if prompts is None:
         prompts, nonce = build_prompts(scenario, counter)
-    workload, offsets = workload_config(scenario, counter, label, run.processes_sending)
+    workload, offsets, factor = workload_config(scenario, counter, label, run.processes_sending)
     out_dir.mkdir(parents=True, exist_ok=True)
     config = {"scenario": scenario.name, "base_url": record.base_url, "model": record.served_model,
               "endpoint": scenario.endpoint, "max_tokens": scenario.max_tokens, "temperature": scenario.temperature,
@@ -290,7 +292,7 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
         arrivals = scenario.arrivals
         metrics["arrivals"] = arrival_stats(records, window, offsets, events.get("arrivals_start"),
                                             arrivals.rate if arrivals else None, arrivals.burstiness if arrivals else None,
-                                            scenario.capped, scenario.pool)
+                                            scenario.capped, scenario.pool, factor)
         late = arrival_problems(metrics["arrivals"])
         verdict = {**verdict, "valid": verdict["valid"] and not late, "reasons": verdict["reasons"] + late}
     if scenario.kind == "multi_turn":
