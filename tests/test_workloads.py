@@ -11,16 +11,18 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import REPO
+from conftest import REPO, free_port
 from scipy import stats
-from test_loadtest_metrics import ITL, TTFT, timed_target, within  # noqa: F401 - fixture
+from test_loadtest_metrics import start_timed_server
 
+from rig.boot.base import BootRecord
 from rig.load.metrics import Window, arrival_problems, arrival_stats, arrival_window
 from rig.load.records import RequestRecord, read_records
-from rig.load.runner import run_scenario
+from rig.load.runner import LoadTarget, run_scenario
 from rig.load.scenarios import TokenCounter, load_scenario
 from rig.load.sse import StreamScan
 from rig.load.workload import OutputLengths, arrivals_in, gamma_offsets, gamma_schedule
+from rig.recipe import load
 
 # --- the schedule -----------------------------------------------------------------------------
 
@@ -194,6 +196,19 @@ def test_a_schedule_that_never_started_is_not_steady():
 
 
 # --- real runs against the timed server --------------------------------------------------------
+
+
+@pytest.fixture
+def timed_target(tmp_path):
+    """The timed server (TTFT 1 s, 20 ms per token; stand-in prefix cache) and a boot record for it."""
+    port = free_port()
+    server = start_timed_server(port)
+    record = BootRecord(boot_id="workloads", ref="timed", recipe="tiny-cpu", variant=None, driver="test",
+                        base_url=f"http://127.0.0.1:{port}", boot_dir=str(tmp_path / "boot"), log_path="", manifest_dir="",
+                        served_model="timed")
+    yield LoadTarget(load("tiny-cpu"), record, None), server
+    server.kill()
+    server.wait()
 
 
 def _counter() -> TokenCounter:

@@ -16,6 +16,7 @@ from rig.atomic import write_text_atomic
 from rig.compare.arms import Arm, boot_order
 
 COMPARE_SCHEMA = 2
+IMPORTED_INDEX = 100  # boots imported from another tool (rig import --compare) are numbered from here
 
 
 @dataclass

@@ -231,7 +231,9 @@ def analyze(plan: ComparePlan, entries: list[BootEntry]) -> Analysis:
         plan=plan.to_json(),
         boots={"planned": len(plan.order()), "used": len(usable),
                "voided": [{"index": e.index, "arm": e.arm, "attempt": e.attempt, "problems": e.problems} for e in entries if e.voided],
-               "exclusions": [{"index": e.index, "arm": e.arm, "rounds": e.exclusions()} for e in entries if e.exclusions()]},
+               "exclusions": [{"index": e.index, "arm": e.arm, "rounds": e.exclusions()} for e in entries if e.exclusions()],
+               "imported": [{"index": e.index, "arm": e.arm, "block": e.block, "spec": e.spec, "boot_id": e.boot_id}
+                            for e in entries if e.spec.startswith("imported:")]},
         boot_to_healthy_s={f"{e.index:02d}-{e.arm}": e.healthy_after_s for e in entries},
         scenarios=scenarios,
         greedy=greedy_report(entries, arms, plan.control.name if plan.control else None),
@@ -312,6 +314,9 @@ def markdown(analysis: Analysis) -> str:
     if batching["compared_prompts"]:
         lines.append(f"Identity under batching (load-test outputs, same prompt and nonce across arms): "
                      f"{batching['identical']}/{batching['compared_prompts']} identical (batch composition may change them).")
+    for imported in analysis.boots.get("imported", []):
+        lines.append(f"\nImported boot {imported['index']} ({imported['arm']}, block {imported['block']}): {imported['spec']} "
+                     f"({imported['boot_id']}): measured by another tool; rig did not check its client, boot or warmup.")
     for voided in analysis.boots["voided"]:
         lines.append(f"\nVoided boot {voided['index']} ({voided['arm']}, attempt {voided['attempt']}): "
                      + "; ".join(voided["problems"])[:500])

@@ -19,7 +19,7 @@ from rig.boot.base import BootRecord
 from rig.boot.checks import check_boot, read_manifests
 from rig.chat import stream_chat
 from rig.compare.arms import Arm
-from rig.compare.model import BootEntry, ComparePlan, RunResult
+from rig.compare.model import IMPORTED_INDEX, BootEntry, ComparePlan, RunResult
 from rig.errors import RigError
 from rig.load.command import Interrupted, model_dir_for, run_scenarios
 from rig.load.runner import LoadTarget
@@ -148,7 +148,7 @@ def run_compare(plan: ComparePlan, out: Path, progress: bool = True) -> list[Boo
     else:
         plan.write(out)
     while True:
-        entries = _run_order(plan, out, progress)
+        entries = _run_order(plan, out, progress) + imported_entries(out, plan)
         if plan.target_pct is None:
             return entries
         if plan.planned_pairs is None:
@@ -188,6 +188,34 @@ def _run_order(plan: ComparePlan, out: Path, progress: bool) -> list[BootEntry]:
         entry.write(out)
         entries.append(entry)
     return entries
+
+
+def imported_entries(out: Path, plan: ComparePlan) -> list[BootEntry]:
+    """Boots `rig import --compare` added (another tool's runs), numbered after every planned boot."""
+    planned = len(plan.order())
+    entries = []
+    for path in sorted((out / "boots").glob("*.json")):
+        head = path.name.split("-", 1)[0]
+        if path.name.endswith(".in-progress.json") or not head.isdigit() or int(head) < max(planned, IMPORTED_INDEX):
+            continue
+        try:
+            entries.append(BootEntry.read(path))
+        except (ValueError, TypeError, KeyError):
+            continue
+    return entries
+
+
+def all_entries(out: Path, plan: ComparePlan) -> list[BootEntry]:
+    """Every finished boot of a comparison directory, planned and imported, without running any."""
+    entries = []
+    for index, (_, arm) in enumerate(plan.order()):
+        path = BootEntry.path(out, index, arm.name)
+        if path.exists():
+            try:
+                entries.append(BootEntry.read(path))
+            except (ValueError, TypeError, KeyError):
+                continue
+    return entries + imported_entries(out, plan)
 
 
 def compare_root() -> Path:

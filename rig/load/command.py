@@ -9,12 +9,13 @@ from pydantic import ValidationError
 
 from rig.atomic import write_text_atomic
 from rig.boot import BootRecord, current_boot, driver_for
+from rig.boot.base import BootDriver
 from rig.boot.native import NativeDriver
 from rig.engines import engine
 from rig.errors import RigError
+from rig.load.inputs import validation_line
 from rig.load.report import markdown_table, notes
 from rig.load.runner import LoadTarget, note_run, results_root, run_scenario, settle_estimate, warmup_pending
-from rig.load.inputs import validation_line
 from rig.load.scenarios import Scenario, TokenCounter, load_scenario
 from rig.load.summary import RunSummary
 from rig.recipe import Resolved, load
@@ -98,18 +99,13 @@ def run_scenarios(target: LoadTarget, names: list[str], small: bool, workers: in
     return summaries
 
 
-def loadtest(ref: str | None, names: list[str] | None, small: bool | None, workers: int | None, duration_s: float | None = None,
-             remote_workers: int = 0, master_bind: str = "127.0.0.1", url: str | None = None, model: str | None = None,
-             boot_id: str | None = None, flush_cache: bool = False) -> int:
-    """Measure a recipe's server (booting it if nothing is up), or with `url` a server rig did not start."""
+def acquire_target(ref: str | None, url: str | None = None, model: str | None = None,
+                   boot_id: str | None = None) -> tuple[LoadTarget, BootDriver | None]:
+    """The server to measure: with `url` one rig did not start; else the recipe's current boot, or
+    a new boot (then the driver is returned: the caller brings it down)."""
     driver = None
     engine_name = None
     resolved: Resolved | None
-    names = names or DEFAULT_SCENARIOS
-    for name in names:  # a bad scenario is refused before anything boots or is written
-        load_scenario(name)
-    if duration_s is not None:
-        scenarios_for(names, False, duration_s)
     if url:
         from rig.load.attach import attach
 
@@ -128,7 +124,20 @@ def loadtest(ref: str | None, names: list[str] | None, small: bool | None, worke
             record = current
             if record.ref != resolved.ref and ":" in ref:
                 print(f"note: {record.ref} is up (boot {record.boot_id}); measuring it, not {resolved.ref}")
-    target = LoadTarget(resolved, record, model_dir_for(resolved), engine_name)
+    return LoadTarget(resolved, record, model_dir_for(resolved), engine_name), driver
+
+
+def loadtest(ref: str | None, names: list[str] | None, small: bool | None, workers: int | None, duration_s: float | None = None,
+             remote_workers: int = 0, master_bind: str = "127.0.0.1", url: str | None = None, model: str | None = None,
+             boot_id: str | None = None, flush_cache: bool = False) -> int:
+    """Measure a recipe's server (booting it if nothing is up), or with `url` a server rig did not start."""
+    names = names or DEFAULT_SCENARIOS
+    for name in names:  # a bad scenario is refused before anything boots or is written
+        load_scenario(name)
+    if duration_s is not None:
+        scenarios_for(names, False, duration_s)
+    target, driver = acquire_target(ref, url, model, boot_id)
+    record, resolved = target.record, target.resolved
     root = results_root(record.recipe)
     small = default_small(resolved) if small is None else small
     interrupted = False

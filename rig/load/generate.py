@@ -76,9 +76,7 @@ QUESTIONS = ["Can you explain {topic} to me?", "What should I know first about {
              "What is the most common mistake with {topic}?", "How would you summarise {topic} in a paragraph?",
              "And what would you do differently next time?", "Can you go into more detail on the second point?",
              "How long does that usually take?", "What would a beginner get wrong here?", "Is there a simpler way?"]
-WORDS = ("the a of to and in is it that for on with as was at by this be from or an are which not have but they "
-         "harbour tide boat rope query index table cache bread flour oven trail map boots garden soil light keeper "
-         "fan rack sail wind chain test build letter step time first next then more less small large early late").split()
+WORDS = ["the", "a", "of", "to", "and", "in", "is", "it", "that", "for", "on", "with", "as", "was", "at", "by", "this", "be", "from", "or", "an", "are", "which", "not", "have", "but", "they", "harbour", "tide", "boat", "rope", "query", "index", "table", "cache", "bread", "flour", "oven", "trail", "map", "boots", "garden", "soil", "light", "keeper", "fan", "rack", "sail", "wind", "chain", "test", "build", "letter", "step", "time", "first", "next", "then", "more", "less", "small", "large", "early", "late"]
 
 
 def conversation_rows(count: int, seed: int) -> list[dict[str, object]]:

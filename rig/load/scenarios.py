@@ -221,7 +221,7 @@ class Scenario(Strict):
 
     def describe(self) -> dict[str, Any]:
         """What a run summary records about its scenario."""
-        out = {"name": self.name, "version": self.version, "kind": self.kind, "users": self.pool,
+        out = {"name": self.name, "version": self.version, "kind": self.kind, "endpoint": self.endpoint, "users": self.pool,
                "prompt_tokens": self.prompt_tokens, "max_tokens": self.max_tokens, "duration_s": self.duration_s,
                "prefix": self.prefix.model_dump() if self.prefix else None}
         for section in ("output_lengths", "arrivals", "trace", "conversation"):
