@@ -98,7 +98,8 @@ def knee(rows: list[dict[str, Any]], share: float) -> dict[str, Any]:
                 return {"load": None, "status": f"no load met the SLOs for {100 * share:g}% of requests (lowest, {row['load']:g}: {met})"}
             return {"load": best, "status": f"knee at {best:g}: the next load, {row['load']:g}, met the SLOs for {met} of requests"}
         best = row["load"]
-    return {"load": best, "status": f"every load met the SLOs for at least {100 * share:g}% of requests: the knee is above {best:g}"}
+    return {"load": best, "above": True,
+            "status": f"every load met the SLOs for at least {100 * share:g}% of requests: the knee is at {best:g} or above"}
 
 
 COLUMNS = [("load", "{:g}"), ("achieved_rate", "{:.2f}"), ("requests_per_s", "{:.2f}"), ("output_tok_s", "{:,.1f}"),
@@ -145,14 +146,17 @@ def plot(rows: list[dict[str, Any]], path: Path, unit: str, slos: dict[str, floa
     good.set_ylabel("requests/s meeting every SLO")
     share_axis = good.twinx()
     series(share_axis, "slo_share", "share meeting the SLOs", "s--")
-    share_axis.axhline(share, color="C3", lw=0.8, ls=":")
+    share_axis.axhline(share, color="C3", lw=0.8, ls=":", label=f"required share ({100 * share:g}%)")
+    good.legend(loc="upper left", fontsize=8)
+    share_axis.legend(loc="lower right", fontsize=8)
     share_axis.set_ylim(0, 1.05)
     share_axis.set_ylabel("share of requests")
     if found["load"] is not None:
         for axis in (through, good, latency):
             axis.axvline(found["load"], color="C3", lw=1.0, alpha=0.6)
     good.set_title(f"goodput ({', '.join(f'{k}<={v * 1000:g}ms' for k, v in (slos or {}).items()) or 'no SLOs given'}); "
-                   f"knee {'-' if found['load'] is None else format(found['load'], 'g')}", fontsize=9)
+                   f"knee {'-' if found['load'] is None else ('>= ' if found.get('above') else '') + format(found['load'], 'g')}",
+                   fontsize=9)
     for key, label, style in (("ttft_p50_ms", "TTFT p50", "o-"), ("ttft_p99_ms", "TTFT p99", "o--"),
                               ("tpot_p50_ms", "TPOT p50", "s-"), ("tpot_p99_ms", "TPOT p99", "s--"),
                               ("e2e_p50_ms", "E2E p50", "^-"), ("e2e_p99_ms", "E2E p99", "^--")):
