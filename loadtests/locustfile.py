@@ -215,6 +215,7 @@ def _on_spawned(user_count: int, **_: Any) -> None:
         gc.collect()
         gc.freeze()
         gc.disable()
+        _start_profile()
     if isinstance(runner, WorkerRunner):
         return
     _write_window("spawning_complete")
@@ -227,8 +228,28 @@ def _on_spawned(user_count: int, **_: Any) -> None:
             SCHEDULE.start(epoch)
 
 
+# benchmarks/client_capacity.py --profile: where this process's time goes during the window.
+PROFILE: dict[str, Any] = {}
+
+
+def _start_profile() -> None:
+    if os.environ.get("RIG_PROFILE") and "profiler" not in PROFILE:
+        import cProfile
+
+        PROFILE["profiler"] = cProfile.Profile()
+        PROFILE["profiler"].enable()
+
+
+def _stop_profile() -> None:
+    profiler = PROFILE.pop("profiler", None)
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(os.path.join(os.environ["RIG_PROFILE"], f"profile-{PROCESS_ID}.pstats"))
+
+
 @events.test_stopping.add_listener
 def _on_stopping(environment: Any, **_: Any) -> None:
+    _stop_profile()
     gc.enable()
     if not isinstance(environment.runner, WorkerRunner):
         _write_window("stopping")

@@ -7,7 +7,7 @@ Kept free of heavy imports: the Locust processes (also remote workers) import it
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +51,9 @@ class RequestRecord:
     schema: int = RECORD_SCHEMA
 
     def to_line(self) -> str:
-        return json.dumps({k: v for k, v in asdict(self).items() if v is not None}, separators=(",", ":"))
+        # vars(), not asdict(): asdict deep-copies every chunk timestamp (measured: 1.25 ms for a
+        # 200-chunk record, 6 us per token event, in the Locust process's budget).
+        return json.dumps({k: v for k, v in vars(self).items() if v is not None}, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RequestRecord:
