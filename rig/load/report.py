@@ -77,7 +77,7 @@ def notes(summary: RunSummary) -> list[str]:
         out.append(f"{name}: {metrics['requests']['burst_requests']} request(s) received chunks in a burst no server makes "
                    "(gaps under a tenth of the run's median ITL): the client read a backlog; per-request rates of those are "
                    "client artefacts, the token-weighted figures are not moved by them")
-    if not summary.scenario.get("unique_prompts"):
+    if not summary.scenario.get("unique_prompts") and not summary.imported:
         out.append(f"{name}: prompts are not unique per request: a prefix cache may answer repeated prompts")
     if tokens.get("cached_share"):
         out.append(f"{name}: the server answered {100 * tokens['cached_share']:.1f}% of prompt tokens from its prefix cache")

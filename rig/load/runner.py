@@ -246,6 +246,10 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
     # Same label in the same round of every boot: the nonce sequence (and a trace's block tags) repeat across arms.
     label = f"{scenario.seed}/{out_dir.parent.name}/{out_dir.name}"
     run = LocustRun(scenario, record.base_url, out_dir, workers or default_workers(), remote_workers, master_bind, settle_s)
+    if scenario.kind in ARRIVAL_KINDS and run.processes_sending > scenario.pool:
+        raise RigError(f"loadtests/scenarios/{scenario.name}.yaml", "users", f"{scenario.pool} user(s) for {run.processes_sending} "
+                       "Locust processes: each process sends its share of the arrivals and needs a user to send them",
+                       f"raise users to at least {run.processes_sending}, or run fewer --workers")
     nonce = None
     if prompts is None:
         prompts, nonce = build_prompts(scenario, counter)
