@@ -244,6 +244,8 @@ def client_lag(client: dict[str, Any], window: Window) -> dict[str, Any]:
             "lag_p99_ms": None if stats["p99"] is None else 1000 * stats["p99"],
             "lag_max_ms": 1000 * inside[-1] if inside else None,
             "stalls": len(stalls), "stalled_s": sum(stalls), "stalled_fraction": sum(stalls) / window.seconds,
+            # collections the client ran inside the window (its collector is off there; see the locustfile)
+            "gc_pauses": [pause for pause in client.get("gc_pauses") or [] if window.start <= pause[0] <= window.end],
             "cpu_percent_mean": client.get("cpu_percent_mean"), "cpu_percent_max": client.get("cpu_percent_max")}
 
 
