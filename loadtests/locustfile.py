@@ -310,6 +310,7 @@ def _receive(client_id: str, data: dict[str, Any], **_: Any) -> None:
 
 @events.quitting.add_listener
 def _on_quit(environment: Any, **_: Any) -> None:
+    _stop_profile()
     WRITER.flush()
     clients = {process: _client_stats(process, v["lag"], v["cpu"], v["cpu_time"], v["gc_pauses"]) for process, v in REMOTE.items()}
     if not isinstance(environment.runner, MasterRunner) and not WRITER.shipping:
