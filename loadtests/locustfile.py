@@ -1,10 +1,18 @@
-"""rig's Locust user: streaming OpenAI chat / completions through the requests-based HttpUser.
+"""rig's Locust users: streaming OpenAI chat / completions through the requests-based HttpUser.
+
+Three ways to generate load, one user class each (`rig loadtest` names the one its scenario needs):
+- LLMUser: a closed loop; each user sends its next request when the last one ends.
+- ArrivalUser: open-loop arrivals (Gamma gaps, as `vllm bench serve`) or a trace replayed at its
+  timestamps. The schedule is one sequence for the whole run (every process draws the same one
+  and sends its share), arrivals go to free users in order, and an arrival that finds every user
+  busy waits: that wait is the client's queueing delay, recorded per request.
+- ConversationUser: multi-turn chats; each user holds one conversation and sends its whole history.
 
 Every request writes its own timeline (send, first token, each chunk's arrival, end, token
-counts from usage and from chunks, status, error) to this process's JSONL as it completes,
-also when the run's end cuts it. Summaries are computed from these records by rig, never
-from Locust's histograms. Configuration comes from the JSON file named by RIG_LOAD_CONFIG,
-written by `rig loadtest`; run this file only through it (or with that variable set).
+counts from usage and from chunks, status, error) to this process's JSONL, also when the
+run's end cuts it. Summaries are computed from these records by rig, never from Locust's
+histograms. Configuration comes from the JSON file named by RIG_LOAD_CONFIG, written by `rig
+loadtest`; run this file only through it (or with that variable set).
 """
 
 from __future__ import annotations
@@ -22,11 +30,15 @@ from typing import Any
 
 import gevent
 import psutil
+import urllib3
+from gevent.event import Event
 from locust import HttpUser, events, task
 from locust.runners import MasterRunner, WorkerRunner
 
-from rig.client import auth_headers, output_piece
+from rig.client import auth_headers
 from rig.load.records import RequestRecord
+from rig.load.sse import StreamScan
+from rig.load.workload import OutputLengths, gamma_offsets
 
 _CONFIG_PATH = os.environ.get("RIG_LOAD_CONFIG")
 CONFIG: dict[str, Any] = json.loads(Path(_CONFIG_PATH).read_text()) if _CONFIG_PATH else {}
@@ -36,27 +48,49 @@ LAG_PERIOD_S = 0.01
 
 
 class RecordWriter:
-    """Appends one JSON line per request and flushes it at once: an interrupted run keeps it.
-    A worker on another machine (the run's directory is not here) ships its lines to the master
-    with Locust's own worker reports instead; the master appends them to the same kind of file."""
+    """Appends one JSON line per request, in batches: a write per request cost a system call per
+    request; lines are flushed every FLUSH_S and when the process quits (Locust's SIGINT/SIGTERM
+    handling and the run's end both quit it), so an interrupted run keeps what it measured, and a
+    SIGKILL loses at most FLUSH_S of records. A worker on another machine (the run's directory is
+    not here) ships its lines to the master with Locust's own worker reports instead; the master
+    appends them to the same kind of file."""
+
+    FLUSH_S = 0.5
 
     def __init__(self) -> None:
         self.handle = None
         self.shipping = bool(CONFIG) and not os.path.isdir(OUT_DIR)
         self.outbox: list[str] = []
+        self.pending: list[str] = []
+        self.flusher: Any = None
 
     def write(self, line: str) -> None:
         if self.shipping:
             self.outbox.append(line)
             return
+        self.pending.append(line)
+        if self.flusher is None:
+            self.flusher = gevent.spawn(self._flush_periodically)
+
+    def _flush_periodically(self) -> None:
+        while True:
+            gevent.sleep(self.FLUSH_S)
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
         if self.handle is None:
-            self.handle = open(os.path.join(OUT_DIR, f"records-{PROCESS_ID}.jsonl"), "a", buffering=1)  # noqa: SIM115
-        self.handle.write(line + "\n")
+            self.handle = open(os.path.join(OUT_DIR, f"records-{PROCESS_ID}.jsonl"), "a")  # noqa: SIM115
+        lines, self.pending = self.pending, []
+        self.handle.write("".join(line + "\n" for line in lines))
+        self.handle.flush()
 
 
 WRITER = RecordWriter()
 LAG: list[tuple[float, float]] = []  # (wall time, lag seconds)
 CPU: list[float] = []
+CPU_TIME: list[tuple[float, float]] = []  # (wall time, this process's user + system CPU seconds)
 REQUEST_IDS = count()
 USER_IDS = count()
 ROLE: dict[str, Any] = {"environment": None}
@@ -73,51 +107,187 @@ def _lag_monitor() -> None:
         LAG.append((time.time(), time.perf_counter() - start - LAG_PERIOD_S))
         if time.monotonic() - last_cpu >= 1.0:
             CPU.append(process.cpu_percent(None))
+            times = process.cpu_times()
+            CPU_TIME.append((time.time(), times.user + times.system))
             last_cpu = time.monotonic()
+            _collect_if_over_budget()
 
 
-def _write_window(name: str) -> None:
+# With the collector off, the reference cycles requests/urllib3 leave per request (measured: ~45
+# objects, ~10 kB) are never freed. Past this many objects since the last collection the client
+# collects once, and that pause is in the lag samples like any other: a run it disturbed says so.
+GC_BUDGET = 1_000_000
+GC_PAUSES: list[tuple[float, float]] = []  # (wall time, seconds the collection took)
+
+
+def _collect_if_over_budget() -> None:
+    if not gc.isenabled() and gc.get_count()[0] > GC_BUDGET:
+        start = time.perf_counter()
+        gc.collect()
+        GC_PAUSES.append((time.time(), time.perf_counter() - start))
+
+
+def _write_window(name: str, at: float | None = None) -> None:
     with open(os.path.join(OUT_DIR, "window.jsonl"), "a") as handle:
-        handle.write(json.dumps({"event": name, "time": time.time()}) + "\n")
+        handle.write(json.dumps({"event": name, "time": time.time() if at is None else at}) + "\n")
+
+
+class ArrivalSchedule:
+    """The run's arrival times, shared by this process's users. Every process computes the same
+    schedule and takes its share (arrival i goes to process i mod n), so the arrivals of a
+    distributed run are the one schedule the scenario asked for. The schedule starts at an epoch
+    the master (or the only process) sets just after every user has spawned."""
+
+    def __init__(self) -> None:
+        self.offsets: list[float] = []
+        self.index = self.step = 0
+        self.epoch: float | None = None
+        self.started = Event()
+        self.exhausted = False
+        self.inflight = 0  # arrivals claimed by a user and not yet answered
+        self.drained = False
+
+    def load(self, worker: int) -> None:
+        arrivals = CONFIG.get("arrivals") or {}
+        if "offsets" in arrivals:  # a trace: its own timestamps
+            self.offsets = arrivals["offsets"]
+        elif arrivals:
+            self.offsets = gamma_offsets(arrivals["rate"], arrivals["burstiness"], arrivals["count"], arrivals["seed"])
+        self.step = max(1, int(CONFIG.get("arrival_processes", 1)))
+        self.index = worker % self.step
+
+    def start(self, epoch: float) -> None:
+        self.epoch = epoch
+        self.started.set()
+
+    def claim(self) -> tuple[int, float] | None:
+        """The next arrival of this process's share, or None once the schedule is done."""
+        if self.index >= len(self.offsets):
+            self.exhausted = True
+            self._check_drained()
+            return None
+        index = self.index
+        self.index += self.step
+        self.inflight += 1  # claimed and not yet answered: the run is not drained while a user waits to send it
+        return index, self.epoch + self.offsets[index]  # type: ignore[operator]
+
+    def finished_one(self) -> None:
+        self.inflight -= 1
+        self._check_drained()
+
+    def _check_drained(self) -> None:
+        """The schedule is done and nothing is in flight: end the run instead of idling to -t."""
+        if not self.exhausted or self.inflight or self.drained:
+            return
+        self.drained = True
+        runner = ROLE["environment"].runner
+        if isinstance(runner, WorkerRunner):
+            runner.send_message("rig_drained", PROCESS_ID)
+        else:
+            _write_window("drained")
+            gevent.spawn(runner.quit)
+
+
+SCHEDULE = ArrivalSchedule()
+EPOCH_LEAD_S = 0.5  # the epoch is set this far ahead, so every worker has it before the first arrival
+DRAINED: set[str] = set()
+
+
+def _on_epoch(environment: Any, msg: Any, **_: Any) -> None:
+    SCHEDULE.start(float(msg.data))
+
+
+def _on_drained(environment: Any, msg: Any, **_: Any) -> None:
+    DRAINED.add(str(msg.data))
+    if len(DRAINED) >= int(CONFIG.get("arrival_processes", 1)):
+        _write_window("drained")
+        gevent.spawn(environment.runner.quit)
 
 
 @events.init.add_listener
 def _on_init(environment: Any, **_: Any) -> None:
     ROLE["environment"] = environment
-    if not isinstance(environment.runner, MasterRunner):
-        # Thousands of live streams keep many objects alive; default GC thresholds then stop the
-        # event loop for full collections of ~10 ms, which shows up as client lag. Collect rarely.
-        gc.freeze()
-        gc.set_threshold(100_000, 50, 1000)
-        gevent.spawn(_lag_monitor)
+    if isinstance(environment.runner, MasterRunner):
+        environment.runner.register_message("rig_drained", _on_drained)
+        return
+    if isinstance(environment.runner, WorkerRunner):
+        environment.runner.register_message("rig_epoch", _on_epoch)
+    # Thousands of live streams keep many objects alive; default GC thresholds then stop the
+    # event loop for full collections of ~10 ms, which shows up as client lag. Collect rarely
+    # until the users exist; during the measured run the collector is off (see _on_spawned).
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 1000)
+    gevent.spawn(_lag_monitor)
 
 
 @events.spawning_complete.add_listener
 def _on_spawned(user_count: int, **_: Any) -> None:
     environment = ROLE["environment"]
-    if environment is None or not isinstance(environment.runner, WorkerRunner):
-        _write_window("spawning_complete")
+    runner = environment.runner if environment is not None else None
+    if not isinstance(runner, MasterRunner):
+        # Everything alive now (users, sessions, prompts) lives to the end: move it out of the
+        # collector's reach, then stop collecting during the window. Reference counting still
+        # frees a request's objects when it ends; only cycles wait for the stop.
+        gc.collect()
+        gc.freeze()
+        gc.disable()
+        _start_profile()
+    if isinstance(runner, WorkerRunner):
+        return
+    _write_window("spawning_complete")
+    if CONFIG.get("arrivals"):
+        epoch = time.time() + EPOCH_LEAD_S
+        _write_window("arrivals_start", epoch)
+        if isinstance(runner, MasterRunner):
+            runner.send_message("rig_epoch", epoch)
+        else:
+            SCHEDULE.start(epoch)
+
+
+# benchmarks/client_capacity.py --profile: where this process's time goes during the window.
+PROFILE: dict[str, Any] = {}
+
+
+def _start_profile() -> None:
+    if os.environ.get("RIG_PROFILE") and "profiler" not in PROFILE:
+        import cProfile
+
+        PROFILE["profiler"] = cProfile.Profile()
+        PROFILE["profiler"].enable()
+
+
+def _stop_profile() -> None:
+    profiler = PROFILE.pop("profiler", None)
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(os.path.join(os.environ["RIG_PROFILE"], f"profile-{PROCESS_ID}.pstats"))
 
 
 @events.test_stopping.add_listener
 def _on_stopping(environment: Any, **_: Any) -> None:
+    _stop_profile()
+    gc.enable()
     if not isinstance(environment.runner, WorkerRunner):
         _write_window("stopping")
 
 
-def _client_stats(process: str, lag: list, cpu: list[float]) -> dict[str, Any]:
+def _client_stats(process: str, lag: list, cpu: list[float], cpu_time: list, gc_pauses: list | None = None) -> dict[str, Any]:
     # Raw samples: rig computes percentiles over the measurement window (spawning bursts excluded).
-    return {"process": process, "lag": [[round(t, 4), round(value, 6)] for t, value in lag],
-            "cpu_percent_mean": sum(cpu) / len(cpu) if cpu else None, "cpu_percent_max": max(cpu) if cpu else None}
+    return {"process": process, "lag": [[round(t, 4), round(value, 6)] for t, value in lag], "gc_pauses": gc_pauses or [],
+            "cpu_percent_mean": sum(cpu) / len(cpu) if cpu else None, "cpu_percent_max": max(cpu) if cpu else None,
+            "cpu_time": [[round(t, 3), round(seconds, 3)] for t, seconds in cpu_time]}
 
 
 @events.report_to_master.add_listener
 def _ship(client_id: str, data: dict[str, Any], **_: Any) -> None:
     if WRITER.shipping:
-        data["rig"] = {"process": PROCESS_ID, "records": WRITER.outbox[:], "lag": LAG[:], "cpu": CPU[:]}
+        data["rig"] = {"process": PROCESS_ID, "records": WRITER.outbox[:], "lag": LAG[:], "cpu": CPU[:], "cpu_time": CPU_TIME[:],
+                       "gc_pauses": GC_PAUSES[:]}
         WRITER.outbox.clear()
+        GC_PAUSES.clear()
         LAG.clear()
         CPU.clear()
+        CPU_TIME.clear()
 
 
 REMOTE: dict[str, dict[str, list]] = {}
@@ -132,33 +302,37 @@ def _receive(client_id: str, data: dict[str, Any], **_: Any) -> None:
     if shipped["records"]:
         with open(os.path.join(OUT_DIR, f"records-{process}.jsonl"), "a") as handle:
             handle.write("".join(line + "\n" for line in shipped["records"]))
-    remote = REMOTE.setdefault(process, {"lag": [], "cpu": []})
+    remote = REMOTE.setdefault(process, {"lag": [], "cpu": [], "cpu_time": [], "gc_pauses": []})
     remote["lag"] += shipped["lag"]
     remote["cpu"] += shipped["cpu"]
+    remote["cpu_time"] += shipped.get("cpu_time", [])
+    remote["gc_pauses"] += shipped.get("gc_pauses", [])
 
 
 @events.quitting.add_listener
 def _on_quit(environment: Any, **_: Any) -> None:
-    clients = {process: _client_stats(process, v["lag"], v["cpu"]) for process, v in REMOTE.items()}
+    _stop_profile()
+    WRITER.flush()
+    clients = {process: _client_stats(process, v["lag"], v["cpu"], v["cpu_time"], v["gc_pauses"]) for process, v in REMOTE.items()}
     if not isinstance(environment.runner, MasterRunner) and not WRITER.shipping:
-        clients[PROCESS_ID] = _client_stats(PROCESS_ID, LAG, CPU)
+        clients[PROCESS_ID] = _client_stats(PROCESS_ID, LAG, CPU, CPU_TIME, GC_PAUSES)
     for process, client in clients.items():
         with open(os.path.join(OUT_DIR, f"client-{process}.json"), "w") as handle:
             json.dump(client, handle)
 
 
-def _payload(text: str) -> tuple[str, dict[str, Any]]:
+def _payload(content: str | list[dict[str, str]], max_tokens: int) -> tuple[str, dict[str, Any]]:
     # continuous_usage_stats: SGLang and vLLM then put the running usage on every chunk, so a
     # chunk's token count is known exactly (several per chunk under MTP or speculative decoding);
     # servers that do not know the field ignore it and report usage once, at the end.
-    body: dict[str, Any] = {"model": CONFIG["model"], "stream": True, "max_tokens": CONFIG["max_tokens"],
+    body: dict[str, Any] = {"model": CONFIG["model"], "stream": True, "max_tokens": max_tokens,
                             "temperature": CONFIG["temperature"], "seed": CONFIG["seed"],
                             "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
     body.update(CONFIG.get("extra_body", {}))
     if CONFIG["endpoint"] == "chat":
-        body["messages"] = [{"role": "user", "content": text}]
+        body["messages"] = content if isinstance(content, list) else [{"role": "user", "content": content}]
         return "/v1/chat/completions", body
-    body["prompt"] = text
+    body["prompt"] = content
     return "/v1/completions", body
 
 
@@ -171,13 +345,34 @@ def _nonce(rng: random.Random) -> str | None:
     return "".join(rng.choice(spec["alphabet"]) for _ in range(spec["length"])) + spec["separator"]
 
 
-def _output_piece(choice: dict[str, Any]) -> str | None:
-    return output_piece(choice, chat=CONFIG["endpoint"] == "chat")
+def _reads(response: Any) -> Any:
+    """The body as the network delivers it: one HTTP chunk at a time for chunked streams (every
+    SGLang, vLLM and uvicorn stream), else whatever one read returns. A fixed-size read would wait
+    for a buffer to fill and stamp a burst of tokens with one late time."""
+    raw = response.raw
+    if raw.chunked and raw.supports_chunked_reads():
+        return raw.stream(None, decode_content=True)
+    return iter(lambda: raw.read1(65536), b"")
 
 
-class LLMUser(HttpUser):
-    """One simulated user: streams requests back to back (closed loop) over its own connection."""
+def _error_kind(error: Exception) -> str:
+    """A short kind for the record. The body is read from urllib3 directly (see _reads), so its
+    errors arrive unwrapped: a connection that broke mid-body is a cut stream."""
+    if isinstance(error, urllib3.exceptions.ReadTimeoutError):
+        return "read_timeout"
+    if isinstance(error, urllib3.exceptions.ProtocolError):
+        return "stream_cut"
+    return "connection" if "Connection" in type(error).__name__ else type(error).__name__
 
+
+LENGTHS = OutputLengths(CONFIG.get("output_lengths"), int(CONFIG.get("max_tokens") or 1))
+
+
+class StreamingUser(HttpUser):
+    """What every rig user does: one keep-alive connection, prompts and nonces from its own seeded
+    sequence, and `send`, which streams one request and writes its record."""
+
+    abstract = True  # Locust inherits @task methods: the kinds below each declare only their own
     host = CONFIG.get("base_url")
 
     def on_start(self) -> None:
@@ -186,28 +381,29 @@ class LLMUser(HttpUser):
         self.user_key = f"{PROCESS_ID}-u{local}"
         # Prompt choice and nonces follow (run label, worker, user): unique inside a run, and the
         # same sequence in the same round of every boot, so outputs can be compared across arms.
-        worker = getattr(self.environment.runner, "worker_index", 0) or 0
+        self.worker = getattr(self.environment.runner, "worker_index", 0) or 0
         self.prompt_index = local * 7919
-        self.rng = random.Random(f"{CONFIG.get('nonce_seed', '')}/{worker}/{local}")
+        self.rng = random.Random(f"{CONFIG.get('nonce_seed', '')}/{self.worker}/{local}")
         # Open the keep-alive connection before measuring: the first stream should not pay the TCP
         # handshake and the client's first-call costs (18 ms measured on loopback vs 3 ms after).
         self.client.get("/v1/models", name="connect", timeout=30)
 
-    @task
-    def stream(self) -> None:
+    def next_prompt(self) -> tuple[dict[str, Any], str | None]:
         prompts = CONFIG["prompts"]
         self.prompt_index += 1
-        prompt = prompts[self.prompt_index % len(prompts)]
-        nonce = _nonce(self.rng)
-        path, body = _payload(prompt.get("prefix", "") + (nonce or "") + prompt["text"])
-        record = RequestRecord(id=f"{PROCESS_ID}-{next(REQUEST_IDS)}", process=PROCESS_ID, user=self.user_key,
-                               prompt=prompt["name"], prompt_tokens_target=prompt.get("tokens"), prompt_nonce=nonce,
-                               t_send=time.time())
-        text: list[str] = []
-        cumulative = 0  # completion tokens the server reported so far (continuous usage)
-        attributed = 0  # of those, tokens already assigned to an output chunk
-        per_chunk: list[int] = []
-        continuous = False
+        return prompts[self.prompt_index % len(prompts)], _nonce(self.rng)
+
+    def new_record(self, prompt: str, target: int | None, nonce: str | None, max_tokens: int) -> RequestRecord:
+        return RequestRecord(id=f"{PROCESS_ID}-{next(REQUEST_IDS)}", process=PROCESS_ID, user=self.user_key, prompt=prompt,
+                             prompt_tokens_target=target, prompt_nonce=nonce, t_send=0.0, max_tokens=max_tokens)
+
+    def send(self, content: str | list[dict[str, str]], record: RequestRecord) -> str | None:
+        """Streams one request and writes its record, also when the run's end cuts it; returns the
+        output text of a complete response (None otherwise)."""
+        path, body = _payload(content, record.max_tokens or LENGTHS.cap)
+        scan = StreamScan(CONFIG["endpoint"] == "chat")
+        text = None
+        record.t_send = time.time()
         try:
             with self.client.post(path, json=body, stream=True, catch_response=True, name=CONFIG["scenario"],
                                   timeout=(10, CONFIG.get("read_timeout_s", 600))) as response:
@@ -217,39 +413,15 @@ class LLMUser(HttpUser):
                     record.error = f"http_{response.status_code}" if response.status_code else "connection"
                     record.error_detail = str(getattr(response, "error", "") or response.text)[:300]
                     response.failure(record.error)
-                    return
+                    return None
                 # Read to the end of the body, past [DONE]: an unread stream cannot go back to the
                 # connection pool, and the next request would open a new connection.
-                for line in response.iter_lines():
-                    now = time.time()
-                    if not line.startswith(b"data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == b"[DONE]":
-                        continue
-                    event = json.loads(data)
-                    usage = event.get("usage")
-                    if usage:
-                        record.usage = usage
-                        cumulative = int(usage.get("completion_tokens") or cumulative)
-                    output = False
-                    for choice in event.get("choices") or []:
-                        piece = _output_piece(choice)
-                        if piece:
-                            output = True
-                            text.append(piece)
-                        if choice.get("finish_reason"):
-                            record.finish_reason = choice["finish_reason"]
-                    if output:
-                        if record.t_first is None:
-                            record.t_first = now
-                        record.t_last = now
-                        record.chunks.append(now)
-                        continuous = continuous or bool(usage)
-                        per_chunk.append(cumulative - attributed)
-                        attributed = cumulative
-                if record.finish_reason is None:
+                for data in _reads(response):
+                    scan.feed(data, time.time())
+                scan.close()
+                if scan.finish_reason is None:
                     record.error = "stream_cut"
+                    record.error_detail = scan.error_detail()
                     response.failure("stream ended without finish_reason")
                 else:
                     response.success()
@@ -257,17 +429,132 @@ class LLMUser(HttpUser):
             record.error = "cut_by_window"
             raise
         except Exception as error:  # a run never crashes on a bad server: the record says what happened
-            record.error = "connection" if "Connection" in type(error).__name__ else type(error).__name__
+            record.error = _error_kind(error)
             record.error_detail = str(error)[:300]
         finally:
             record.t_end = time.time()
-            if continuous and per_chunk:
-                per_chunk[-1] += cumulative - attributed  # tokens reported after the last output chunk
-                record.chunk_tokens = per_chunk
+            record.chunks = scan.chunks
+            record.t_first, record.t_last = scan.t_first, scan.t_last
+            record.finish_reason = scan.finish_reason
+            record.chunk_tokens = scan.chunk_tokens()
+            record.usage = scan.usage()
             details = (record.usage or {}).get("prompt_tokens_details") or {}
             if details.get("cached_tokens") is not None:
                 record.cached_tokens = int(details["cached_tokens"])
-            record.text_sha256 = hashlib.sha256("".join(text).encode()).hexdigest() if text else None
+            output = scan.text()
+            record.text_sha256 = hashlib.sha256(output.encode()).hexdigest() if output else None
             if CONFIG.get("keep_text_chars"):
-                record.text = "".join(text)[: CONFIG["keep_text_chars"]]
+                record.text = output[: CONFIG["keep_text_chars"]]
+            if record.error is None and record.finish_reason is not None:
+                text = output
             WRITER.write(record.to_line())
+        return text
+
+
+class LLMUser(StreamingUser):
+    """A closed loop: each user streams its requests back to back."""
+
+    @task
+    def stream(self) -> None:
+        prompt, nonce = self.next_prompt()
+        record = self.new_record(prompt["name"], prompt.get("tokens"), nonce, LENGTHS.draw(self.rng))
+        self.send(prompt.get("prefix", "") + (nonce or "") + prompt["text"], record)
+
+
+class ArrivalUser(StreamingUser):
+    """Open-loop arrivals and trace replays: a free user takes the schedule's next arrival and sends
+    it at its time (Locust's wait_time is where the arrival is claimed and waited for)."""
+
+    def on_start(self) -> None:
+        super().on_start()
+        self.arrival: tuple[int, float] | None = None
+        self.queued = False
+        if not SCHEDULE.offsets:
+            SCHEDULE.load(self.worker)
+        self.wait()  # claim the first arrival before the first task
+
+    def wait_time(self) -> float:
+        SCHEDULE.started.wait()
+        self.arrival = SCHEDULE.claim()
+        if self.arrival is None:
+            return 3600.0  # the schedule is done: idle until the run ends (it ends once drained)
+        delay = self.arrival[1] - time.time()
+        self.queued = delay < 0  # the arrival's time passed while every user was busy
+        return max(0.0, delay)
+
+    @task
+    def stream(self) -> None:
+        if self.arrival is None:
+            return
+        index, at = self.arrival
+        trace = CONFIG.get("trace")
+        if trace:
+            row = trace["rows"][index]
+            blocks = trace["blocks"]
+            record = self.new_record(f"trace-{index}", row["tokens"], None, LENGTHS.draw(self.rng, row["output"]))
+            content = "".join(blocks[key] for key in row["blocks"])
+        else:
+            prompt, nonce = self.next_prompt()
+            record = self.new_record(prompt["name"], prompt.get("tokens"), nonce, LENGTHS.draw(self.rng))
+            content = prompt.get("prefix", "") + (nonce or "") + prompt["text"]
+        record.arrival, record.t_scheduled, record.queued = index, at, self.queued
+        try:
+            self.send(content, record)
+        finally:
+            SCHEDULE.finished_one()
+
+
+CONVERSATION_IDS = count()
+
+
+class ConversationUser(StreamingUser):
+    """Multi-turn chats. Each user owns its conversation (no state shared between users, so no
+    user waits on another), sends the whole history every turn (each earlier turn once: the user's
+    message and the reply the server actually streamed), thinks between turns, and starts the
+    next conversation after the last turn. A turn that fails ends its conversation: a history with
+    a missing reply is not a conversation any more."""
+
+    def on_start(self) -> None:
+        super().on_start()
+        self.conversation: dict[str, Any] | None = None
+        self.pause = 0.0
+
+    def wait_time(self) -> float:
+        return self.pause
+
+    def begin(self) -> None:
+        local = next(CONVERSATION_IDS)
+        conversations = CONFIG.get("conversations")
+        processes = max(1, int(CONFIG.get("arrival_processes", 1)))
+        nonce = _nonce(self.rng) or ""  # only the first message needs one: the whole history is unique after it
+        if conversations:
+            source = conversations[(local * processes + self.worker) % len(conversations)]
+            turns = [dict(turn) for turn in source["turns"][: CONFIG["turns"]]]
+            name = source["id"]
+            history = [{"role": "system", "content": source["system"]}] if source.get("system") else []
+        else:
+            prompts = CONFIG["prompts"]
+            start = local * 7 + self.worker * 7919
+            turns = [{"text": prompts[(start + k) % len(prompts)]["text"], "output": None} for k in range(CONFIG["turns"])]
+            name = f"generated-{start % len(prompts)}"
+            history = []
+        turns[0]["text"] = nonce + turns[0]["text"]
+        self.conversation = {"id": f"{PROCESS_ID}-c{local}", "source": name, "turns": turns, "history": history, "next": 0}
+
+    @task
+    def turn(self) -> None:
+        if self.conversation is None:
+            self.begin()
+        conversation = self.conversation
+        index = conversation["next"]
+        turn = conversation["turns"][index]
+        messages = conversation["history"] + [{"role": "user", "content": turn["text"]}]
+        record = self.new_record(f"{conversation['source']}#{index}", None, None, LENGTHS.draw(self.rng, turn.get("output")))
+        record.conversation, record.turn = conversation["id"], index
+        reply = self.send(messages, record)
+        if reply is None or index + 1 >= len(conversation["turns"]):
+            self.conversation, self.pause = None, 0.0
+            return
+        conversation["history"] = messages + [{"role": "assistant", "content": reply}]
+        conversation["next"] = index + 1
+        self.pause = float(CONFIG.get("think_time_s", 0.0))

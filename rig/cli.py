@@ -237,6 +237,33 @@ def cmd_loadtest(args: argparse.Namespace) -> int:
                     url=args.url, model=args.model, boot_id=args.boot_id, flush_cache=args.flush_cache)
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from rig.load.sweep import sweep
+
+    small = True if args.small else (False if args.full else None)
+    return sweep(args.recipe, args.scenario, args.rates, args.concurrency, args.goodput, args.slo_share, small, args.workers,
+                 args.duration, url=args.url, model=args.model)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from rig.load.peers import export_run
+
+    for path in export_run(Path(args.run), args.format, Path(args.out) if args.out else None):
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from rig.load.peers import import_file
+
+    return import_file(Path(args.file), args.scenario, Path(args.out) if args.out else None,
+                       Path(args.compare) if args.compare else None, args.arm, args.block)
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from rig.compare.command import compare
 
@@ -335,6 +362,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-keep-text", action="store_true", help="keep no output text in the records (only hashes); "
                    "the coherence checks then have nothing to read")
     p.set_defaults(func=cmd_loadtest)
+
+    p = sub.add_parser("sweep", help="one scenario at a series of loads: throughput, goodput and latency vs load, and the knee")
+    p.add_argument("recipe", nargs="?", help="recipe[:variant]; optional with --url")
+    p.add_argument("--scenario", required=True, help="scenario name or .yaml file (open_loop for --rates, a closed loop for --concurrency)")
+    load = p.add_mutually_exclusive_group(required=True)
+    load.add_argument("--rates", help="request rates (req/s) of an open_loop scenario, e.g. 1,2,4,8")
+    load.add_argument("--concurrency", help="users of a closed-loop or multi-turn scenario, e.g. 1,4,16,64")
+    p.add_argument("--goodput", help="SLOs a request must meet, e.g. ttft<=2s,tpot<=50ms (vLLM's --goodput)")
+    p.add_argument("--slo-share", type=float, default=0.9, help="share of requests that must meet the SLOs at the knee (default 0.9)")
+    p.add_argument("--url", help="sweep a server rig did not start")
+    p.add_argument("--model", help="with --url: the served model name")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--small", action="store_true")
+    size.add_argument("--full", action="store_true")
+    p.add_argument("--workers", type=int)
+    p.add_argument("--duration", type=float, help="override the scenario's measurement window, seconds")
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("export", help="a run directory as vLLM's result JSON or AIPerf's profile export, for their dashboards")
+    p.add_argument("run", help="a run directory (holding summary.json and records-*.jsonl)")
+    p.add_argument("--format", required=True, choices=["vllm", "aiperf"])
+    p.add_argument("--out", help="directory to write into (default: the run directory)")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("import", help="a vLLM result JSON or AIPerf profile_export.jsonl as a rig run (provenance marked)")
+    p.add_argument("file", help="vLLM `--save-result --save-detailed` JSON, or AIPerf profile_export.jsonl")
+    p.add_argument("--scenario", help="the rig scenario it corresponds to (its kind picks the headline; default prose-c1)")
+    p.add_argument("--out", help="run directory to create (default: results/imported/<timestamp>/<scenario>)")
+    p.add_argument("--compare", help="also add it as a boot of this results/compare/<timestamp> directory (with --arm)")
+    p.add_argument("--arm", help="with --compare: the arm the imported run belongs to")
+    p.add_argument("--block", type=int, help="with --compare: the ABBA block it pairs with (default: a new block)")
+    p.set_defaults(func=cmd_import)
 
     p = sub.add_parser("compare", help="before/after comparison across boots (ABBA, warmup discarded, paired CIs)")
     p.add_argument("recipe")

@@ -414,3 +414,15 @@ def compile_regex(pattern: str, multiline: bool = False) -> Any:
     import re2
 
     return re2.compile(("(?m)" if multiline else "") + f"(?:{safe_regex(pattern)})", _re2_options())
+
+
+# Load-test names (scenarios, prompt sets, traces, conversation files) become directory and file
+# names under results/ and loadtests/: one plain word, so no name can walk out of its directory.
+LOAD_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
+
+
+def load_name(value: str) -> str:
+    if not _full(LOAD_NAME, value):
+        raise ValueError(f"{value!r} is not a load-test name (lowercase letters, digits and -, at most 64, "
+                         "starting with a letter or digit)")
+    return value

@@ -43,3 +43,25 @@ def tool(name: str) -> str:
     if not found:
         pytest.fail(f"{name} is not installed: `make setup` installs it")
     return found
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """tiny-cpu booted natively once per test module, with boots and results in a temporary directory."""
+    import rig.boot.base as base
+    from rig.boot import driver_for
+    from rig.load.command import model_dir_for
+    from rig.load.runner import LoadTarget
+    from rig.recipe import load
+
+    root = tmp_path_factory.mktemp("tiny")
+    saved = (base.RESULTS_DIR, base.BOOTS_DIR, base.STATE_DIR)
+    base.RESULTS_DIR, base.BOOTS_DIR, base.STATE_DIR = root / "results", root / "results" / "boots", root / "state"
+    resolved = load("tiny-cpu")
+    driver = driver_for(resolved)
+    record = driver.up(resolved, port=free_port(), progress=False)
+    try:
+        yield LoadTarget(resolved, record, model_dir_for(resolved)), root
+    finally:
+        driver.down(record)
+        base.RESULTS_DIR, base.BOOTS_DIR, base.STATE_DIR = saved

@@ -58,11 +58,12 @@ class FixedPrompts(TokenCounter):
         return "fixed test prompts"
 
 
-PROMPTS = [{"name": "p0", "text": "hello", "tokens": 8}]
+# Two whole blocks of the timed server's stand-in prefix cache (8 words each).
+PROMPTS = [{"name": "p0", "text": "the harbour town woke slowly as the fishing boats came in with the tide and gulls", "tokens": 16}]
 
 
 def scenario(**overrides) -> Scenario:
-    base = dict(name="timed", version=1, kind="decode", endpoint="chat", prompt_set="prose", prompt_tokens=8,
+    base = dict(schema=1, name="timed", version=1, kind="decode", endpoint="chat", prompt_set="prose", prompt_tokens=8,
                 max_tokens=21, temperature=0, seed=1, users=1, duration_s=4.0)
     base.update(overrides)
     return Scenario(**base)

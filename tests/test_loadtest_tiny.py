@@ -3,36 +3,15 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import free_port
 
-from rig.boot import driver_for
-from rig.load.command import model_dir_for, run_scenarios
-from rig.load.runner import LoadTarget, LocustRun, run_scenario
+from rig.load.command import run_scenarios
+from rig.load.runner import LocustRun, run_scenario
 from rig.load.scenarios import TokenCounter, build_prompts, load_scenario, scenario_names
-from rig.recipe import load
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    import rig.boot.base as base
-
-    root = tmp_path_factory.mktemp("tiny")
-    saved = (base.RESULTS_DIR, base.BOOTS_DIR, base.STATE_DIR)
-    base.RESULTS_DIR, base.BOOTS_DIR, base.STATE_DIR = root / "results", root / "results" / "boots", root / "state"
-    resolved = load("tiny-cpu")
-    driver = driver_for(resolved)
-    record = driver.up(resolved, port=free_port(), progress=False)
-    try:
-        yield LoadTarget(resolved, record, model_dir_for(resolved)), root
-    finally:
-        driver.down(record)
-        base.RESULTS_DIR, base.BOOTS_DIR, base.STATE_DIR = saved
 
 
 def test_prompts_are_exact_in_tokens(tiny):
@@ -86,7 +65,7 @@ def test_one_connection_per_user_across_sequential_requests(tiny, tmp_path):
     target, _ = tiny
     log = Path(target.record.log_path)
     before = log.stat().st_size
-    scenario = replace(load_scenario("prose-c1").scaled(True), users=2, spawn_rate=2, duration_s=3.0)
+    scenario = load_scenario("prose-c1").scaled(True).with_changes(users=2, spawn_rate=2.0, duration_s=3.0)
     summary = run_scenario(target, scenario, tmp_path / "run", progress=False)
     with open(log, "rb") as handle:
         handle.seek(before)

@@ -16,6 +16,7 @@ from rig.compare.run import compare_root, run_compare
 from rig.compare.stats import MIN_PAIRS_FOR_TARGET
 from rig.errors import RigError
 from rig.load.command import default_small
+from rig.load.scenarios import load_scenario
 from rig.recipe import load, split_ref
 
 # Boot pairs per comparison. From the calibration table (tests/test_compare_calibration.py):
@@ -44,6 +45,11 @@ def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, 
     name, variant = split_ref(recipe)
     if variant:
         raise RigError("command line", "recipe", "compare takes a recipe name; variants are arms", f"use --arm NAME:@{variant}")
+    for ref in scenarios or []:
+        if ref.endswith((".yaml", ".yml")):
+            raise RigError("command line", "--scenario", f"{ref!r} is a file: a comparison names its scenarios, so its "
+                           "report can be re-read and resumed later", "copy the file into loadtests/scenarios/ and pass its name")
+        load_scenario(ref)  # refused in one line before anything is written
     arms = [parse_arm(spec) for spec in arm_specs]
     if len(arms) < 2 or len({a.name for a in arms}) != len(arms):
         raise RigError("command line", "--arm", "a comparison needs at least two arms with distinct names",

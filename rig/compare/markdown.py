@@ -119,7 +119,9 @@ def _batching(analysis: Analysis) -> list[str]:
 
 
 def _boots(analysis: Analysis) -> list[str]:
-    lines = [f"\nVoided boot {v['index']} ({v['arm']}, attempt {v['attempt']}): " + "; ".join(v["problems"])[:500]
+    lines = [f"\nImported boot {i['index']} ({i['arm']}, block {i['block']}): {i['spec']} ({i['boot_id']}): measured by "
+             "another tool; rig did not check its client, boot or warmup." for i in analysis.boots.get("imported", [])]
+    lines += [f"\nVoided boot {v['index']} ({v['arm']}, attempt {v['attempt']}): " + "; ".join(v["problems"])[:500]
              for v in analysis.boots["voided"]]
     lines += [f"\nRounds left out of boot {e['index']} ({e['arm']}): " + "; ".join(e["rounds"])[:500]
               for e in analysis.boots["exclusions"]]

@@ -20,6 +20,7 @@ from rig.strict_yaml import load_json_file
 COMPARE_SCHEMA = 3
 PLAN_MAX_BYTES = 1 << 20
 ENTRY_MAX_BYTES = 16 << 20
+IMPORTED_INDEX = 100  # boots imported from another tool (rig import --compare) are numbered from here
 
 
 @dataclass

@@ -193,7 +193,7 @@ def scenario_result(plan: ComparePlan, figures: ScenarioFigures, family: Seconda
     target, first = _target(plan)
     headline = figures.headline
     vs = {arm: compare_boots(figures.headline_boots.get(baseline, {}), figures.headline_boots.get(arm, {}), headline.name,
-                             True, target, CONFIDENCE, first, unit=headline.unit, names=(baseline, arm))
+                             headline.higher_is_better, target, CONFIDENCE, first, unit=headline.unit, names=(baseline, arm))
           for arm in arms[1:]}
     latency: dict[str, dict[str, Comparison]] = {}
     for percentile in figures.latency:
@@ -274,7 +274,9 @@ def analyze(plan: ComparePlan, entries: list[BootEntry]) -> Analysis:
         plan=plan.to_json(),
         boots={"planned": len(plan.order()), "used": len(_measured(entries)),
                "voided": [{"index": e.index, "arm": e.arm, "attempt": e.attempt, "problems": e.problems} for e in entries if e.voided],
-               "exclusions": [{"index": e.index, "arm": e.arm, "rounds": e.exclusions()} for e in entries if e.exclusions()]},
+               "exclusions": [{"index": e.index, "arm": e.arm, "rounds": e.exclusions()} for e in entries if e.exclusions()],
+               "imported": [{"index": e.index, "arm": e.arm, "block": e.block, "spec": e.spec, "boot_id": e.boot_id}
+                            for e in entries if e.spec.startswith("imported:")]},
         boot_to_healthy_s={f"{e.index:02d}-{e.arm}": e.healthy_after_s for e in entries},
         scenarios=scenarios,
         family=family,

@@ -21,7 +21,7 @@ from rig.boot.checks import check_boot, read_manifests
 from rig.chat import stream_chat
 from rig.compare.arms import Arm
 from rig.compare.goodput import goodput
-from rig.compare.model import BootEntry, ComparePlan, RunResult
+from rig.compare.model import IMPORTED_INDEX, BootEntry, ComparePlan, RunResult
 from rig.compare.percentiles import LatencyHistogram
 from rig.errors import RigError
 from rig.load.command import Interrupted, model_dir_for, run_scenarios
@@ -161,6 +161,8 @@ def run_boot(plan: ComparePlan, index: int, block: int, arm: Arm, out: Path, pro
 def run_compare(plan: ComparePlan, out: Path, progress: bool = True) -> list[BootEntry]:
     """Every boot of the plan, finished ones read back; `--target` extends the plan by whole ABBA
     blocks until the widest headline interval is narrow enough or max_boots is reached."""
+    for name in plan.scenarios:  # a bad scenario is refused before the comparison writes anything
+        load_scenario(name)
     out.mkdir(parents=True, exist_ok=True)
     if (out / "plan.json").exists():
         try:
@@ -176,10 +178,8 @@ def run_compare(plan: ComparePlan, out: Path, progress: bool = True) -> list[Boo
         plan = saved
     else:
         plan.write(out)
-    for name in plan.scenarios:
-        load_scenario(name)
     while True:
-        entries = _run_order(plan, out, progress)
+        entries = _run_order(plan, out, progress) + imported_entries(out, plan)
         if plan.target_pct is None:
             return entries
         if plan.planned_pairs is None:
@@ -219,6 +219,34 @@ def _run_order(plan: ComparePlan, out: Path, progress: bool) -> list[BootEntry]:
         entry.write(out)
         entries.append(entry)
     return entries
+
+
+def imported_entries(out: Path, plan: ComparePlan) -> list[BootEntry]:
+    """Boots `rig import --compare` added (another tool's runs), numbered after every planned boot."""
+    planned = len(plan.order())
+    entries = []
+    for path in sorted((out / "boots").glob("*.json")):
+        head = path.name.split("-", 1)[0]
+        if path.name.endswith(".in-progress.json") or not head.isdigit() or int(head) < max(planned, IMPORTED_INDEX):
+            continue
+        try:
+            entries.append(BootEntry.read(path))
+        except (ValueError, TypeError, KeyError):
+            continue
+    return entries
+
+
+def all_entries(out: Path, plan: ComparePlan) -> list[BootEntry]:
+    """Every finished boot of a comparison directory, planned and imported, without running any."""
+    entries = []
+    for index, (_, arm) in enumerate(plan.order()):
+        path = BootEntry.path(out, index, arm.name)
+        if path.exists():
+            try:
+                entries.append(BootEntry.read(path))
+            except (ValueError, TypeError, KeyError):
+                continue
+    return entries + imported_entries(out, plan)
 
 
 def compare_root() -> Path:

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from pathlib import Path
+
+from pydantic import ValidationError
 
 from rig.atomic import write_text_atomic
 from rig.boot import BootRecord, current_boot, driver_for
+from rig.boot.base import BootDriver
 from rig.boot.native import NativeDriver
 from rig.engines import engine
 from rig.errors import RigError
+from rig.load.inputs import validation_line
 from rig.load.report import markdown_table, notes
 from rig.load.runner import LoadTarget, note_run, results_root, run_scenario, settle_estimate, warmup_pending
-from rig.load.scenarios import TokenCounter, load_scenario
+from rig.load.scenarios import Scenario, TokenCounter, load_scenario
 from rig.load.summary import RunSummary
 from rig.recipe import Resolved, load
 
@@ -75,14 +78,25 @@ def flush_prefix_cache(target: LoadTarget) -> str:
     return f"prefix cache flushed ({reset.path})"
 
 
+def scenarios_for(names: list[str], small: bool, duration_s: float | None = None) -> list[Scenario]:
+    """The named scenarios at the chosen size, each validated (with its data files) before anything
+    boots or is written; a --duration override is held to the same bounds as the file."""
+    scenarios = [load_scenario(name).scaled(small) for name in names]
+    if duration_s is None:
+        return scenarios
+    try:
+        return [s.with_changes(duration_s=float(duration_s)) for s in scenarios]
+    except ValidationError as error:
+        field, message = validation_line(error)
+        raise RigError("command line", "--duration", message, "pass a positive number of seconds, at most a day") from None
+
+
 def run_scenarios(target: LoadTarget, names: list[str], small: bool, workers: int | None, root: Path,
                   progress: bool = True, warmup: bool = True, duration_s: float | None = None,
                   remote_workers: int = 0, master_bind: str = "127.0.0.1", flush_cache: bool = False) -> list[RunSummary]:
     """The warmup rule lives here: each scenario's first complete run after a boot is run, kept,
     marked and left out of results; the measured run waits for the steady state its warmup timed."""
-    scenarios = [load_scenario(name).scaled(small) for name in names]
-    if duration_s:
-        scenarios = [replace(s, duration_s=duration_s) for s in scenarios]
+    scenarios = scenarios_for(names, small, duration_s)
     if flush_cache:
         check_cache_reset(target)
     counter = TokenCounter(target.model_dir, target.record.base_url, target.record.served_model)
@@ -105,10 +119,10 @@ def run_scenarios(target: LoadTarget, names: list[str], small: bool, workers: in
     return summaries
 
 
-def loadtest(ref: str | None, names: list[str] | None, small: bool | None, workers: int | None, duration_s: float | None = None,
-             remote_workers: int = 0, master_bind: str = "127.0.0.1", url: str | None = None, model: str | None = None,
-             boot_id: str | None = None, flush_cache: bool = False) -> int:
-    """Measure a recipe's server (booting it if nothing is up), or with `url` a server rig did not start."""
+def acquire_target(ref: str | None, url: str | None = None, model: str | None = None,
+                   boot_id: str | None = None) -> tuple[LoadTarget, BootDriver | None]:
+    """The server to measure: with `url` one rig did not start; else the recipe's current boot, or
+    a new boot (then the driver is returned: the caller brings it down)."""
     driver = None
     engine_name = None
     resolved: Resolved | None
@@ -130,13 +144,26 @@ def loadtest(ref: str | None, names: list[str] | None, small: bool | None, worke
             record = current
             if record.ref != resolved.ref and ":" in ref:
                 print(f"note: {record.ref} is up (boot {record.boot_id}); measuring it, not {resolved.ref}")
-    target = LoadTarget(resolved, record, model_dir_for(resolved), engine_name)
+    return LoadTarget(resolved, record, model_dir_for(resolved), engine_name), driver
+
+
+def loadtest(ref: str | None, names: list[str] | None, small: bool | None, workers: int | None, duration_s: float | None = None,
+             remote_workers: int = 0, master_bind: str = "127.0.0.1", url: str | None = None, model: str | None = None,
+             boot_id: str | None = None, flush_cache: bool = False) -> int:
+    """Measure a recipe's server (booting it if nothing is up), or with `url` a server rig did not start."""
+    names = names or DEFAULT_SCENARIOS
+    for name in names:  # a bad scenario is refused before anything boots or is written
+        load_scenario(name)
+    if duration_s is not None:
+        scenarios_for(names, False, duration_s)
+    target, driver = acquire_target(ref, url, model, boot_id)
+    record, resolved = target.record, target.resolved
     root = results_root(record.recipe)
     small = default_small(resolved) if small is None else small
     interrupted = False
     summaries: list[RunSummary] = []
     try:
-        summaries = run_scenarios(target, names or DEFAULT_SCENARIOS, small, workers, root, duration_s=duration_s,
+        summaries = run_scenarios(target, names, small, workers, root, duration_s=duration_s,
                                   remote_workers=remote_workers, master_bind=master_bind, flush_cache=flush_cache)
     except Interrupted as stop:
         summaries, interrupted = stop.summaries, True

@@ -267,12 +267,26 @@ def client_lag(client: dict[str, Any], window: Window) -> dict[str, Any]:
     inside = sorted(lag for t, lag in client.get("lag", []) if window.start <= t <= window.end)
     stats = describe(inside)
     stalls = [lag for lag in inside if lag > STALL_THRESHOLD_S]
-    return {"process": client.get("process"), "lag_samples": len(inside),
+    return {"process": client.get("process"), "lag_samples": len(inside), "cpu_s": cpu_seconds(client.get("cpu_time") or [], window),
             "lag_p50_ms": None if stats["p50"] is None else 1000 * stats["p50"],
             "lag_p99_ms": None if stats["p99"] is None else 1000 * stats["p99"],
             "lag_max_ms": 1000 * inside[-1] if inside else None,
             "stalls": len(stalls), "stalled_s": sum(stalls), "stalled_fraction": sum(stalls) / window.seconds,
+            # collections the client ran inside the window (its collector is off there; see the locustfile)
+            "gc_pauses": [pause for pause in client.get("gc_pauses") or [] if window.start <= pause[0] <= window.end],
             "cpu_percent_mean": client.get("cpu_percent_mean"), "cpu_percent_max": client.get("cpu_percent_max")}
+
+
+def cpu_seconds(samples: list[list[float]], window: Window) -> float | None:
+    """CPU seconds a client process used inside the window, interpolated between its once-a-second
+    samples of cumulative CPU time (None without two samples around the window)."""
+    if len(samples) < 2:
+        return None
+    times = [t for t, _ in samples]
+    values = [v for _, v in samples]
+    if times[0] > window.start + 1.5 or times[-1] < window.end - 1.5:
+        return None
+    return float(np.interp(window.end, times, values) - np.interp(window.start, times, values))
 
 
 def client_verdict(clients: list[dict[str, Any]]) -> dict[str, Any]:
@@ -298,3 +312,123 @@ def client_verdict(clients: list[dict[str, Any]]) -> dict[str, Any]:
             "stalled_fraction": worst_stall.get("stalled_fraction") or 0.0,
             "cpu_percent_mean_max": worst_cpu, "lag_limit_ms": LAG_P99_LIMIT_MS,
             "server_clock": "unavailable (OpenAI streams carry only whole-second timestamps)"}
+
+
+QUEUED_LIMIT = 0.01  # an uncapped open loop whose arrivals waited for a free user more often: the pool was too small
+UNSENT_LIMIT = 0.01  # arrivals of the window that were never sent
+
+
+def arrival_window(records: list[RequestRecord], events: dict[str, float], last_offset: float, ramp_s: float,
+                   replay: bool) -> Window:
+    """The window of an arrival-driven run. A trace replay is measured whole, from its start to the
+    last response (a trace is not stationary: its figures describe the trace). An open loop opens
+    once the requests in flight are all ones sent after the schedule began (one median request
+    lifetime, Little's law: the population then has its steady size) and closes at the last
+    scheduled arrival; requests sent inside it are followed to their end (the drain)."""
+    epoch = events.get("arrivals_start")
+    run_end = events.get("stopping", max((r.t_end or r.t_send for r in records), default=0.0))
+    if epoch is None:
+        start = min((r.t_send for r in records), default=0.0)
+        return Window(start, max(run_end, start), start, max(run_end, start), False,
+                      "the schedule never started (Locust did not finish spawning its users)")
+    if replay:
+        end = min(run_end, events.get("drained", run_end))
+        return Window(epoch, max(end, epoch), epoch, max(run_end, epoch), end > epoch,
+                      "trace replay: the whole schedule, from its start to the last response")
+    lifetimes = [r.t_last - r.t_send for r in records if r.complete and r.t_last is not None]
+    settle = median(lifetimes) if lifetimes else 0.0
+    start = epoch + max(ramp_s, settle)
+    end = min(run_end, epoch + last_offset)
+    reason = (f"the schedule began, plus {'the ramp' if ramp_s >= settle else 'one median request lifetime'} "
+              f"({max(ramp_s, settle):.2f} s); closes at the last scheduled arrival")
+    if end <= start:
+        return Window(epoch, max(end, epoch), epoch, run_end, False,
+                      f"the schedule ended before a steady state ({reason}); lengthen duration_s or raise the rate")
+    return Window(start, end, epoch, run_end, True, reason)
+
+
+def arrival_stats(records: list[RequestRecord], window: Window, offsets: list[float], epoch: float | None,
+                  rate: float | None, burstiness: float | None, capped: bool, pool: int, factor: float = 1.0) -> dict[str, Any]:
+    """What the schedule asked for inside the window and what the client did: the achieved rate,
+    the client-side queueing delay (scheduled -> sent), how late arrivals that found a free user
+    were sent, and (open loop) whether the sent gaps fit the Gamma distribution the schedule drew
+    (Kolmogorov-Smirnov, on the gaps divided by the schedule's normalisation `factor`: see
+    rig.load.workload.gamma_schedule)."""
+    from scipy import stats
+
+    from rig.load.workload import arrivals_in
+
+    if epoch is None or not offsets:
+        return {"scheduled": 0, "sent": 0, "note": "the schedule never started"}
+    start, end = window.start, window.end
+    mine = [r for r in records if r.t_scheduled is not None and start <= r.t_scheduled <= end]
+    scheduled = arrivals_in(offsets, epoch, start, end)
+    sent = sum(1 for r in records if r.t_scheduled is not None and start <= r.t_send <= end)
+    delays = [r.t_send - r.t_scheduled for r in mine]  # type: ignore[operator]
+    queued = [r for r in mine if r.queued]
+    dispatch = [r.t_send - r.t_scheduled for r in mine if not r.queued]  # type: ignore[operator]
+    out: dict[str, Any] = {
+        "target_rate": rate, "scheduled": scheduled, "scheduled_rate": scheduled / window.seconds,
+        "sent": sent, "achieved_rate": sent / window.seconds,
+        "achieved_vs_target": sent / window.seconds / rate if rate else None,
+        "unsent": max(0, scheduled - len(mine)), "queued": len(queued), "queued_share": len(queued) / len(mine) if mine else 0.0,
+        "queue_delay_s": describe(delays), "dispatch_lateness_s": describe(dispatch),
+        "pool": pool, "capped": capped,
+    }
+    if rate and burstiness:
+        sends = sorted(r.t_send for r in mine)
+        gaps = [(b - a) / factor for a, b in zip(sends, sends[1:])]
+        if len(gaps) >= 20:
+            result = stats.kstest(gaps, "gamma", args=(burstiness, 0.0, 1.0 / (rate * burstiness)))
+            out["gaps"] = {"n": len(gaps), "distribution": f"gamma(shape={burstiness:g}, scale=1/({rate:g}*{burstiness:g}))",
+                           "normalisation": factor, "ks_statistic": float(result.statistic), "ks_p": float(result.pvalue),
+                           "mean_s": float(np.mean(gaps)), "cv": float(np.std(gaps) / np.mean(gaps))}
+    return out
+
+
+def arrival_problems(arrivals: dict[str, Any]) -> list[str]:
+    """Why an arrival-driven run's client did not deliver the schedule (client INVALID reasons)."""
+    reasons = []
+    if not arrivals.get("scheduled"):
+        return reasons
+    if not arrivals["capped"] and arrivals["queued_share"] > QUEUED_LIMIT:
+        reasons.append(f"{arrivals['queued']} arrival(s) ({100 * arrivals['queued_share']:.1f}%) waited for a free user: "
+                       f"the pool of {arrivals['pool']} users is too small for this load (raise users)")
+    if arrivals["unsent"] > UNSENT_LIMIT * arrivals["scheduled"]:
+        reasons.append(f"{arrivals['unsent']} of {arrivals['scheduled']} scheduled arrivals in the window were never sent")
+    lateness = arrivals["dispatch_lateness_s"].get("p99")
+    if lateness is not None and 1000 * lateness > LAG_P99_LIMIT_MS:
+        reasons.append(f"arrivals that found a free user were sent {1000 * lateness:.1f} ms late at p99 > {LAG_P99_LIMIT_MS} ms")
+    return reasons
+
+
+def turn_stats(records: list[RequestRecord], window: Window) -> dict[str, Any]:
+    """Multi-turn runs, per turn: prompt tokens as the server counted them (the whole history, once),
+    the share it answered from its prefix cache, and TTFT."""
+    by_turn: dict[int, list[RequestRecord]] = {}
+    for r in records:
+        if r.turn is not None and r.complete and window.start <= r.t_send <= window.end:
+            by_turn.setdefault(r.turn, []).append(r)
+    out = {}
+    for turn in sorted(by_turn):
+        done = by_turn[turn]
+        prompted = [r for r in done if r.cached_tokens is not None and r.prompt_tokens]
+        out[str(turn)] = {
+            "requests": len(done),
+            "prompt_tokens_mean": float(np.mean([r.prompt_tokens for r in done if r.prompt_tokens])) if any(r.prompt_tokens for r in done) else None,
+            "cached_share": (sum(r.cached_tokens for r in prompted) / sum(r.prompt_tokens for r in prompted)) if prompted else None,  # type: ignore[misc]
+            "ttft_p50_s": describe([r.t_first - r.t_send for r in done])["p50"],  # type: ignore[operator]
+        }
+    conversations = {r.conversation for r in records if r.conversation}
+    failed = {r.conversation for r in records if r.conversation and r.error and r.error != "cut_by_window"}
+    return {"turns": out, "conversations": len(conversations), "conversations_ended_by_error": len(failed)}
+
+
+def output_length_stats(records: list[RequestRecord], window: Window) -> dict[str, Any]:
+    """Requested output lengths against what the server produced (ignore_eos pins them where the
+    engine supports it; otherwise a model may stop early at EOS)."""
+    done = [r for r in records if r.complete and r.max_tokens is not None and window.start <= r.t_send <= window.end]
+    delivered = [(r.max_tokens, r.usage_tokens) for r in done if r.usage_tokens is not None]
+    return {"requested": describe([float(r.max_tokens) for r in done]),  # type: ignore[arg-type]
+            "delivered": describe([float(d) for _, d in delivered]),
+            "exact_share": sum(1 for want, got in delivered if want == got) / len(delivered) if delivered else None}

@@ -77,10 +77,36 @@ def notes(summary: RunSummary) -> list[str]:
         out.append(f"{name}: {metrics['requests']['burst_requests']} request(s) received chunks in a burst no server makes "
                    "(gaps under a tenth of the run's median ITL): the client read a backlog; per-request rates of those are "
                    "client artefacts, the token-weighted figures are not moved by them")
-    if not summary.scenario.get("unique_prompts"):
+    if not summary.scenario.get("unique_prompts") and not summary.imported:
         out.append(f"{name}: prompts are not unique per request: a prefix cache may answer repeated prompts")
     if tokens.get("cached_share"):
         out.append(f"{name}: the server answered {100 * tokens['cached_share']:.1f}% of prompt tokens from its prefix cache")
+    arrivals = metrics.get("arrivals")
+    if arrivals and arrivals.get("scheduled"):
+        target = f" of {arrivals['target_rate']:g} targeted" if arrivals.get("target_rate") else ""
+        delay = arrivals["queue_delay_s"]
+        line = (f"{name}: arrivals: sent {arrivals['achieved_rate']:.2f} req/s{target} ({arrivals['sent']} sent, "
+                f"{arrivals['scheduled']} scheduled in the window, {arrivals['unsent']} never sent); client-side queueing delay "
+                f"p50 {1000 * (delay['p50'] or 0):.1f} ms p99 {1000 * (delay['p99'] or 0):.1f} ms, {arrivals['queued']} arrival(s) "
+                f"waited for a free user ({'the scenario caps concurrency at' if arrivals['capped'] else 'pool of'} {arrivals['pool']})")
+        gaps = arrivals.get("gaps")
+        if gaps:
+            line += f"; gaps vs {gaps['distribution']}: KS p={gaps['ks_p']:.3f} over {gaps['n']} (CV {gaps['cv']:.2f})"
+        out.append(line)
+    conversation = metrics.get("conversation")
+    if conversation and conversation.get("turns"):
+        turns = ", ".join(f"turn {k}: {t['prompt_tokens_mean']:.0f} prompt tokens, "
+                          f"{'-' if t['cached_share'] is None else format(t['cached_share'], '.0%')} cached"
+                          for k, t in conversation["turns"].items() if t["prompt_tokens_mean"] is not None)
+        out.append(f"{name}: {conversation['conversations']} conversation(s) ({conversation['conversations_ended_by_error']} ended by "
+                   f"an error); {turns}")
+    lengths = metrics.get("output_lengths")
+    if lengths and lengths.get("exact_share") is not None and lengths["exact_share"] < 1.0:
+        out.append(f"{name}: only {100 * lengths['exact_share']:.0f}% of requests produced the output length they asked for "
+                   f"(asked mean {lengths['requested']['mean']:.1f}, got {lengths['delivered']['mean']:.1f}): the engine stops "
+                   "at EOS (it has no ignore_eos), so lengths are the model's")
+    if summary.imported:
+        out.append(f"{name}: imported from {summary.imported['tool']} ({summary.imported['file']}); rig did not check that client")
     if summary.interrupted:
         out.append(f"{name}: interrupted; the summary covers what was measured")
     for problem in summary.problems():

@@ -22,17 +22,23 @@ from rig.engines import LENGTH_PINNING
 from rig.errors import RigError
 from rig.load.metrics import (
     Window,
+    arrival_problems,
+    arrival_stats,
+    arrival_window,
     chunk_token_counts,
     client_lag,
     client_verdict,
+    output_length_stats,
     responsive_end,
     run_tokens_per_chunk,
     steady_window,
     summarize,
+    turn_stats,
 )
 from rig.load.records import RequestRecord, read_records
-from rig.load.scenarios import LOADTESTS, Scenario, TokenCounter, build_prompts
+from rig.load.scenarios import ARRIVAL_KINDS, LOADTESTS, Scenario, TokenCounter, build_prompts
 from rig.load.summary import RunSummary
+from rig.load.workload import gamma_schedule
 from rig.observe.gpu import GpuSampler, summarize_gpu_samples
 from rig.observe.server_metrics import MetricsScraper, summarize_server_metrics
 from rig.observe.timeline import write_timeline
@@ -40,6 +46,9 @@ from rig.recipe import Resolved
 from rig.secrets import redact_for
 
 LOCUSTFILE = LOADTESTS / "locustfile.py"
+# The locustfile's user class for each kind of scenario (closed loops: LLMUser).
+USER_CLASS = {"open_loop": "ArrivalUser", "trace": "ArrivalUser", "multi_turn": "ConversationUser"}
+EPOCH_LEAD_S = 0.5  # the locustfile starts a schedule this long after spawning completes
 SERVER_METRICS = "server-metrics.jsonl"  # raw Prometheus samples, one line per scrape
 GPU_SAMPLES = "gpu-samples.jsonl"  # NVML samples of the local GPUs
 TIMELINE = "timeline.png"
@@ -106,29 +115,43 @@ def read_window_events(directory: Path) -> dict[str, float]:
 class LocustRun:
     """One scenario run. Processes are started here and always stopped here."""
 
-    def __init__(self, scenario: Scenario, base_url: str, config: dict[str, Any], out_dir: Path, workers: int,
+    def __init__(self, scenario: Scenario, base_url: str, out_dir: Path, workers: int,
                  remote_workers: int = 0, master_bind: str = "127.0.0.1", settle_s: float = 0.0) -> None:
         self.scenario, self.base_url, self.out_dir = scenario, base_url, out_dir
         self.settle_s = settle_s
-        self.distributed = (scenario.distributed and scenario.users > 1) or remote_workers > 0
+        self.distributed = (scenario.distributed and scenario.pool > 1) or remote_workers > 0
         self.workers = workers if self.distributed else 1
         self.remote_workers, self.master_bind = remote_workers, master_bind
-        config_path = out_dir / "config.json"
-        config_path.write_text(json.dumps(config, indent=1))
-        self.env = {**os.environ, "RIG_LOAD_CONFIG": str(config_path), "PYTHONUNBUFFERED": "1"}
+        self.schedule_s = 0.0  # arrival-driven runs: the schedule's length (set by configure)
+        self.env = {**os.environ, "RIG_LOAD_CONFIG": str(out_dir / "config.json"), "PYTHONUNBUFFERED": "1"}
         self.processes: list[subprocess.Popen] = []
         self._seen: dict[Path, tuple[int, int]] = {}
 
+    @property
+    def processes_sending(self) -> int:
+        """Locust processes that run users (each takes its share of an arrival schedule)."""
+        return self.workers + self.remote_workers if self.distributed else 1
+
+    def configure(self, config: dict[str, Any], schedule_s: float = 0.0) -> None:
+        self.schedule_s = schedule_s
+        (self.out_dir / "config.json").write_text(json.dumps(config, indent=1))
+
     def run_time_s(self) -> float:
-        """Spawning, the ramp, the time to a steady state (every user's first token plus one request
-        lifetime, estimated from this boot's warmup of the scenario), then the measured duration."""
-        spawn = self.scenario.users / (self.scenario.spawn_rate or self.scenario.users)
-        return spawn + max(self.scenario.ramp_s, self.settle_s) + self.scenario.duration_s  # the settle time includes the ramp
+        """Closed loops: spawning, the ramp, the time to a steady state (every user's first token
+        plus one request lifetime, estimated from this boot's warmup of the scenario), then the
+        measured duration. Arrival-driven runs: spawning, the schedule, then its drain (the run
+        ends earlier, as soon as the last request is done)."""
+        scenario = self.scenario
+        spawn = scenario.pool / (scenario.spawn_rate or scenario.pool)
+        if scenario.kind in ARRIVAL_KINDS:
+            drain = (scenario.arrivals or scenario.trace).drain_s  # type: ignore[union-attr]
+            return spawn + EPOCH_LEAD_S + self.schedule_s + drain
+        return spawn + max(scenario.ramp_s, self.settle_s) + scenario.duration_s  # the settle time includes the ramp
 
     def start(self) -> None:
         run_time = f"{max(1, round(self.run_time_s()))}s"
-        common = ["-u", str(self.scenario.users), "-r", str(self.scenario.spawn_rate or self.scenario.users),
-                  "-t", run_time, "-H", self.base_url]
+        common = ["-u", str(self.scenario.pool), "-r", str(self.scenario.spawn_rate or self.scenario.pool),
+                  "-t", run_time, "-H", self.base_url, USER_CLASS.get(self.scenario.kind, "LLMUser")]
         log = open(self.out_dir / "locust.log", "ab")  # noqa: SIM115 - shared by the child processes
         if not self.distributed:
             self.processes.append(subprocess.Popen(_locust() + common, stdout=log, stderr=subprocess.STDOUT, env=self.env))
@@ -171,7 +194,7 @@ class LocustRun:
                 chunk = handle.read()
             self._seen[path] = (offset + len(chunk), lines + chunk.count(b"\n"))
             done += self._seen[path][1]
-        line = f"{self.scenario.name}: {done} requests done, {self.scenario.users} users, {self.run_time_s():.0f}s planned"
+        line = f"{self.scenario.name}: {done} requests done, {self.scenario.pool} users, {self.run_time_s():.0f}s planned"
         end = "" if sys.stderr.isatty() else "\n"
         print(("\r" if sys.stderr.isatty() else "") + line, end=end, file=sys.stderr)
 
@@ -192,6 +215,34 @@ class LocustRun:
                     process.wait()
 
 
+def workload_config(scenario: Scenario, counter: TokenCounter, label: str,
+                    processes: int) -> tuple[dict[str, Any], list[float], float]:
+    """The kind-specific part of the Locust configuration, the arrival schedule (offsets in seconds
+    from its start) of an arrival-driven run (empty for the others) and its normalisation factor."""
+    config: dict[str, Any] = {"kind": scenario.kind, "arrival_processes": processes,
+                              "output_lengths": scenario.output_lengths.model_dump() if scenario.output_lengths else None}
+    offsets: list[float] = []
+    factor = 1.0
+    if scenario.arrivals is not None:
+        arrivals = scenario.arrivals
+        count = arrivals.requests or max(1, round(arrivals.rate * scenario.duration_s))
+        config["arrivals"] = {"rate": arrivals.rate, "burstiness": arrivals.burstiness, "count": count, "seed": scenario.seed}
+        offsets, factor = gamma_schedule(arrivals.rate, arrivals.burstiness, count, scenario.seed)
+    if scenario.trace is not None:
+        from rig.load.datasets import build_trace
+
+        trace = build_trace(scenario, counter, label, scenario.file)
+        offsets = [row["at"] for row in trace["rows"]]
+        config["arrivals"] = {"offsets": offsets}
+        config["trace"] = trace
+    if scenario.conversation is not None:
+        from rig.load.datasets import build_conversations
+
+        config.update(conversations=build_conversations(scenario, counter, scenario.file), turns=scenario.conversation.turns,
+                      think_time_s=scenario.conversation.think_time_s)
+    return config, offsets, factor
+
+
 def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers: int | None = None,
                  counter: TokenCounter | None = None, warmup: bool = False, progress: bool = True,
                  prompts: list[dict[str, Any]] | None = None, remote_workers: int = 0,
@@ -199,23 +250,28 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
     if out_dir.exists() and any(out_dir.iterdir()):
         raise RigError(str(out_dir), "(directory)", "already holds a run; records of two runs must never mix",
                        "use a new results directory")
-    out_dir.mkdir(parents=True, exist_ok=True)
     record = target.record
     engine = target.engine_name
     counter = counter or TokenCounter(target.model_dir, record.base_url, record.served_model)
+    # Same label in the same round of every boot: the nonce sequence (and a trace's block tags) repeat across arms.
+    label = f"{scenario.seed}/{out_dir.parent.name}/{out_dir.name}"
+    run = LocustRun(scenario, record.base_url, out_dir, workers or default_workers(), remote_workers, master_bind, settle_s)
+    if scenario.kind in ARRIVAL_KINDS and run.processes_sending > scenario.pool:
+        raise RigError(f"loadtests/scenarios/{scenario.name}.yaml", "users", f"{scenario.pool} user(s) for {run.processes_sending} "
+                       "Locust processes: each process sends its share of the arrivals and needs a user to send them",
+                       f"raise users to at least {run.processes_sending}, or run fewer --workers")
     nonce = None
     if prompts is None:
         prompts, nonce = build_prompts(scenario, counter)
+    workload, offsets, factor = workload_config(scenario, counter, label, run.processes_sending)
+    out_dir.mkdir(parents=True, exist_ok=True)
     config = {"scenario": scenario.name, "base_url": record.base_url, "model": record.served_model,
               "endpoint": scenario.endpoint, "max_tokens": scenario.max_tokens, "temperature": scenario.temperature,
               "seed": scenario.seed, "extra_body": LENGTH_PINNING.get(engine, {}), "prompts": prompts,
-              "nonce": nonce.to_json() if nonce else None,
-              # Same label in the same round of every boot: the nonce sequence repeats across arms.
-              "nonce_seed": f"{scenario.seed}/{out_dir.parent.name}/{out_dir.name}",
+              "nonce": nonce.to_json() if nonce else None, "nonce_seed": label,
               "out_dir": str(out_dir), "read_timeout_s": scenario.read_timeout_s,
-              "keep_text_chars": keep_text_chars()}
-    run = LocustRun(scenario, record.base_url, config, out_dir, workers or default_workers(), remote_workers, master_bind,
-                    settle_s)
+              "keep_text_chars": keep_text_chars(), **workload}
+    run.configure(config, offsets[-1] if offsets else 0.0)
     interrupted = False
     local = urllib.parse.urlsplit(record.base_url).hostname in ("127.0.0.1", "localhost", "::1")
     # Server metrics and GPU telemetry are sampled beside the load, into this run's directory.
@@ -238,16 +294,30 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
     events = read_window_events(out_dir)
     if "stopping" in events:
         events["stopping"] = responsive_end(raw_clients, events["stopping"])
-    window = steady_window(records, events, scenario.ramp_s, scenario.users)
+    if scenario.kind in ARRIVAL_KINDS:
+        window = arrival_window(records, events, offsets[-1], scenario.ramp_s, replay=scenario.kind == "trace")
+    else:
+        window = steady_window(records, events, scenario.ramp_s, scenario.pool)
     clients = [client_lag(client, window) for client in raw_clients]
     metrics = summarize(records, window, counter.count if counter.tokenizer is not None else None)
+    metrics["output_lengths"] = output_length_stats(records, window)
+    verdict = client_verdict(clients)
+    if scenario.kind in ARRIVAL_KINDS:
+        arrivals = scenario.arrivals
+        metrics["arrivals"] = arrival_stats(records, window, offsets, events.get("arrivals_start"),
+                                            arrivals.rate if arrivals else None, arrivals.burstiness if arrivals else None,
+                                            scenario.capped, scenario.pool, factor)
+        late = arrival_problems(metrics["arrivals"])
+        verdict = {**verdict, "valid": verdict["valid"] and not late, "reasons": verdict["reasons"] + late}
+    if scenario.kind == "multi_turn":
+        metrics["conversation"] = turn_stats(records, window)
+    described = scenario.describe()
+    if "trace" in workload:
+        described["trace"].update(file=workload["trace"]["file"], sha256=workload["trace"]["sha256"])
     summary = RunSummary(
-        scenario={"name": scenario.name, "version": scenario.version, "kind": scenario.kind, "users": scenario.users,
-                  "prompt_tokens": scenario.prompt_tokens, "max_tokens": scenario.max_tokens,
-                  "duration_s": scenario.duration_s, "settle_s": settle_s, "unique_prompts": nonce is not None,
-                  "prefix": scenario.prefix},
+        scenario={**described, "settle_s": settle_s, "unique_prompts": nonce is not None or scenario.kind == "trace"},
         warmup=warmup, interrupted=interrupted, provenance=provenance(target, run, counter),
-        metrics=metrics, client=client_verdict(clients), clients=clients,
+        metrics=metrics, client=verdict, clients=clients,
         observations=observe(out_dir, records, window, metrics, f"{scenario.name} on {record.ref} (boot {record.boot_id})",
                              target.resolved.topology.gpu_ids if target.resolved is not None else None),
     )
@@ -289,8 +359,9 @@ def provenance(target: LoadTarget, run: LocustRun, counter: TokenCounter) -> dic
         "host": host_facts(),
         "client": {"processes": run.workers + (1 if run.distributed else 0), "workers": run.workers,
                    "remote_workers": run.remote_workers,
-                   "distributed": run.distributed, "users": run.scenario.users,
-                   "spawn_rate": run.scenario.spawn_rate or run.scenario.users, "http_user": "locust HttpUser (requests)",
+                   "distributed": run.distributed, "users": run.scenario.pool,
+                   "user_class": USER_CLASS.get(run.scenario.kind, "LLMUser"),
+                   "spawn_rate": run.scenario.spawn_rate or run.scenario.pool, "http_user": "locust HttpUser (requests)",
                    "tokenizer": counter.source},
         "time": time.time(),
     }

@@ -4,6 +4,11 @@ For the metric tests and the client-capacity benchmark only (real servers are us
 everywhere else): the first token is made `ttft` after the request, token i at ttft + i * itl;
 a chunk carries `--tokens-per-chunk` tokens and leaves when its last one is made; usage comes on
 the last chunk (on every chunk when the request asks for continuous usage), then `data: [DONE]`.
+A token is a whitespace-separated word of the prompt's message contents; a stand-in prefix cache
+remembers every prompt and every chat reply it streamed, in blocks of CACHE_BLOCK words (a chain
+of block hashes, bounded like a real one: paged engines cache whole blocks) and reports the
+longest remembered run of whole blocks as cached_tokens, so a conversation that sends its history
+back shows its cached share growing turn by turn.
 Deadlines are absolute, so sleep jitter does not accumulate. `--processes N` shares the
 port through SO_REUSEPORT to serve thousands of streams.
 
@@ -30,7 +35,7 @@ class TimedServer:
         self.ttft, self.itl, self.die_after = ttft, itl, die_after
         self.perturb = perturb  # the toy model's logit change for non-streamed completions (rig/load/toy_lm.py)
         self.tokens_per_chunk, self.continuous_usage = tokens_per_chunk, continuous_usage
-        self.seen_prompts: set[str] = set()  # a stand-in prefix cache: a repeated prompt is a full hit
+        self.prefixes: dict[int, None] = {}  # the stand-in prefix cache: hashes of remembered word prefixes, oldest first
         self.first_request: float | None = None  # --die-after counts from here, not from start-up
         self.running = 0  # live streams and tokens sent, for the /metrics page (per process)
         self.generated = 0
@@ -75,6 +80,36 @@ class TimedServer:
         finally:
             writer.close()
 
+    CACHE_ENTRIES = 200_000
+    CACHE_BLOCK = 8  # words per cached block: a shared first word or two (a nonce's first picks) is no hit
+
+    def cached(self, words: list[str]) -> tuple[int, tuple[int, list[str]]]:
+        """Tokens of the longest remembered run of whole leading blocks of `words`; remembers the
+        prompt's whole blocks. Returns (cached tokens, where a reply continues the chain)."""
+        chain = longest = 0
+        block = self.CACHE_BLOCK
+        whole = len(words) - len(words) % block
+        for start in range(0, whole, block):
+            chain = hash((chain, *words[start:start + block]))
+            if longest == start and chain in self.prefixes:
+                longest = start + block
+            self._keep(chain)
+        return longest, (chain, words[whole:])
+
+    def remember(self, state: tuple[int, list[str]], words: list[str]) -> None:
+        chain, rest = state
+        words = rest + words
+        block = self.CACHE_BLOCK
+        for start in range(0, len(words) - len(words) % block, block):
+            chain = hash((chain, *words[start:start + block]))
+            self._keep(chain)
+
+    def _keep(self, key: int) -> None:
+        self.prefixes.pop(key, None)  # most recently used last
+        self.prefixes[key] = None
+        if len(self.prefixes) > self.CACHE_ENTRIES:
+            del self.prefixes[next(iter(self.prefixes))]
+
     def metrics_page(self) -> bytes:
         """A small Prometheus page under vLLM's names, so server-metric scraping is tested end to end."""
         return (
@@ -105,9 +140,9 @@ class TimedServer:
             self.first_request = time.monotonic()
         continuous = bool((request.get("stream_options") or {}).get("continuous_usage_stats")) and self.continuous_usage
         chunks = -(-tokens // per_chunk)
-        prompt = json.dumps(request.get("messages") or request.get("prompt"))
-        cached = 8 if prompt in self.seen_prompts else 0
-        self.seen_prompts.add(prompt)
+        words = prompt_words(request)
+        prompt_tokens = max(1, len(words))
+        cached, chain = self.cached(words)
         for index in range(chunks):
             if self.die_after is not None and time.monotonic() - self.first_request > self.die_after:  # type: ignore[operator]
                 os._exit(0)  # the fault test: the server dies mid-stream
@@ -125,14 +160,24 @@ class TimedServer:
                      "server_time": time.time()}
             done = min(tokens, (index + 1) * per_chunk)
             if last or continuous:
-                event["usage"] = {"prompt_tokens": 8, "completion_tokens": done, "total_tokens": done + 8,
+                event["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": done, "total_tokens": done + prompt_tokens,
                                   "prompt_tokens_details": {"cached_tokens": cached}}
             send(event)
             self.generated += carried
             await writer.drain()
+        if chat:  # the reply's tokens are cached too (as an engine keeps a finished sequence's KV blocks)
+            self.remember(chain, [f"t{i}" for i in range(tokens)])
         send("[DONE]")
         writer.write(b"0\r\n\r\n")
         await writer.drain()
+
+
+def prompt_words(request: dict) -> list[str]:
+    """The prompt's tokens for this server: the words of every message's content, in order."""
+    messages = request.get("messages")
+    if isinstance(messages, list):
+        return [word for message in messages if isinstance(message, dict) for word in str(message.get("content") or "").split()]
+    return str(request.get("prompt") or "").split()
 
 
 def serve(port: int, ttft: float, itl: float, die_after: float | None, host: str = "127.0.0.1", tokens_per_chunk: int = 1,

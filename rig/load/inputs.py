@@ -1,0 +1,165 @@
+"""Reading the files a workload names (scenarios, traces, conversation files, peer results) as
+user input: regular files only, size-capped before reading, UTF-8, YAML through the strict loader
+(rig/strict_yaml.py), JSON with duplicate keys and NaN/Infinity refused, every row through a
+strict pydantic model, every failure one RigError line (file, field, fix)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from rig.errors import RigError
+from rig.strict_yaml import YamlRefused, load_strict
+
+MAX_DATA_BYTES = 64 << 20  # a trace or conversation file; the shipped ones are a few kB
+MAX_ROWS = 100_000
+Row = TypeVar("Row", bound=BaseModel)
+
+
+def display(path: Path) -> str:
+    from rig.recipe import REPO_ROOT
+
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT))
+    except (ValueError, OSError):
+        return str(path)
+
+
+def read_regular(path: Path, where: str, cap: int, fix: str) -> bytes:
+    """The bytes of a regular file of at most `cap` bytes (a FIFO or /dev/zero is never read)."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise RigError(where, "(file)", "no such file", fix) from None
+    except IsADirectoryError:
+        raise RigError(where, "(file)", "is a directory", fix) from None
+    except PermissionError:
+        raise RigError(where, "(file)", "cannot be read (permission denied)", "make it readable by this user") from None
+    except OSError as error:
+        raise RigError(where, "(file)", f"cannot be read ({error.strerror})", fix) from None
+    try:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode):
+            raise RigError(where, "(file)", "is not a regular file", fix)
+        if info.st_size > cap:
+            raise RigError(where, "(file)", f"{info.st_size} bytes is more than the {cap} this file may have",
+                           "split it or cut it down")
+        with os.fdopen(descriptor, "rb", closefd=False) as handle:
+            data = handle.read(cap + 1)
+    finally:
+        os.close(descriptor)
+    if len(data) > cap:
+        raise RigError(where, "(file)", f"grew beyond {cap} bytes while being read", "read a file nobody is writing")
+    return data
+
+
+def read_yaml(path: Path, where: str, fix: str) -> Any:
+    """A YAML document through the strict loader; syntax errors are one line with their line number."""
+    data = read_regular(path, where, 1 << 20, fix)
+    try:
+        return load_strict(data)
+    except YamlRefused as error:
+        raise RigError(where, f"line {error.line}" if error.line else "(file)", error.problem,
+                       "write plain UTF-8 YAML, each key once, like loadtests/scenarios/*.yaml") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        problem = " ".join(str(getattr(error, "problem", None) or error).split())
+        raise RigError(where, f"line {mark.line + 1}" if mark else "(file)", f"not valid YAML ({problem})",
+                       "fix the YAML syntax") from None
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ValueError(f"duplicate key {key!r}")
+        seen[key] = value
+    return seen
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def strict_json(text: str | bytes) -> Any:
+    """json.loads that refuses duplicate keys (last-wins elsewhere) and NaN/Infinity."""
+    return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+
+
+def _decode(data: bytes, where: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise RigError(where, f"line {line}", f"not UTF-8 (byte 0x{data[error.start]:02x})", "save the file as UTF-8") from None
+
+
+# Control characters (newline, tab and carriage return excepted: conversation text has lines),
+# line/paragraph separators and bidirectional overrides (grammar.control_character's set).
+_HIDDEN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")
+
+
+def _hidden_character(value: Any) -> str | None:
+    """The first hidden character in any of a row's strings (keys included), escaped."""
+    if isinstance(value, str):
+        found = _HIDDEN.search(value)
+        return repr(found.group(0))[1:-1] if found else None
+    if isinstance(value, dict):
+        return next((hit for key, item in value.items() for hit in (_hidden_character(key), _hidden_character(item)) if hit), None)
+    if isinstance(value, list):
+        return next((hit for item in value if (hit := _hidden_character(item))), None)
+    return None
+
+
+def validation_line(error: ValidationError) -> tuple[str, str]:
+    """(dotted field, message) of a pydantic error's first problem."""
+    first = error.errors()[0]
+    field = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    return field, " ".join(first["msg"].removeprefix("Value error, ").split())
+
+
+def read_rows(path: Path, where: str, model: type[Row], fix: str, max_rows: int = MAX_ROWS,
+              unwrap: Callable[[Any], list[Any]] | None = None) -> list[Row]:
+    """Rows of a JSON Lines file (or, with `unwrap`, of one JSON document), each validated by
+    `model`. Blank lines are skipped; anything else that is not a valid row is refused."""
+    text = _decode(read_regular(path, where, MAX_DATA_BYTES, fix), where)
+    if unwrap is not None:
+        try:
+            items = unwrap(strict_json(text))
+        except ValueError as error:
+            raise RigError(where, "(file)", f"not valid JSON ({error})", fix) from None
+        numbered = list(enumerate(items, start=1))
+        label = "item"
+    else:
+        numbered = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                numbered.append((number, strict_json(line)))
+            except ValueError as error:
+                raise RigError(where, f"line {number}", f"not valid JSON ({error})", fix) from None
+        label = "line"
+    if len(numbered) > max_rows:
+        raise RigError(where, "(file)", f"{len(numbered)} rows is more than {max_rows}", "cut the file down")
+    if not numbered:
+        raise RigError(where, "(file)", "holds no rows", fix)
+    rows = []
+    for number, item in numbered:
+        bad = _hidden_character(item)
+        if bad:
+            raise RigError(where, f"{label} {number}", f"contains the control character {bad}", "remove it")
+        try:
+            rows.append(model.model_validate(item))
+        except ValidationError as error:
+            field, message = validation_line(error)
+            raise RigError(where, f"{label} {number}: {field}", message, fix) from None
+    return rows

@@ -1,0 +1,455 @@
+"""Peer formats: `rig export RUN --format vllm|aiperf` and `rig import FILE`.
+
+Export writes a run in the shape the peers' own tools and dashboards read, computed with the peers'
+own definitions from rig's raw records inside the run's window:
+- vLLM (`vllm bench serve --save-result --save-detailed`): `completed`, `failed`, `duration`,
+  `request_throughput`, `output_throughput`, `total_token_throughput`, mean/median/std/p99 of
+  `ttft`/`tpot`/`itl`/`e2el` in ms (TPOT = (latency - ttft) / (output_len - 1)), per request
+  `input_lens`, `output_lens`, `ttfts`, `itls` (seconds), `generated_texts`, `errors`.
+- AIPerf: `profile_export.jsonl` (per request `metadata` with `request_start_ns`/`request_end_ns`,
+  `metrics` as {value, unit} with `time_to_first_token`, `inter_chunk_latency`, ... in ms, `error`)
+  and `profile_export_aiperf.json` (per metric unit/avg/min/max/p*/std/count/sum).
+
+Import reads those files (strictly: duplicate keys, NaN and wrong types refused; the fields rig
+uses typed, others ignored) back into rig's request records and a run summary computed by rig's
+own rules, its provenance marked `imported` (tool, file, sha256). rig did not see that client, so
+the summary says its client was not checked instead of passing the check. With `--compare DIR
+--arm A` the run also joins a comparison as one boot of arm A."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
+
+from rig.atomic import write_text_atomic
+from rig.errors import RigError
+from rig.load.inputs import MAX_DATA_BYTES, display, read_regular, strict_json, validation_line
+from rig.load.metrics import Window, summarize
+from rig.load.records import RequestRecord, read_records
+from rig.load.summary import RunSummary
+
+VLLM_FILE = "vllm-result.json"
+AIPERF_RECORDS = "profile_export.jsonl"
+AIPERF_AGGREGATE = "profile_export_aiperf.json"
+AIPERF_SCHEMA = "1.5"  # the profile_export_aiperf.json schema version whose fields are written
+NS = 1_000_000_000
+
+
+# --- export -----------------------------------------------------------------------------------
+
+
+def _window_records(run: Path) -> tuple[RunSummary, list[RequestRecord], Window]:
+    try:
+        summary = RunSummary.read(run)
+    except FileNotFoundError:
+        raise RigError(str(run), "summary.json", "not a run directory", "pass a results/<recipe>/<time>/<scenario> directory") from None
+    except (ValueError, TypeError) as error:
+        raise RigError(str(run / "summary.json"), "(file)", f"unreadable run summary ({error})", "pass a complete run") from None
+    w = summary.metrics["window"]
+    window = Window(w["start"], w["end"], w["run_start"], w["run_end"], w["steady"], w["opened_by"])
+    inside = [r for r in read_records(run) if window.start <= r.t_send <= window.end]
+    return summary, inside, window
+
+
+def _per_request(record: RequestRecord) -> dict[str, Any]:
+    """One completed request in the peers' terms (seconds)."""
+    ttft = record.t_first - record.t_send  # type: ignore[operator]
+    latency = record.t_last - record.t_send  # type: ignore[operator]
+    output = record.usage_tokens if record.usage_tokens is not None else len(record.chunks)
+    return {"ttft": ttft, "latency": latency, "itl": [b - a for a, b in zip(record.chunks, record.chunks[1:])],
+            "output": output, "input": record.prompt_tokens or 0,
+            "tpot": (latency - ttft) / (output - 1) if output > 1 else None}
+
+
+def _stats_ms(values: list[float], percentiles: tuple[float, ...] = (99,)) -> dict[str, float]:
+    array = np.asarray(values or [0.0], dtype=float) * 1000
+    out = {"mean": float(array.mean()), "median": float(np.median(array)), "std": float(array.std())}
+    out.update({f"p{p:g}": float(np.percentile(array, p)) for p in percentiles})
+    return out
+
+
+def _peaks(done: list[dict[str, Any]], starts: list[float]) -> tuple[float, int]:
+    """vLLM's max_output_tokens_per_s and max_concurrent_requests: per-second buckets from the first start."""
+    if not done:
+        return 0.0, 0
+    origin = min(starts)
+    ends = [s + d["latency"] for s, d in zip(starts, done)]
+    buckets = int(np.ceil(max(ends) - origin)) + 1
+    tokens, concurrent = np.zeros(buckets), np.zeros(buckets)
+    for start, request in zip(starts, done):
+        t = start + request["ttft"]
+        tokens[int(t - origin)] += 1
+        for gap in request["itl"]:
+            t += gap
+            tokens[int(t - origin)] += 1
+        for second in range(int(start - origin), int(start + request["latency"] - origin) + 1):
+            concurrent[second] += 1
+    return float(tokens.max()), int(concurrent.max())
+
+
+def vllm_result(summary: RunSummary, records: list[RequestRecord], window: Window) -> dict[str, Any]:
+    complete = [r for r in records if r.complete and r.t_last is not None]
+    failed = [r for r in records if r.error and r.error != "cut_by_window"]
+    done = [_per_request(r) for r in complete]
+    duration = window.seconds
+    total_in, total_out = sum(d["input"] for d in done), sum(d["output"] for d in done)
+    scenario = summary.scenario
+    arrivals = scenario.get("arrivals") or {}
+    chat = (summary.provenance.get("endpoint") or scenario.get("endpoint")) != "completions"
+    output_max, concurrent_max = _peaks(done, [r.t_send for r in complete])
+    result: dict[str, Any] = {
+        "date": dt.datetime.fromtimestamp(window.start).strftime("%Y%m%d-%H%M%S"),
+        "endpoint_type": "openai-chat" if chat else "openai", "backend": "openai-chat" if chat else "openai",
+        "label": "rig", "model_id": summary.provenance.get("served_model"), "tokenizer_id": summary.provenance.get("served_model"),
+        "num_prompts": len(complete) + len(failed),
+        "request_rate": arrivals.get("rate", "inf"), "burstiness": arrivals.get("burstiness", 1.0),
+        "max_concurrency": arrivals.get("max_concurrency") if arrivals else scenario.get("users"),
+        "duration": duration, "completed": len(done), "failed": len(failed),
+        "total_input_tokens": total_in, "total_output_tokens": total_out,
+        "request_throughput": len(done) / duration, "request_goodput": None,
+        "output_throughput": total_out / duration, "total_token_throughput": (total_in + total_out) / duration,
+        "max_output_tokens_per_s": output_max, "max_concurrent_requests": concurrent_max,
+        "input_lens": [d["input"] for d in done], "output_lens": [d["output"] for d in done],
+        "ttfts": [d["ttft"] for d in done], "itls": [d["itl"] for d in done],
+        "generated_texts": [r.text or "" for r in complete], "errors": [""] * len(done),
+        "start_times": [r.t_send for r in complete],
+        # Metadata (vLLM's --metadata KEY=VALUE lands at the top level too): where the run came from.
+        "rig_scenario": scenario.get("name"), "rig_kind": scenario.get("kind"), "rig_boot_id": summary.provenance.get("boot_id"),
+        "rig_recipe": summary.provenance.get("recipe"), "rig_window_s": [window.start, window.end],
+        "rig_usable": not summary.problems(), "rig_problems": summary.problems(),
+    }
+    for name, values in (("ttft", [d["ttft"] for d in done]), ("tpot", [d["tpot"] for d in done if d["tpot"] is not None]),
+                         ("itl", [g for d in done for g in d["itl"]]), ("e2el", [d["latency"] for d in done])):
+        for stat, value in _stats_ms(values).items():
+            result[f"{stat}_{name}_ms"] = value
+    return result
+
+
+def _metric(value: Any, unit: str) -> dict[str, Any]:
+    return {"value": value, "unit": unit}
+
+
+def aiperf_records(summary: RunSummary, records: list[RequestRecord]) -> list[dict[str, Any]]:
+    out = []
+    for number, r in enumerate(sorted(records, key=lambda r: r.t_send)):
+        end = r.t_last if r.complete else (r.t_end or r.t_send)
+        metadata = {"session_num": number, "x_request_id": r.id, "x_correlation_id": r.conversation or r.user,
+                    "conversation_id": r.conversation or r.prompt, "turn_index": r.turn or 0,
+                    "request_start_ns": int(r.t_send * NS), "request_ack_ns": None, "request_end_ns": int(end * NS),  # type: ignore[operator]
+                    "worker_id": r.process, "record_processor_id": "rig", "benchmark_phase": "profiling",
+                    "was_cancelled": r.error == "cut_by_window",
+                    "cancellation_time_ns": int((r.t_end or r.t_send) * NS) if r.error == "cut_by_window" else None}
+        if r.complete and r.t_last is not None:
+            d = _per_request(r)
+            ms = 1000.0
+            metrics = {"input_sequence_length": _metric(d["input"], "tokens"),
+                       "time_to_first_token": _metric(d["ttft"] * ms, "ms"),
+                       "request_latency": _metric(d["latency"] * ms, "ms"),
+                       "output_token_count": _metric(d["output"], "tokens"),
+                       "output_sequence_length": _metric(d["output"], "tokens"),
+                       "inter_chunk_latency": _metric([g * ms for g in d["itl"]], "ms")}
+            if d["tpot"] is not None:
+                metrics["inter_token_latency"] = _metric(d["tpot"] * ms, "ms")
+                metrics["output_token_throughput_per_user"] = _metric(1.0 / d["tpot"] if d["tpot"] > 0 else None, "tokens/sec/user")
+            out.append({"metadata": metadata, "metrics": metrics, "error": None})
+        else:
+            out.append({"metadata": metadata, "metrics": {"error_isl": _metric(r.prompt_tokens or 0, "tokens")},
+                        "error": {"code": r.status or 0, "type": r.error or "incomplete", "message": (r.error_detail or r.error or "")[:300]}})
+    return out
+
+
+def _aggregate(values: list[float], unit: str) -> dict[str, Any]:
+    array = np.asarray(values, dtype=float)
+    if not len(array):
+        return {"unit": unit}
+    block: dict[str, Any] = {"unit": unit, "avg": float(array.mean()), "min": float(array.min()), "max": float(array.max())}
+    block.update({f"p{p}": float(np.percentile(array, p)) for p in (1, 5, 10, 25, 50, 75, 90, 95, 99)})
+    block.update(std=float(array.std(ddof=1)) if len(array) > 1 else 0.0, count=len(array), sum=float(array.sum()))
+    return block
+
+
+def aiperf_aggregate(summary: RunSummary, rows: list[dict[str, Any]], window: Window) -> dict[str, Any]:
+    good = [row["metrics"] for row in rows if row["error"] is None]
+
+    def values(name: str) -> list[float]:
+        return [m[name]["value"] for m in good if name in m and m[name]["value"] is not None]
+
+    osl = values("output_sequence_length")
+    return {"schema_version": AIPERF_SCHEMA, "aiperf_version": None, "benchmark_id": summary.provenance.get("boot_id"),
+            "start_time": dt.datetime.fromtimestamp(window.start, dt.UTC).isoformat(),
+            "end_time": dt.datetime.fromtimestamp(window.end, dt.UTC).isoformat(), "was_cancelled": summary.interrupted,
+            "request_latency": _aggregate(values("request_latency"), "ms"),
+            "time_to_first_token": _aggregate(values("time_to_first_token"), "ms"),
+            "inter_token_latency": _aggregate(values("inter_token_latency"), "ms"),
+            "output_sequence_length": _aggregate(osl, "tokens"),
+            "input_sequence_length": _aggregate(values("input_sequence_length"), "tokens"),
+            "request_throughput": {"unit": "requests/sec", "avg": len(good) / window.seconds},
+            "output_token_throughput": {"unit": "tokens/sec", "avg": sum(osl) / window.seconds},
+            "request_count": {"unit": "requests", "avg": float(len(good))},
+            "error_summary": [{"type": kind, "count": n} for kind, n in summary.metrics["requests"]["errors"].items()],
+            "rig": {"scenario": summary.scenario.get("name"), "boot_id": summary.provenance.get("boot_id"),
+                    "usable": not summary.problems(), "problems": summary.problems()}}
+
+
+def export_run(run: Path, fmt: str, out: Path | None = None) -> list[Path]:
+    summary, records, window = _window_records(run)
+    if summary.imported:
+        raise RigError(str(run), "provenance", f"this run was imported from {summary.imported.get('tool')}",
+                       "export runs rig measured; the original file is already in that tool's format")
+    out = out or run
+    if fmt == "vllm":
+        return [write_text_atomic(out / VLLM_FILE, json.dumps(vllm_result(summary, records, window), indent=1))]
+    rows = aiperf_records(summary, records)
+    return [write_text_atomic(out / AIPERF_RECORDS, "".join(json.dumps(row, separators=(",", ":")) + "\n" for row in rows)),
+            write_text_atomic(out / AIPERF_AGGREGATE, json.dumps(aiperf_aggregate(summary, rows, window), indent=1))]
+
+
+# --- import -----------------------------------------------------------------------------------
+
+
+class Peer(BaseModel):
+    # The fields rig reads are typed strictly; a peer's other fields (its schema grows) are ignored.
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
+
+
+Seconds = Annotated[StrictFloat | StrictInt, Field(ge=0, le=86_400 * 7)]
+Count = Annotated[StrictInt, Field(ge=0, le=1 << 24)]
+
+
+class VllmResult(Peer):
+    completed: Count
+    duration: Annotated[StrictFloat | StrictInt, Field(gt=0, le=86_400 * 7)]
+    input_lens: list[Count] = Field(max_length=1_000_000)
+    output_lens: list[Count] = Field(max_length=1_000_000)
+    ttfts: list[Seconds] = Field(max_length=1_000_000)
+    itls: list[list[Seconds]] = Field(max_length=1_000_000)
+    errors: list[StrictStr | None] = Field(max_length=1_000_000)
+    start_times: list[Annotated[StrictFloat | StrictInt, Field(ge=0)]] | None = None
+    model_id: StrictStr | None = None
+    backend: StrictStr | None = None
+
+
+class AiperfValue(Peer):
+    value: StrictFloat | StrictInt | list[StrictFloat | StrictInt] | None
+    unit: StrictStr
+
+
+class AiperfMetadata(Peer):
+    x_request_id: StrictStr = Field(max_length=200)
+    x_correlation_id: StrictStr | None = Field(None, max_length=200)
+    conversation_id: StrictStr | None = Field(None, max_length=200)
+    turn_index: Count = 0
+    request_start_ns: Annotated[StrictInt, Field(ge=0)]
+    request_end_ns: Annotated[StrictInt, Field(ge=0)] | None = None
+    worker_id: StrictStr | None = Field(None, max_length=200)
+    benchmark_phase: StrictStr = "profiling"
+    was_cancelled: StrictBool = False
+
+
+class AiperfError(Peer):
+    code: StrictInt | None = None
+    type: StrictStr | None = None
+    message: StrictStr | None = None
+
+
+class AiperfRecord(Peer):
+    metadata: AiperfMetadata
+    metrics: dict[StrictStr, AiperfValue] | None = None
+    error: AiperfError | None = None
+
+
+def _detect(data: bytes, where: str) -> str:
+    head = data.lstrip()[:1]
+    if head == b"{":
+        first = data.split(b"\n", 1)[0]
+        return "aiperf" if b'"metadata"' in first else "vllm"
+    raise RigError(where, "(file)", "neither a vLLM result JSON nor an AIPerf profile_export.jsonl",
+                   "pass vllm bench serve's --save-result --save-detailed file, or AIPerf's profile_export.jsonl")
+
+
+def _vllm_records(data: bytes, where: str) -> tuple[list[RequestRecord], float | None]:
+    try:
+        result = VllmResult.model_validate(strict_json(data))
+    except ValueError as error:
+        if isinstance(error, ValidationError):
+            field, message = validation_line(error)
+            if field in ("input_lens", "ttfts", "itls", "errors", "output_lens") and "required" in message.lower():
+                raise RigError(where, field, "the file has no per-request data",
+                               "re-run vllm bench serve with --save-result --save-detailed: rig computes from requests") from None
+            raise RigError(where, field, message, "pass the file vllm bench serve wrote, unchanged") from None
+        raise RigError(where, "(file)", f"not valid JSON ({error})", "pass the file vllm bench serve wrote, unchanged") from None
+    lengths = {len(result.input_lens), len(result.output_lens), len(result.ttfts), len(result.itls), len(result.errors)}
+    if len(lengths) != 1 or (result.start_times is not None and len(result.start_times) not in lengths):
+        raise RigError(where, "input_lens/output_lens/ttfts/itls/errors", "the per-request lists differ in length",
+                       "pass the file vllm bench serve wrote, unchanged")
+    records = []
+    for i, (inp, out, ttft, itl, error) in enumerate(zip(result.input_lens, result.output_lens, result.ttfts, result.itls, result.errors)):
+        # Without start times every request starts at 0: per-request figures are exact, and
+        # tokens over the run's duration give vLLM's own output_throughput.
+        start = float(result.start_times[i]) if result.start_times is not None else 0.0
+        record = RequestRecord(id=f"vllm-{i}", process="vllm", user=f"vllm-{i}", prompt=f"vllm-{i}", t_send=start)
+        if error:
+            record.error, record.error_detail = "peer_error", error[:300]
+        else:
+            first = start + ttft
+            record.chunks = [first, *(first + float(np.sum(itl[: k + 1])) for k in range(len(itl)))]
+            record.t_first, record.t_last, record.t_end = first, record.chunks[-1], record.chunks[-1]
+            record.usage = {"prompt_tokens": inp, "completion_tokens": out}
+            record.finish_reason = "imported"
+        records.append(record)
+    return records, float(result.duration)
+
+
+def _aiperf_records(data: bytes, where: str) -> tuple[list[RequestRecord], float | None]:
+    records = []
+    for number, line in enumerate(data.decode("utf-8", errors="strict").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = AiperfRecord.model_validate(strict_json(line))
+        except ValidationError as error:
+            field, message = validation_line(error)
+            raise RigError(where, f"line {number}: {field}", message, "pass the profile_export.jsonl AIPerf wrote, unchanged") from None
+        except ValueError as error:
+            raise RigError(where, f"line {number}", f"not valid JSON ({error})", "pass the profile_export.jsonl AIPerf wrote") from None
+        meta = row.metadata
+        if meta.benchmark_phase != "profiling":
+            continue  # warmup requests are not measurements
+        start = meta.request_start_ns / NS
+        record = RequestRecord(id=meta.x_request_id, process=meta.worker_id or "aiperf", user=meta.x_correlation_id or meta.x_request_id,
+                               prompt=meta.conversation_id or meta.x_request_id, t_send=start, turn=meta.turn_index,
+                               conversation=meta.x_correlation_id)
+        metrics = row.metrics or {}
+
+        def number_of(name: str, metrics: dict[str, AiperfValue] = metrics) -> float | None:
+            value = metrics.get(name)
+            return float(value.value) if value is not None and isinstance(value.value, (int, float)) else None
+
+        ttft = number_of("time_to_first_token")
+        if row.error is not None or meta.was_cancelled or ttft is None:
+            record.error = "cut_by_window" if meta.was_cancelled else f"peer_{(row.error.type if row.error else None) or 'error'}"
+            record.error_detail = (row.error.message if row.error else None) or None
+        else:
+            gaps = metrics.get("inter_chunk_latency")
+            chunk_gaps = [float(g) / 1000 for g in gaps.value] if gaps is not None and isinstance(gaps.value, list) else []
+            first = start + ttft / 1000
+            record.chunks = [first]
+            for gap in chunk_gaps:
+                record.chunks.append(record.chunks[-1] + gap)
+            latency = number_of("request_latency")
+            record.t_first, record.t_last = first, record.chunks[-1] if chunk_gaps or latency is None else start + latency / 1000
+            record.t_end = (meta.request_end_ns / NS) if meta.request_end_ns else record.t_last
+            output = number_of("output_sequence_length") or number_of("output_token_count")
+            inputs = number_of("input_sequence_length")
+            record.usage = {k: int(v) for k, v in (("prompt_tokens", inputs), ("completion_tokens", output)) if v is not None}
+            record.finish_reason = "imported"
+        records.append(record)
+    if not records:
+        raise RigError(where, "(file)", "holds no profiling records", "pass the profile_export.jsonl of a finished AIPerf run")
+    return records, None
+
+
+def import_file(path: Path, scenario_ref: str | None, out: Path | None = None, compare: Path | None = None,
+                arm: str | None = None, block: int | None = None, progress: bool = True) -> int:
+    """Reads a peer's file into a run directory (and, with `compare`, a comparison's boot)."""
+    from rig.load.scenarios import load_scenario
+
+    if (compare is None) != (arm is None) or (block is not None and compare is None):
+        raise RigError("command line", "--compare/--arm/--block", "--compare and --arm go together (--block only with them)",
+                       "e.g. --compare results/compare/20261201-101010 --arm before")
+    where = display(path)
+    data = read_regular(path, where, MAX_DATA_BYTES, "pass a vLLM result JSON or an AIPerf profile_export.jsonl")
+    tool = _detect(data, where)
+    plan = _plan(compare, arm) if compare is not None else None
+    scenario = load_scenario(scenario_ref or (plan.scenarios[0] if plan else "prose-c1"))
+    if plan is not None and scenario_ref is not None and scenario_ref not in plan.scenarios:
+        raise RigError("command line", "--scenario", f"{scenario_ref} is not a scenario of that comparison",
+                       f"use one of {', '.join(plan.scenarios)}")
+    records, duration = (_vllm_records if tool == "vllm" else _aiperf_records)(data, where)
+    digest = hashlib.sha256(data).hexdigest()
+    from rig.boot import base as boot_base
+
+    run = out or boot_base.RESULTS_DIR / "imported" / f"{time.strftime('%Y%m%d-%H%M%S')}-{tool}-{digest[:8]}" / scenario.name
+    if run.exists() and any(run.iterdir()):
+        raise RigError(str(run), "(directory)", "already holds a run", "pass a new --out directory")
+    starts = [r.t_send for r in records]
+    ends = [r.t_last or r.t_end or r.t_send for r in records]
+    begin = min(starts)
+    end = begin + duration if duration is not None else max(ends)
+    window = Window(begin, end, begin, end, True, f"imported from {tool}: the peer's whole measurement "
+                    "(rig's steady-state rule was not applied)")
+    metrics = summarize(records, window)
+    summary = RunSummary(
+        scenario={**scenario.describe(), "settle_s": None, "unique_prompts": None},
+        warmup=False, interrupted=False,
+        provenance={"imported": {"tool": tool, "file": str(path), "sha256": digest, "imported_at": time.time(), "records": len(records)},
+                    "recipe": None, "variant": None, "engine": f"unknown (measured by {tool})", "image": None,
+                    "boot_id": f"imported-{tool}-{digest[:12]}", "driver": "imported", "base_url": None, "served_model": None,
+                    "host": {}, "client": {"tool": tool}, "time": time.time()},
+        metrics=metrics, client={"valid": None, "reasons": [], "processes": 0,
+                                 "note": f"measured by {tool}: rig cannot check that client's lag or CPU"},
+    )
+    run.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(run / "records-imported.jsonl", "".join(r.to_line() + "\n" for r in records))
+    from rig.load.report import write_run
+
+    write_run(run, summary)
+    if progress:
+        print(f"imported {len(records)} request(s) from {tool} ({where}) into {run}")
+        print(f"  {summary.kind} headline {summary.headline()}; problems: {'; '.join(summary.problems()) or 'none'}")
+    if compare is not None and plan is not None:
+        _join_comparison(compare, plan, arm, block, summary, run, tool, path, progress)  # type: ignore[arg-type]
+    return 0
+
+
+def _plan(compare: Path, arm: str | None) -> Any:
+    from rig.compare.model import ComparePlan
+
+    try:
+        plan = ComparePlan.read(compare)
+    except FileNotFoundError:
+        raise RigError(str(compare), "--compare", "no comparison (plan.json) in this directory",
+                       "name a results/compare/<timestamp> directory") from None
+    except (ValueError, TypeError, KeyError) as error:
+        raise RigError(str(compare / "plan.json"), "(file)", f"unreadable comparison plan ({error})", "name a complete comparison") from None
+    if arm not in [a.name for a in plan.arms]:
+        raise RigError("command line", "--arm", f"{arm!r} is not an arm of that comparison",
+                       f"use one of {', '.join(a.name for a in plan.arms)}")
+    return plan
+
+
+def _join_comparison(compare: Path, plan: Any, arm: str, block: int | None, summary: RunSummary, run: Path, tool: str,
+                     path: Path, progress: bool) -> None:
+    from rig.compare.model import IMPORTED_INDEX, BootEntry, RunResult
+    from rig.compare.report import analyze, write_report
+    from rig.compare.run import all_entries
+
+    entries = all_entries(compare, plan)
+    index = max([IMPORTED_INDEX - 1, *(e.index for e in entries)]) + 1
+    blocks = [e.block for e in entries]
+    block = block if block is not None else max(blocks, default=-1) + 1
+    if block < 0 or any(e.block == block and e.arm == arm for e in entries):
+        raise RigError("command line", "--block", f"block {block} already has a boot of {arm}",
+                       "pick a block without one (its other arm's boot is the pair), or leave --block out")
+    scenario = summary.name
+    goodput = None
+    if plan.slos:
+        from rig.compare.goodput import goodput as goodput_of
+
+        goodput = goodput_of(run, summary, plan.slos)
+    entry = BootEntry(index=index, block=block, arm=arm, spec=f"imported:{tool}:{path.name}", control=False, attempt=1,
+                      boot_id=summary.provenance["boot_id"], started=min(summary.metrics["window"]["start"], time.time()),
+                      rounds=[{scenario: RunResult(scenario=scenario, dir=str(run), figures=summary.figures(),
+                                                   problems=summary.problems(), goodput=goodput)}])
+    entry.write(compare)
+    analysis = analyze(plan, all_entries(compare, plan))
+    write_report(compare, analysis)
+    if progress:
+        print(f"joined {compare} as boot {index} of arm {arm}, block {block}; report rewritten (compare.md)")

@@ -1,0 +1,262 @@
+"""`rig sweep RECIPE --scenario S --rates 1,2,4 | --concurrency 1,4,16 --goodput ttft<=2s,tpot<=50ms`:
+one scenario at a series of loads on one boot, as a table and a picture of throughput, goodput
+and latency percentiles against load, and the knee: the highest load at which at least the
+given share of requests met every SLO (AIPerf's SLA search, vLLM's --goodput).
+
+The boot's warmup runs once, at the highest load (the largest batch shapes, the most autotuning);
+the loads are then measured lowest first. Every point is an ordinary run directory with its own
+records and summary; the sweep's table, JSON and PNG are written after every point, so an
+interrupted sweep keeps what it measured."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from rig.atomic import write_text_atomic
+from rig.compare.goodput import goodput, parse_slos
+from rig.errors import RigError
+from rig.load.command import acquire_target, default_small, scenarios_for
+from rig.load.runner import LoadTarget, note_run, results_root, run_scenario, settle_estimate, warmup_pending
+from rig.load.scenarios import ARRIVAL_KINDS, MAX_RATE, MAX_USERS, Scenario, TokenCounter
+from rig.load.summary import RunSummary
+
+MAX_POINTS = 32
+DEFAULT_SHARE = 0.9
+
+
+def parse_loads(text: str, option: str, integer: bool) -> list[float]:
+    """'1,2,4' -> [1.0, 2.0, 4.0]: positive, distinct, at most MAX_POINTS, within the scenario bounds."""
+    high = MAX_USERS if integer else MAX_RATE
+    fix = f"write e.g. {option} 1,2,4 (at most {MAX_POINTS} values, each {'a whole number ' if integer else ''}from "\
+          f"{'1' if integer else 'above 0'} to {high:g})"
+    values: list[float] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        try:
+            value = int(part) if integer else float(part)
+        except ValueError:
+            raise RigError("command line", option, f"{part!r} is not a {'whole number' if integer else 'number'}", fix) from None
+        if not (0 < value <= high) or not math.isfinite(value):
+            raise RigError("command line", option, f"{part} is out of range", fix)
+        values.append(float(value))
+    if not values or len(values) > MAX_POINTS or len(set(values)) != len(values):
+        raise RigError("command line", option, f"{len(values)} load(s), {len(set(values))} distinct", fix)
+    return sorted(values)
+
+
+def point_scenario(scenario: Scenario, load: float, by_rate: bool) -> Scenario:
+    if by_rate:
+        assert scenario.arrivals is not None
+        return scenario.with_changes(arrivals={**scenario.arrivals.model_dump(exclude_none=True), "rate": load})
+    return scenario.with_changes(users=int(load), spawn_rate=float(int(load)))
+
+
+def _label(load: float, by_rate: bool) -> str:
+    return f"rate-{load:g}" if by_rate else f"c-{int(load)}"
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a point: the points measured so far are kept (and already written)."""
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        super().__init__("interrupted")
+        self.rows = rows
+
+
+def point_row(load: float, summary: RunSummary, good: dict[str, Any] | None, run_dir: Path) -> dict[str, Any]:
+    metrics = summary.metrics
+
+    def ms(key: str, stat: str) -> float | None:
+        value = metrics[key].get(stat)
+        return None if value is None else 1000 * value
+
+    arrivals = metrics.get("arrivals") or {}
+    completed = metrics["requests"]["completed"]
+    return {"load": load, "achieved_rate": arrivals.get("achieved_rate"), "requests_per_s": completed / metrics["window"]["seconds"],
+            "output_tok_s": metrics["output_tok_s"], "goodput_requests_per_s": good["requests_per_s"] if good else None,
+            "slo_share": good["share"] if good else None,
+            "ttft_p50_ms": ms("ttft_s", "p50"), "ttft_p99_ms": ms("ttft_s", "p99"),
+            "tpot_p50_ms": ms("tpot_s", "p50"), "tpot_p99_ms": ms("tpot_s", "p99"),
+            "e2e_p50_ms": ms("e2e_s", "p50"), "e2e_p99_ms": ms("e2e_s", "p99"),
+            "completed": completed, "problems": summary.problems(), "dir": str(run_dir)}
+
+
+def knee(rows: list[dict[str, Any]], share: float) -> dict[str, Any]:
+    """The highest load such that it and every lower load met the SLOs for at least `share` of
+    requests, in runs whose figures may be used. A point that is not usable ends the walk: beyond
+    it the knee is unknown, and the result says so rather than skipping it."""
+    best = None
+    for row in rows:
+        if row["problems"]:
+            return {"load": best, "status": f"unknown beyond {best if best is not None else 'the first load'}: the run at "
+                    f"{row['load']:g} is not usable ({'; '.join(row['problems'])[:200]})"}
+        if row["slo_share"] is None or row["slo_share"] < share:
+            met = "no completed request" if row["slo_share"] is None else f"{100 * row['slo_share']:.1f}%"
+            if best is None:
+                return {"load": None, "status": f"no load met the SLOs for {100 * share:g}% of requests (lowest, {row['load']:g}: {met})"}
+            return {"load": best, "status": f"knee at {best:g}: the next load, {row['load']:g}, met the SLOs for {met} of requests"}
+        best = row["load"]
+    return {"load": best, "above": True,
+            "status": f"every load met the SLOs for at least {100 * share:g}% of requests: the knee is at {best:g} or above"}
+
+
+COLUMNS = [("load", "{:g}"), ("achieved_rate", "{:.2f}"), ("requests_per_s", "{:.2f}"), ("output_tok_s", "{:,.1f}"),
+           ("goodput_requests_per_s", "{:.2f}"), ("slo_share", "{:.1%}"), ("ttft_p50_ms", "{:.1f}"), ("ttft_p99_ms", "{:.1f}"),
+           ("tpot_p50_ms", "{:.2f}"), ("tpot_p99_ms", "{:.2f}"), ("e2e_p50_ms", "{:.0f}"), ("e2e_p99_ms", "{:.0f}")]
+
+
+def table(rows: list[dict[str, Any]], unit: str) -> str:
+    header = [unit if name == "load" else name for name, _ in COLUMNS] + ["usable"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    for row in rows:
+        cells = ["-" if row[name] is None else form.format(row[name]) for name, form in COLUMNS]
+        cells.append("yes" if not row["problems"] else "NO: " + "; ".join(row["problems"])[:160])
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict[str, Any]], path: Path, unit: str, slos: dict[str, float] | None, share: float,
+         found: dict[str, Any], title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    loads = [row["load"] for row in rows]
+    usable = [not row["problems"] for row in rows]
+    figure, (through, good, latency) = plt.subplots(1, 3, figsize=(16, 4.8), layout="constrained")
+
+    def series(axis: Any, key: str, label: str, style: str) -> None:
+        points = [(x, row[key]) for x, row in zip(loads, rows) if row[key] is not None]
+        if points:
+            axis.plot(*zip(*points), style, label=label)
+
+    series(through, "output_tok_s", "output tok/s", "o-")
+    through.set_ylabel("output tok/s")
+    right = through.twinx()
+    series(right, "requests_per_s", "completed req/s", "s--")
+    series(right, "achieved_rate", "sent req/s", "^:")
+    right.set_ylabel("requests/s")
+    through.legend(loc="upper left", fontsize=8)
+    right.legend(loc="lower right", fontsize=8)
+    through.set_title("throughput")
+    series(good, "goodput_requests_per_s", "goodput req/s", "o-")
+    good.set_ylabel("requests/s meeting every SLO")
+    share_axis = good.twinx()
+    series(share_axis, "slo_share", "share meeting the SLOs", "s--")
+    share_axis.axhline(share, color="C3", lw=0.8, ls=":", label=f"required share ({100 * share:g}%)")
+    good.legend(loc="upper left", fontsize=8)
+    share_axis.legend(loc="lower right", fontsize=8)
+    share_axis.set_ylim(0, 1.05)
+    share_axis.set_ylabel("share of requests")
+    if found["load"] is not None:
+        for axis in (through, good, latency):
+            axis.axvline(found["load"], color="C3", lw=1.0, alpha=0.6)
+    good.set_title(f"goodput ({', '.join(f'{k}<={v * 1000:g}ms' for k, v in (slos or {}).items()) or 'no SLOs given'}); "
+                   f"knee {'-' if found['load'] is None else ('>= ' if found.get('above') else '') + format(found['load'], 'g')}",
+                   fontsize=9)
+    for key, label, style in (("ttft_p50_ms", "TTFT p50", "o-"), ("ttft_p99_ms", "TTFT p99", "o--"),
+                              ("tpot_p50_ms", "TPOT p50", "s-"), ("tpot_p99_ms", "TPOT p99", "s--"),
+                              ("e2e_p50_ms", "E2E p50", "^-"), ("e2e_p99_ms", "E2E p99", "^--")):
+        series(latency, key, label, style)
+    for key, limit in (slos or {}).items():
+        latency.axhline(limit * 1000, color="0.5", lw=0.8, ls=":")
+        latency.text(loads[0], limit * 1000, f" {key} SLO", fontsize=7, va="bottom", color="0.4")
+    latency.set_yscale("log")
+    latency.set_ylabel("ms")
+    latency.legend(fontsize=7)
+    latency.set_title("latency percentiles")
+    for axis in (through, good, latency):
+        axis.set_xlabel(unit)
+        for x, ok in zip(loads, usable):
+            if not ok:
+                axis.axvspan(x * 0.98, x * 1.02, color="red", alpha=0.15)
+    figure.suptitle(title + "  (red: run not usable)", fontsize=10)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def write_sweep(out: Path, rows: list[dict[str, Any]], unit: str, slos: dict[str, float] | None, share: float,
+                title: str, complete: bool) -> dict[str, Any]:
+    found = knee(rows, share) if slos else {"load": None, "status": "no --goodput SLOs given: no knee"}
+    if not complete:
+        found["status"] += " (sweep interrupted: later loads not measured)"
+    text = "\n".join([f"# {title}", "", table(rows, unit), "", f"Knee: {found['status']}.",
+                      f"SLOs: {', '.join(f'{k}<={v * 1000:g}ms' for k, v in (slos or {}).items()) or 'none'}; "
+                      f"share required: {100 * share:g}%."]) + "\n"
+    write_text_atomic(out / "sweep.md", text)
+    write_text_atomic(out / "sweep.json", json.dumps({"title": title, "unit": unit, "slos_s": slos, "share": share, "knee": found,
+                                                       "complete": complete, "points": rows}, indent=1, default=str))
+    plot(rows, out / "sweep.png", unit, slos, share, found, title)
+    return found
+
+
+def sweep(ref: str | None, scenario_ref: str, rates: str | None, concurrency: str | None, slos_text: str | None,
+          share: float, small: bool | None, workers: int | None, duration_s: float | None = None, url: str | None = None,
+          model: str | None = None, progress: bool = True) -> int:
+    if (rates is None) == (concurrency is None):
+        raise RigError("command line", "--rates/--concurrency", "give exactly one of them", "e.g. --rates 1,2,4 or --concurrency 1,4,16")
+    if not 0 < share <= 1:
+        raise RigError("command line", "--slo-share", f"{share} is not a share of requests", "write e.g. --slo-share 0.9")
+    by_rate = rates is not None
+    loads = parse_loads(rates or concurrency or "", "--rates" if by_rate else "--concurrency", integer=not by_rate)
+    slos = parse_slos(slos_text)
+    base = scenarios_for([scenario_ref], False, duration_s)[0]  # validated before anything boots or is written
+    if by_rate and base.kind != "open_loop":
+        raise RigError("command line", "--rates", f"scenario {base.name} is {base.kind}: a rate needs an open_loop scenario",
+                       "sweep --concurrency, or pick an open_loop scenario (e.g. open-loop)")
+    if not by_rate and base.kind in ARRIVAL_KINDS:
+        raise RigError("command line", "--concurrency", f"scenario {base.name} is {base.kind}: its load is its arrivals",
+                       "sweep --rates, or pick a closed-loop scenario")
+    for load in loads:
+        point_scenario(base, load, by_rate)  # every point within the scenario's bounds, checked up front
+    target, driver = acquire_target(ref, url, model)
+    small = default_small(target.resolved) if small is None else small
+    scenario = scenarios_for([scenario_ref], small, duration_s)[0]
+    unit = "request rate (req/s)" if by_rate else "concurrency (users)"
+    out = results_root(target.record.recipe) / f"sweep-{scenario.name}"
+    title = f"rig sweep {target.record.ref} {scenario.name} (boot {target.boot_id})"
+    rows: list[dict[str, Any]] = []
+    complete = False
+    try:
+        rows, complete = _measure(target, scenario, loads, by_rate, slos, out, workers, progress, unit, share, title)
+    except SweepInterrupted as stop:
+        rows = stop.rows
+    finally:
+        if driver is not None:
+            driver.down(target.record)
+    found = write_sweep(out, rows, unit, slos, share, title, complete) if rows else {"status": "nothing measured"}
+    print((out / "sweep.md").read_text() if rows else "sweep: nothing measured")
+    print(f"results: {out} (sweep.md, sweep.json, sweep.png; one run directory per load)")
+    if not complete:
+        return 130
+    return 4 if found.get("load") is None and slos else 0
+
+
+def _measure(target: LoadTarget, scenario: Scenario, loads: list[float], by_rate: bool, slos: dict[str, float] | None,
+             out: Path, workers: int | None, progress: bool, unit: str, share: float, title: str) -> tuple[list[dict[str, Any]], bool]:
+    counter = TokenCounter(target.model_dir, target.record.base_url, target.record.served_model)
+    rows: list[dict[str, Any]] = []
+    if warmup_pending(target.record, scenario.name):
+        heaviest = point_scenario(scenario, loads[-1], by_rate)
+        summary = run_scenario(target, heaviest, out / f"warmup-{_label(loads[-1], by_rate)}", workers, counter, warmup=True,
+                               progress=progress)
+        note_run(target.record, out / f"warmup-{_label(loads[-1], by_rate)}", summary)
+        if summary.interrupted:
+            raise SweepInterrupted([])
+    for load in loads:
+        point = point_scenario(scenario, load, by_rate)
+        run_dir = out / _label(load, by_rate)
+        summary = run_scenario(target, point, run_dir, workers, counter, progress=progress,
+                               settle_s=settle_estimate(target.record, scenario.name))
+        note_run(target.record, run_dir, summary)
+        rows.append(point_row(load, summary, goodput(run_dir, summary, slos) if slos else None, run_dir))
+        write_sweep(out, rows, unit, slos, share, title, complete=False)
+        if progress:
+            print(f"sweep: {unit} {load:g}: {rows[-1]['output_tok_s']:.1f} tok/s, SLO share "
+                  f"{'-' if rows[-1]['slo_share'] is None else format(rows[-1]['slo_share'], '.1%')}")
+        if summary.interrupted:
+            raise SweepInterrupted(rows)
+    return rows, True
