@@ -293,7 +293,7 @@ def cmd_kernelbench(args: argparse.Namespace) -> int:
 def cmd_audit(args: argparse.Namespace) -> int:
     from rig.audit.command import audit
 
-    return audit(args.recipe, args.model_dir, args.json)
+    return audit(args.recipe, args.model_dir, args.json, args.boot)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -424,6 +424,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("recipe")
     p.add_argument("--model-dir", help="read config.json from this checkpoint instead of the shipped dimensions")
     p.add_argument("--json", action="store_true", help="print JSON instead of markdown")
+    p.add_argument("--boot", help="a boot id (results/boots/): hold the derived shapes against what that boot's engine "
+                   "allocated on every rank (the gemm_shapes instrument)")
     p.set_defaults(func=cmd_audit)
 
     p = sub.add_parser("kernelbench", help="GEMM benchmark: cold L2, CUDA graphs, interleaved rounds, bitwise check")

@@ -151,3 +151,52 @@ def test_forked_worker_inherits_and_reports(tmp_path):
     assert len(manifests) == 2
     assert sorted(m["inherited_from_fork"] for m in manifests) == [False, True]
     assert all(m["adapters"]["mxfp8_b12x"]["state"] == "armed" for m in manifests)
+
+
+# ---- vLLM targets of the test instruments (stand-ins with vLLM 0.24.0's names and signatures) ----
+
+GEMM_SHAPES_SCRIPT = """
+from vllm.model_executor.model_loader.base_loader import BaseModelLoader
+model = BaseModelLoader().load_model(None, (5120, 2304, 4))
+print("params", sum(1 for _ in model.parameters()))
+"""
+
+
+def test_gemm_shapes_records_each_ranks_parameter_shapes(tmp_path):
+    result, manifests = run_engine(GEMM_SHAPES_SCRIPT, {"RIG_GEMM_SHAPES": "1", "RIG_ENGINE": "vllm", "STANDIN_TP_RANK": "2",
+                                                        "STANDIN_TP_SIZE": "4"}, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "gemm_shapes ARMED" in result.stderr and "gemm_shapes first use: recorded 2 parameter shapes on TP rank 2 of 4" in result.stderr
+    entry = manifests[0]["adapters"]["gemm_shapes"]
+    assert entry["state"] == "armed" and entry["shapes"]["tp_rank"] == 2 and entry["shapes"]["tp_size"] == 4
+    assert entry["shapes"]["parameters"]["layers.0.shared_experts.down_proj.weight"] == [5120, 576]
+
+    from rig.audit.engine_shapes import compare_shapes, recorded_shapes
+    from rig.audit.shapes import Gemm
+
+    ranks = recorded_shapes(tmp_path / "manifests")
+    rows = compare_shapes([Gemm("shared_expert", "shared_experts.down_proj", 5120, 576),
+                           Gemm("shared_expert", "shared_experts.gate_up_proj", 1152, 5120),
+                           Gemm("dense_mlp", "mlp.down_proj", 5120, 4608)], ranks)
+    assert [r["verdict"] for r in rows] == ["agrees", "not found", "not found"]
+    wrong = compare_shapes([Gemm("shared_expert", "shared_experts.down_proj", 5120, 640)], ranks)
+    assert wrong[0]["verdict"] == "DIFFERS" and wrong[0]["engine"] == [[5120, 576]]
+
+
+def test_token_delay_delays_vllm_worker_steps_that_schedule_tokens(tmp_path):
+    script = """
+import time, types
+from vllm.v1.worker.gpu_worker import Worker
+worker = Worker()
+start = time.perf_counter(); worker.execute_model(types.SimpleNamespace(total_num_scheduled_tokens=3)); busy = time.perf_counter() - start
+start = time.perf_counter(); worker.execute_model(types.SimpleNamespace(total_num_scheduled_tokens=0)); idle = time.perf_counter() - start
+print(f"busy {busy:.3f} idle {idle:.3f}")
+"""
+    result, manifests = run_engine(script, {"RIG_TOKEN_DELAY_MS": "50", "RIG_ENGINE": "vllm"}, tmp_path)
+    assert result.returncode == 0, result.stderr
+    busy, idle = (float(x) for x in result.stdout.split()[1::2])
+    assert busy >= 0.05 and idle < 0.02
+    assert manifests[0]["adapters"]["token_delay"]["state"] == "armed"
+    # Without RIG_ENGINE it cannot tell vLLM's target from transformers': it refuses, loudly.
+    result, manifests = run_engine(script, {"RIG_TOKEN_DELAY_MS": "50"}, tmp_path / "unknown")
+    assert "token_delay REFUSED (refused): RIG_ENGINE= does not name one of transformers, vllm" in result.stderr

@@ -102,7 +102,7 @@ def test_rig_up_loadtest_down_on_real_vllm(tmp_path, recipe, variant, gpus, keye
     gpu = summary["observations"]["gpu"]
     assert gpu["j_per_output_token"] > 0 and len(gpu["serving_gpus"]) == gpus, gpu
     boot = json.loads(Path(record["boot_dir"], "boot.json").read_text())
-    assert boot["status"] == "stopped" and boot["compile_cache"].get("state") in ("cold", "warm")
+    assert boot["status"] == "stopped" and boot["compile_cache"].get("state") in ("cold", "partial", "warm")
     assert boot["fingerprint"]["gpu_count"] >= gpus
     # nothing left running: no process of the server's group runs (exited ones may wait for a slow
     # reaper) and no process holds a GPU

@@ -226,6 +226,26 @@ REGISTRY: tuple[AdapterSpec, ...] = (
         recipes=("tiny-cpu", "tiny-cpu-docker", "llama-h200"),
         test_only=True,
     ),
+    AdapterSpec(
+        name="gemm_shapes",
+        summary="test-only instrument: record every parameter shape the engine allocated per rank (rig audit --boot)",
+        gate="RIG_GEMM_SHAPES",
+        settings=(),
+        engines=("vllm",),
+        targets=(
+            # Every loader but a few special ones (tensorizer, modelexpress) inherits this; dummy does.
+            Target("vllm.model_executor.model_loader.base_loader", "BaseModelLoader.load_model", "install_load_model",
+                   ("self", "vllm_config", "model_config"), positional=1),
+        ),
+        lifecycle=Lifecycle(
+            works_around="nothing: reads the shapes the engine runs, for the shape audit",
+            redundant_when="never (instrument)",
+            last_gain="n/a",
+            measured_on="n/a",
+        ),
+        recipes=("dsv3-shapes", "glm-shapes", "llama-h200"),
+        test_only=True,
+    ),
 )
 
 BY_NAME: dict[str, AdapterSpec] = {spec.name: spec for spec in REGISTRY}

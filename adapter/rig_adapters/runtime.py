@@ -167,6 +167,12 @@ class AdapterContext:
                 self._last_stat_write = now
                 MANIFEST.write()
 
+    def record_shapes(self, shapes: dict[str, Any]) -> None:
+        """What the engine allocated on this rank (the gemm_shapes instrument), in the manifest."""
+        with MANIFEST.lock:
+            MANIFEST.adapter(self.spec)["shapes"] = shapes
+            MANIFEST.write()
+
     def layer_patched(self, layer: str, detail: str, shape: tuple[int, ...] | None = None) -> None:
         """`shape`: the GEMM shape (N, K) the layer has now; boot checks fail a boot in which a
         kernel then rejected exactly that shape (the adapter armed but rescued nothing)."""

@@ -7,6 +7,7 @@ from typing import Any
 
 from rig.audit.check import check_experts, check_gemm, constraints
 from rig.audit.shapes import derive, load_dims
+from rig.errors import RigError
 from rig.recipe import Resolved, parse_recipe, recipe_path, split_ref
 
 DENSE_FAMILIES = ("dense_mlp", "shared_expert", "attention")
@@ -89,10 +90,35 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def audit(ref: str, model_dir: str | None, as_json: bool) -> int:
+def audit(ref: str, model_dir: str | None, as_json: bool, boot: str | None = None) -> int:
+    """Audit every variant (or the one named); with `boot`, hold the derived shapes against the shapes
+    that boot's engine recorded (gemm_shapes) and exit 1 when any differs."""
     name, variant = split_ref(ref)
     recipe = parse_recipe(recipe_path(name))
     variants = [variant] if variant else (list(recipe.variants) or [None])
     reports = [audit_variant(recipe.variant(v), model_dir) for v in variants]
-    print(json.dumps(reports, indent=1) if as_json else "\n\n".join(markdown(r) for r in reports))
-    return 0
+    differs = False
+    if boot is not None:
+        from rig.audit.engine_shapes import compare_shapes, recorded_shapes
+        from rig.audit.shapes import Gemm
+        from rig.boot.base import BOOTS_DIR, BootRecord
+
+        record = BootRecord.load(BOOTS_DIR / boot / "boot.json")
+        resolved = recipe.variant(record.variant)
+        if len(reports) != 1 or reports[0]["recipe"] != resolved.ref:
+            raise RigError("command line", "--boot", f"boot {boot} ran {record.ref}, not {ref}", f"audit {record.ref} --boot {boot}")
+        ranks = recorded_shapes(record.manifest_dir)
+        if not ranks:
+            raise RigError(record.manifest_dir, "(manifests)", "no process of this boot recorded its shapes",
+                           "boot with the gemm_shapes instrument on (RIG_GEMM_SHAPES=1, in the recipe's adapters)")
+        gemms = [Gemm(r["family"], r["layer"], r["n"], r["k"], r["note"]) for r in reports[0]["gemms"]]
+        reports[0]["engine_shapes"] = compare_shapes(gemms, ranks)
+        differs = any(row["verdict"] == "DIFFERS" for row in reports[0]["engine_shapes"])
+    if as_json:
+        print(json.dumps(reports, indent=1))
+    else:
+        from rig.audit.engine_shapes import markdown as engine_markdown
+
+        print("\n\n".join(markdown(r) + ("\n\n" + engine_markdown(r["engine_shapes"], boot or "") if "engine_shapes" in r else "")
+                           for r in reports))
+    return 1 if differs else 0

@@ -280,7 +280,8 @@ def boot_fingerprint(record: BootRecord) -> dict[str, Any]:
 
     return host_fingerprint({"image_id": record.image.get("id"), "image_digests": record.image.get("digests"),
                              "adapter_manifests": manifest_hashes(record.manifest_dir),
-                             "compile_cache": record.compile_cache.get("state")})
+                             "compile_cache": {"state": record.compile_cache.get("state"),
+                                               **{name: d["files"] for name, d in record.compile_cache.get("dirs", {}).items()}}})
 
 
 class BootDriver(Protocol):

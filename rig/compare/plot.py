@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rig.compare.quality import quality_line
+from rig.compare.quality import quality_short
 from rig.compare.report import Analysis, ScenarioResult
 from rig.compare.stats import RATIO, Comparison
 
@@ -93,7 +93,7 @@ def plot(analysis: Analysis, path: Path) -> None:
         quality = analysis.quality
         arm_names = [a["name"] for a in analysis.plan["arms"]]
         right.set_title("effect: headline, latency, goodput" + "".join(
-            f"\nquality {arm}: {quality_line(quality, arm)[:95]}" for arm in arm_names[1:]) if quality else
+            f"\n{arm}: {quality_short(quality, arm)}" for arm in arm_names[1:]) if quality else
             "effect: headline, latency, goodput", fontsize=7 if quality else None)
     figure.savefig(path, dpi=110)
     plt.close(figure)

@@ -454,3 +454,17 @@ def quality_line(quality: dict[str, Any], arm: str) -> str:
         parts.append(("coherence CHANGED (" + ", ".join(coherence["changed"]) + ")") if coherence["changed"] else
                      f"coherence unchanged (foreign-script share {'-' if foreign is None else f'{100 * foreign:.1f}%'})")
     return "; ".join(parts) or "not measured"
+
+
+def quality_short(quality: dict[str, Any], arm: str) -> str:
+    """The quality line shortened for the plot: verdict, drift and its floor, greedy divergence."""
+    drift_result = (quality.get("drift") or {}).get(arm)
+    parts = []
+    if drift_result and drift_result["arm"]["mean_abs_dlogprob"] is not None:
+        noise = (quality.get("baseline_noise") or {}).get("mean_abs_dlogprob")
+        parts.append(f"{drift_result['verdict']}: |dlogprob| {drift_result['arm']['mean_abs_dlogprob']:.3g} "
+                     f"(floor {'-' if noise is None else f'{noise:.2g}'}), top-1 {100 * drift_result['arm']['top1_agreement']:.1f}%")
+    divergence = (quality.get("divergence") or {}).get(arm)
+    if divergence and divergence["compared"]:
+        parts.append(f"greedy {divergence['diverged']}/{divergence['compared']} differ")
+    return "; ".join(parts) or "quality not measured"

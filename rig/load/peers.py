@@ -427,8 +427,8 @@ def _plan(compare: Path, arm: str | None) -> Any:
 
 def _join_comparison(compare: Path, plan: Any, arm: str, block: int | None, summary: RunSummary, run: Path, tool: str,
                      path: Path, progress: bool) -> None:
-    from rig.compare.model import IMPORTED_INDEX, BootEntry, RunResult
     from rig.compare.command import write_report
+    from rig.compare.model import IMPORTED_INDEX, BootEntry, RunResult
     from rig.compare.report import analyze
     from rig.compare.run import all_entries
 

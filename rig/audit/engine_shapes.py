@@ -1,0 +1,76 @@
+"""The audit's per-rank GEMMs held against what the engine allocated (the gemm_shapes instrument's
+manifests from a boot): the shapes a deployment runs are read from the engine, not assumed.
+
+A derived GEMM (N output features, K contraction) matches a recorded parameter whose name ends in
+the audit's layer name (`mlp.down_proj` -> `...mlp.down_proj.weight`; routed experts' `w13`/`w2`
+tensors carry the expert count first). Every rank must agree; a shape the engine fused or renamed
+(vLLM fuses DeepSeek's q_a_proj and kv_a_proj_with_mqa) is reported as not found, never guessed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rig.audit.shapes import Gemm
+from rig.boot.checks import read_manifests
+
+INSTRUMENT = "gemm_shapes"
+
+
+def recorded_shapes(manifest_dir: str | Path) -> dict[int, dict[str, list[int]]]:
+    """TP rank -> parameter name -> shape, from every process that recorded them."""
+    ranks: dict[int, dict[str, list[int]]] = {}
+    for manifest in read_manifests(manifest_dir):
+        shapes = ((manifest.get("adapters") or {}).get(INSTRUMENT) or {}).get("shapes")
+        if shapes and shapes.get("tp_rank") is not None:
+            ranks[int(shapes["tp_rank"])] = shapes["parameters"]
+    return ranks
+
+
+def _suffix(layer: str) -> str:
+    if layer.startswith("experts.w13"):
+        return "experts.w13_weight"
+    if layer.startswith("experts.w2"):
+        return "experts.w2_weight"
+    return f"{layer}.weight"
+
+
+def _matches(parameters: dict[str, list[int]], gemm: Gemm) -> list[tuple[str, tuple[int, int]]]:
+    suffix = _suffix(gemm.layer)
+    found = []
+    for name, shape in parameters.items():
+        if (name == suffix or name.endswith("." + suffix)) and len(shape) >= 2:
+            found.append((name, (shape[-2], shape[-1])))
+    return found
+
+
+def compare_shapes(gemms: list[Gemm], ranks: dict[int, dict[str, list[int]]]) -> list[dict[str, Any]]:
+    """One row per derived GEMM: 'agrees' (every rank's every matching tensor is N x K), 'DIFFERS'
+    (with the shapes the engine has) or 'not found' (fused, renamed or absent)."""
+    rows = []
+    for gemm in gemms:
+        seen: dict[tuple[int, int], set[int]] = {}
+        names: set[str] = set()
+        for rank, parameters in ranks.items():
+            for name, shape in _matches(parameters, gemm):
+                seen.setdefault(shape, set()).add(rank)
+                names.add(name.rsplit(".", 2)[-2] if name.count(".") >= 2 else name)
+        if not seen:
+            verdict = "not found"
+        elif set(seen) == {(gemm.n, gemm.k)} and all(len(r) == len(ranks) for r in seen.values()):
+            verdict = "agrees"
+        else:
+            verdict = "DIFFERS"
+        rows.append({"family": gemm.family, "layer": gemm.layer, "audit": [gemm.n, gemm.k],
+                     "engine": sorted([list(shape) for shape in seen]), "ranks": sorted(ranks), "verdict": verdict})
+    return rows
+
+
+def markdown(rows: list[dict[str, Any]], boot: str) -> str:
+    lines = [f"### The engine's own shapes (boot {boot})", "",
+             "| family | layer | audit N x K | engine N x K (every rank) | verdict |", "| --- | --- | --- | --- | --- |"]
+    for row in rows:
+        engine = ", ".join(f"{n}x{k}" for n, k in row["engine"]) or "-"
+        lines.append(f"| {row['family']} | {row['layer']} | {row['audit'][0]}x{row['audit'][1]} | {engine} | {row['verdict']} |")
+    return "\n".join(lines)
