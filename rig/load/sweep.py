@@ -19,6 +19,7 @@ from rig.atomic import write_text_atomic
 from rig.compare.goodput import goodput, parse_slos
 from rig.errors import RigError
 from rig.load.command import acquire_target, default_small, scenarios_for
+from rig.load.records import read_records
 from rig.load.runner import LoadTarget, note_run, results_root, run_scenario, settle_estimate, warmup_pending
 from rig.load.scenarios import ARRIVAL_KINDS, MAX_RATE, MAX_USERS, Scenario, TokenCounter
 from rig.load.summary import RunSummary
@@ -252,7 +253,7 @@ def _measure(target: LoadTarget, scenario: Scenario, loads: list[float], by_rate
         summary = run_scenario(target, point, run_dir, workers, counter, progress=progress,
                                settle_s=settle_estimate(target.record, scenario.name))
         note_run(target.record, run_dir, summary)
-        rows.append(point_row(load, summary, goodput(run_dir, summary, slos) if slos else None, run_dir))
+        rows.append(point_row(load, summary, goodput(read_records(run_dir), summary, slos) if slos else None, run_dir))
         write_sweep(out, rows, unit, slos, share, title, complete=False)
         if progress:
             print(f"sweep: {unit} {load:g}: {rows[-1]['output_tok_s']:.1f} tok/s, SLO share "
