@@ -22,7 +22,7 @@ TARGET ?=
 MAX_BOOTS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup render lint test demo build up down logs status loadtest compare audit adapters validate lab lab-down rehearse
+.PHONY: help setup render lint test test-fast demo build up down logs status loadtest compare audit adapters validate lab lab-down rehearse
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -48,9 +48,16 @@ lint: setup ## ruff, recipe validation, freshness of rendered files
 	$(RIG) validate
 	$(RIG) render --check
 
-test: setup ## the test suite (what CI runs)
+UNIT := not e2e and not docker and not gpu
+
+test-fast: setup ## unit tests: no server boot, no Locust run, no container (everyday work; < 3 min on 2 cores)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/pytest -q --durations=15
+	$(VENV)/bin/pytest -q -m "$(UNIT)" -n 2 --durations=10
+
+test: setup ## the whole suite (what CI runs): unit tests on 2 processes, then e2e and docker tests one at a time
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pytest -q -m "$(UNIT)" -n 2 --durations=10
+	$(VENV)/bin/pytest -q -m "not ($(UNIT))" --durations=15
 
 demo: setup ## boot tiny-cpu, stream a chat, load test, compare, shut down
 	$(RIG) demo

@@ -22,22 +22,33 @@ CACHE_DIR = Path(os.environ.get("RIG_CACHE_DIR", Path.home() / ".cache" / "rig")
 
 
 def fetch_wheel(distribution: str, version: str) -> Path:
+    """The release's wheel, downloaded once into the cache: into a private directory first and then
+    moved in, so a concurrent reader (parallel tests, two rig commands) never opens a partial file."""
+    import shutil
+    import tempfile
+
     target = CACHE_DIR / f"{distribution}-{version}"
     found = sorted(target.glob("*.whl"))
     if found:
         return found[0]
     target.mkdir(parents=True, exist_ok=True)
-    result = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
-         f"{distribution}=={version}", "-d", str(target)],
-        capture_output=True, text=True, check=False,
-    )
-    found = sorted(target.glob("*.whl"))
-    if result.returncode != 0 or not found:
-        last = (result.stderr.strip().splitlines() or ["no wheel"])[-1]
-        raise RigError("pip", f"{distribution}=={version}", f"could not download the wheel ({last})",
-                       "check the version in the recipe's engine.check_release and that PyPI is reachable")
-    return found[0]
+    staging = Path(tempfile.mkdtemp(prefix=".download-", dir=target))
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
+             f"{distribution}=={version}", "-d", str(staging)],
+            capture_output=True, text=True, check=False,
+        )
+        downloaded = sorted(staging.glob("*.whl"))
+        if result.returncode != 0 or not downloaded:
+            last = (result.stderr.strip().splitlines() or ["no wheel"])[-1]
+            raise RigError("pip", f"{distribution}=={version}", f"could not download the wheel ({last})",
+                           "check the version in the recipe's engine.check_release and that PyPI is reachable")
+        for wheel in downloaded:
+            os.replace(wheel, target / wheel.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return sorted(target.glob("*.whl"))[0]
 
 
 class WheelSources:

@@ -68,20 +68,30 @@ def ensure_tiny_model(cache_root: Path, preset: str = DEFAULT_PRESET) -> Path:
 
 
 def build_at(target: Path, preset: str = DEFAULT_PRESET) -> Path:
-    """Build the model into exactly `target` (the image build uses the recipe's model.path)."""
+    """Build the model into exactly `target` (the image build uses the recipe's model.path). Built in
+    a private staging directory and renamed into place, so two processes building the same model at
+    once (parallel tests, two rig commands) never see or leave a half-written one."""
+    import shutil
+    import tempfile
+
     if (target / "rig-tiny-model.json").exists():
         return target
     spec = presets()[preset]
-    tmp = target.with_name(target.name + ".partial")
-    tmp.mkdir(parents=True, exist_ok=True)
-    _build(tmp, spec)
-    (tmp / "rig-tiny-model.json").write_text(json.dumps({"generator_version": GENERATOR_VERSION, "seed": SEED, "preset": preset,
-                                                         "weights": spec["weights"]}))
-    if target.exists():
-        import shutil
-
-        shutil.rmtree(target)
-    tmp.rename(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        _build(staging, spec)
+        (staging / "rig-tiny-model.json").write_text(json.dumps({"generator_version": GENERATOR_VERSION, "seed": SEED,
+                                                                  "preset": preset, "weights": spec["weights"]}))
+        if target.exists() and not (target / "rig-tiny-model.json").exists():
+            shutil.rmtree(target)  # an unfinished directory from an older generator
+        try:
+            staging.rename(target)
+        except OSError:
+            if not (target / "rig-tiny-model.json").exists():  # not another process's finished model
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return target
 
 

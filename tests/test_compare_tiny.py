@@ -21,18 +21,19 @@ pytestmark = pytest.mark.e2e
 DELAY_MS = 20.0  # the server adds ~0.5-1.5 ms of its own to a longer step: small beside 20 ms, not beside 5
 
 
-def test_gate_off_vs_gate_on_finds_the_injected_delay_and_target_stops(results_dir):
-    """off:@delay,RIG_TOKEN_DELAY_MS=0 vs on:@delay,RIG_TOKEN_DELAY_MS=20: every boot used, "slower",
-    and the interval covers what the adapter reports it injected; --target stops once met."""
+def test_gate_off_vs_gate_on_finds_the_injected_delay(results_dir):
+    """off:@delay,RIG_TOKEN_DELAY_MS=0 vs on:@delay,RIG_TOKEN_DELAY_MS=20 over 3 pairs: every boot used,
+    "slower", and the interval covers what the adapter reports it injected. Three pairs (2 df), because
+    with one df a busy machine's boot-to-boot swings (25% measured with other work running) can widen
+    even an -80% effect's interval across 0. (--target's stopping rule is proven with fake boots in
+    test_compare_stats.py; real boots add nothing to it.)"""
     out, analysis = compare("tiny-cpu", ["off:@delay,RIG_TOKEN_DELAY_MS=0", f"on:@delay,RIG_TOKEN_DELAY_MS={DELAY_MS:g}"], None,
-                            boots=2, rounds=2,
-                            scenarios=["prose-c1"], small=True, workers=1, resume=None, progress=False, duration_s=3.0,
-                            target_pct=25.0, max_boots=4)
+                            boots=3, rounds=1,
+                            scenarios=["prose-c1"], small=True, workers=1, resume=None, progress=False, duration_s=3.0)
     stats = analysis.scenarios["prose-c1"].vs["on"]
     pairs = json.loads((out / "plan.json").read_text())["boots"]
-    assert analysis.boots["used"] == 2 * pairs and not analysis.boots["voided"], analysis.boots
+    assert pairs == 3 and analysis.boots["used"] == 6 and not analysis.boots["voided"], analysis.boots
     assert stats.verdict == "slower" and stats.pairs == pairs, stats
-    assert analysis.target["met"] and analysis.target["widest_precision_pct"] <= 25.0, analysis.target
     boots = [json.loads(p.read_text()) for p in sorted((out / "boots").glob("*-on.json"))]
     injected_ms = sum(b["adapter_stats"]["token_delay"]["injected_ms"]["mean"] for b in boots) / len(boots)
     assert DELAY_MS <= injected_ms < DELAY_MS * 1.05
@@ -48,15 +49,17 @@ def test_gate_off_vs_gate_on_finds_the_injected_delay_and_target_stops(results_d
     for name in ("compare.json", "compare.md", "compare.png", "boot-log-diff.txt", "plan.json"):
         assert (out / name).exists()
     text = (out / "compare.md").read_text()
-    assert "slower" in text and "target met" in text and "boot sd" in text
+    assert "slower" in text and "boot sd" in text
+    # the delay changes speed, not outputs: the greedy continuations match the reference
+    assert analysis.quality["divergence"]["on"]["diverged"] == 0, analysis.quality["divergence"]
 
 
 def test_identical_arms_give_no_verdict_and_a_failed_boot_is_voided(results_dir):
     # "broken" boots the delay variant with its gate malformed: the adapter refuses, and the boot
-    # checks void the boot instead of measuring an unpatched server.
+    # checks void the boot instead of measuring an unpatched server. The bf16 control changes numerics.
     out, analysis = compare("tiny-cpu", ["a:RIG_TOKEN_DELAY_MS=0", "b:RIG_TOKEN_DELAY_MS=0", "broken:@delay,RIG_TOKEN_DELAY_MS=abc"],
-                            None, boots=2, rounds=2, scenarios=["prose-c1"], small=True, workers=1, resume=None, progress=False,
-                            duration_s=3.0, goodput="ttft<=2s,tpot<=50ms")
+                            "bf16:@bf16", boots=2, rounds=1, scenarios=["prose-c1"], small=True, workers=1, resume=None,
+                            progress=False, duration_s=3.0, goodput="ttft<=2s,tpot<=50ms")
     verdict = analysis.scenarios["prose-c1"].vs["b"].verdict
     # Latency deltas with intervals (lower is better) and goodput per arm sit beside the headline.
     latency = analysis.scenarios["prose-c1"].latency["ttft_p50_ms"]["b"]
@@ -64,12 +67,24 @@ def test_identical_arms_give_no_verdict_and_a_failed_boot_is_voided(results_dir)
     goodput = analysis.scenarios["prose-c1"].goodput  # b and broken against the baseline a, a paired difference
     assert goodput["b"].pairs == 2 and goodput["b"].ci is not None and goodput["broken"].verdict.startswith("no data")
     assert "goodput" in (out / "compare.md").read_text() and "ttft_p50_ms" in (out / "compare.md").read_text()
-    assert verdict not in ("faster", "slower"), analysis.scenarios["prose-c1"].vs["b"]
+    # Identical arms: at 95% the statistics call a direction in 5% of comparisons by design (their
+    # error rate is proven by simulation in test_compare_calibration.py). What this real run must not
+    # show is a large difference between identical arms (arms mixed up, a boot measured twice...).
+    same = analysis.scenarios["prose-c1"].vs["b"]
+    assert same.ci is not None and same.pairs == 2, same
+    assert verdict not in ("faster", "slower") or abs(same.delta) < 15.0, same
     greedy = analysis.greedy  # a and b agree; the broken arm has no usable boot, and the status says so
     assert greedy["status"] == "not measured for broken (no usable boot)", greedy
     assert all(greedy["identical_across_arms"].values()) and greedy["boots_per_arm"] == {"a": 2, "b": 2, "broken": 0}
+    # Quality on an engine without logprobs: said once, divergence located in the text; identical arms
+    # do not diverge, the bf16 control does; coherence figures come from the load tests' own outputs.
+    quality = analysis.quality
+    assert quality["scoring"] is None and any("returns no logprobs" in note for note in quality["notes"])
+    assert quality["divergence"]["b"]["diverged"] == 0 and quality["divergence"]["bf16"]["diverged"] > 0, quality["divergence"]
+    assert quality["coherence"]["b"]["means"]["foreign_script_share"] == 0.0 and "changed" in quality["coherence"]["b"]
+    assert "- b: logprob drift not measured" in (out / "compare.md").read_text()
     saved = json.loads((out / "compare.json").read_text())
-    assert saved["boots"]["planned"] == 6 and saved["boots"]["used"] == 4
+    assert saved["boots"]["planned"] == 7 and saved["boots"]["used"] == 4
     voided = saved["boots"]["voided"]
     assert [v["arm"] for v in voided] == ["broken", "broken"]
     assert any("refused" in p for p in voided[0]["problems"])

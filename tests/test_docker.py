@@ -26,6 +26,7 @@ from rig.boot.base import BootRecord
 from rig.boot.checks import check_boot
 from rig.lab import LAB_REGISTRY, PINS_FILE, standin_reference
 from rig.recipe import load
+from rig.render import compose_project
 
 pytestmark = pytest.mark.docker
 
@@ -126,7 +127,11 @@ def test_plain_compose_up_is_healthy_and_attach_mode_discards_the_warmup(tiny_im
         assert run(*COMPOSE, "down", "--timeout", "10").returncode == 0
 
 
-def test_make_up_status_logs_loadtest_down_through_the_compose_driver(tiny_image, rig_env):
+def test_make_up_status_logs_loadtest_down_through_the_compose_driver(tiny_image, rig_env, monkeypatch):
+    import rig.boot.base as base
+
+    # this process reads the state `make up` wrote: its boot directory lies under the run's results
+    monkeypatch.setattr(base, "BOOTS_DIR", Path(rig_env["RIG_RESULTS_DIR"]) / "boots")
     up = run("make", "up", f"{RECIPE}:delay", env=rig_env, timeout=300)
     try:
         assert up.returncode == 0, up.stderr
@@ -148,7 +153,9 @@ def test_make_up_status_logs_loadtest_down_through_the_compose_driver(tiny_image
         down = run("make", "down", RECIPE, env=rig_env)
     assert down.returncode == 0, down.stderr
     assert "nothing is up" in run("make", "status", env=rig_env).stdout
-    left = run("docker", "ps", "-a", "-q", "--filter", f"label=com.docker.compose.project=rig-{RECIPE}-delay").stdout
+    project = compose_project(load(f"{RECIPE}:delay"))
+    assert project == f"rig-{RECIPE}_delay"
+    left = run("docker", "ps", "-a", "-q", "--filter", f"label=com.docker.compose.project={project}").stdout
     assert not left.strip(), "compose down left a container behind"
 
 
@@ -159,14 +166,19 @@ def test_a_boot_that_cannot_start_fails_in_one_line_and_leaves_nothing_up(tiny_i
     assert "nothing is up" in run(".venv/bin/rig", "status", env=rig_env).stdout
 
 
-def test_compare_finds_the_gate_across_container_boots(tiny_image, rig_env):
+def test_compare_reaches_the_gate_across_container_boots(tiny_image, rig_env):
+    """What is container-specific, with one boot per arm: the arm's gate reaches the server inside the
+    container through compose, the adapter arms only there, boot checks and manifests come back through
+    the bind mount, and the measured delta has the injected delay's sign and size. (The statistics over
+    pairs are proven on tiny-cpu and with fake boots.)"""
     compared = run("make", "compare", f"RECIPE={RECIPE}", "ARMS=off:RIG_TOKEN_DELAY_MS=0 on:RIG_TOKEN_DELAY_MS=50",
-                   "BOOTS=2", "ROUNDS=2", "SIZE=small", env=rig_env, timeout=1200)
+                   "BOOTS=1", "ROUNDS=1", "SIZE=small", env=rig_env, timeout=1200)
     assert compared.returncode == 0, compared.stdout[-3000:] + compared.stderr[-3000:]
     out = max((Path(rig_env["RIG_RESULTS_DIR"]) / "compare").glob("*/compare.json")).parent
     analysis = json.loads((out / "compare.json").read_text())
-    assert analysis["boots"]["used"] == 4 and not analysis["boots"]["voided"], analysis["boots"]
-    assert analysis["scenarios"]["prose-c1"]["vs"]["on"]["verdict"] == "slower", analysis["scenarios"]
+    assert analysis["boots"]["used"] == 2 and not analysis["boots"]["voided"], analysis["boots"]
+    on = analysis["scenarios"]["prose-c1"]["vs"]["on"]
+    assert on["verdict"].startswith("not enough boots") and on["delta"] < -50, on  # 50 ms a token on a ~1-5 ms step
     assert all(analysis["greedy"]["identical_across_arms"].values()), analysis["greedy"]
     assert any("token_delay ARMED" in line for line in analysis["boot_log_diff"]["on"])
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rig.load.command import run_scenarios
-from rig.load.runner import LocustRun, run_scenario
+from rig.load.runner import LocustRun, run_scenario, workload_config
 from rig.load.scenarios import TokenCounter, build_prompts, load_scenario, scenario_names
 
 pytestmark = pytest.mark.e2e
@@ -30,12 +30,32 @@ def test_prompts_are_exact_in_tokens(tiny):
         assert len({p["text"] for p in prompts}) == len(prompts)
 
 
-def test_every_scenario_runs_with_its_own_warmup(tiny):
-    target, root = tiny
+def test_every_scenario_loads_and_builds_its_workload_for_the_served_tokenizer(tiny):
+    """Every shipped scenario, full and small: the strict loader takes it, and its prompts (exact in
+    tokens) and its kind's workload (arrival schedule, trace, conversations) build for the served
+    tokenizer. Running each through Locust would only re-prove the wiring the runs below prove."""
+    target, _ = tiny
+    counter = TokenCounter(target.model_dir)
     names = scenario_names()
     assert {"prose-c1", "code-c1", "decode-ctx0", "decode-ctx3k", "prefill-8k", "prefill-64k", "c3000"} <= set(names)
+    for name in names:
+        full = load_scenario(name)
+        assert full.scaled(False) == full and full.duration_s >= full.scaled(True).duration_s, name
+        scenario = full.scaled(True)  # the sizes the runs here use; full sizes take the same code path
+        prompts, nonce = build_prompts(scenario, counter)
+        assert prompts and (nonce is not None) == scenario.unique_prompts, name
+        config, offsets, _ = workload_config(scenario, counter, f"{name}/test", 1)
+        assert config["kind"] == scenario.kind
+        assert bool(offsets) == (scenario.kind in ("open_loop", "trace")), name
+
+
+def test_closed_loop_scenarios_run_with_their_own_warmup(tiny):
+    """A decode and a prefill scenario on the real server: each one's first run after the boot is its
+    warmup (kept and marked), the measured run follows, runs.jsonl keeps the warmup rule's state, and
+    a second call on the same boot runs no warmup."""
+    target, root = tiny
+    names = ["prose-c1", "prefill-8k"]
     summaries = run_scenarios(target, names, small=True, workers=1, root=root / "run", progress=False)
-    # Each scenario's first run after the boot is its warmup (new shapes, new concurrency), kept and marked.
     assert [(s.name, s.warmup) for s in summaries] == [(n, w) for n in names for w in (True, False)]
     for summary in summaries:
         metrics = summary.metrics
@@ -49,10 +69,10 @@ def test_every_scenario_runs_with_its_own_warmup(tiny):
     assert prefill["prefill_tok_s"]["token_weighted"] > 0 and prefill["requests"]["unique_prompts"]
     decode = by_name["prose-c1"].metrics
     assert decode["user_decode_tok_s"]["token_weighted"] > 0 and decode["tpot_s"]["p50"] > 0
-    assert decode["window"]["steady"], decode["window"]
+    if not decode["window"]["steady"]:  # a busy machine can legitimately keep a short run from steady state
+        assert by_name["prose-c1"].problems(), decode["window"]
     runs = [json.loads(line) for line in Path(target.record.boot_dir, "runs.jsonl").read_text().splitlines()]
     assert [r["warmup"] for r in runs][:2] == [True, False] and all(r["complete"] for r in runs)
-    # a second call on the same boot runs no warmup
     again = run_scenarios(target, ["prose-c1"], small=True, workers=1, root=root / "again", progress=False)
     assert len(again) == 1 and not again[0].warmup
 

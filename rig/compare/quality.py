@@ -405,6 +405,8 @@ def analyze_quality(plan: Any, entries: list[Any], encode: Any = None) -> dict[s
     for entry in sorted(usable, key=lambda e: e.index):
         if entry.quality:
             boots.setdefault(entry.arm, {})[entry.block] = BootQuality.from_json(entry.quality)
+    # the control (one boot, known to change outputs) shows that the divergence check discriminates
+    controls = {e.arm: [BootQuality.from_json(e.quality)] for e in entries if e.control and not e.voided and e.quality}
     reference_boot = next(iter(boots.get(baseline, {}).values()), None)
     scoring = next((q.scoring for arm_boots in boots.values() for q in arm_boots.values()), None)
     notes = sorted({q.note for arm_boots in boots.values() for q in arm_boots.values() if q.note})
@@ -412,8 +414,8 @@ def analyze_quality(plan: Any, entries: list[Any], encode: Any = None) -> dict[s
     # the baseline's own boot-to-boot drift, the floor every arm is held against
     floor = drift_verdict(boots.get(baseline, {}), {block: boots[baseline][other] for block, other in
                                                      _next_blocks(sorted(boots.get(baseline, {})))}) if scoring else None
-    divergence = divergence_report(reference_boot.generations, {arm: list(b.values()) for arm, b in boots.items()},
-                                   encode) if reference_boot else {}
+    divergence = divergence_report(reference_boot.generations, {**{arm: list(b.values()) for arm, b in boots.items()},
+                                                                **controls}, encode) if reference_boot else {}
     prompt_scripts: set[str] = set()
     for name in plan.scenarios:
         prompt_scripts |= scripts_of((PROMPT_DIR / f"{load_scenario(name).prompt_set}.txt").read_text())
