@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 MULTINODE_ADDR_VAR = "RIG_DIST_INIT_ADDR"
 # Variables rig itself sets in every engine's environment or compose file: never a recipe's.
 RIG_OWNED_ENV = ("RIG_API_KEY", "RIG_BOOT_ID", "RIG_ADAPTER_MANIFEST_DIR", "RIG_MANIFEST_DIR", "RIG_MODEL_DIR",
-                 "RIG_IMAGE_TAG", MULTINODE_ADDR_VAR)
+                 "RIG_IMAGE_TAG", "RIG_ENGINE", MULTINODE_ADDR_VAR)
 ROUNDING_FILE = Path(__file__).resolve().parent / "audit" / "engine_rounding.yaml"
 
 
@@ -103,13 +103,17 @@ class Engine:
     report_args: tuple[str, ...] = field(
         default=(), metadata={"doc": "flags rig always adds so the server reports what rig measures (cached prompt tokens)"})
     api_key: str | None = field(
-        default=None, metadata={"doc": "how the server takes an API key outside argv: 'env:NAME', 'config-file', or None"})
+        default=None, metadata={"doc": "how the server takes an API key outside argv and logs: 'env:NAME', or None"})
+    no_key_reason: str = field(
+        default="", metadata={"doc": "why a key is refused (api_key None): rig never serves an endpoint the user thinks is closed"})
     plugin_group: str | None = field(
         default=None, metadata={"doc": "entry-point group the engine loads in every process (adapters arm through it)"})
     scoring: str | None = field(
         default=None, metadata={"doc": "how the engine scores a given token sequence teacher-forced (quality drift); None: it cannot"})
     compile_caches: tuple[tuple[str, str], ...] = field(
         default=(), metadata={"doc": "(variable, default directory) of each compile/kernel cache: a boot is warm when one holds files"})
+    compile_log: tuple[str, str] | None = field(
+        default=None, metadata={"doc": "(cache hit, compilation) regexes of the engine's boot log: what the boot really did"})
     owned_flags: tuple[str, ...] = field(
         default=(), metadata={"doc": "flags rig sets (listening address, key, config, topology, served name): "
                                      "refused in recipes, variants and overlays in every spelling (grammar.owned_flag)"})
@@ -134,6 +138,9 @@ class Engine:
 # Compile and kernel caches of every torch-based engine: Triton's kernels and Inductor's code
 # (torch/_inductor/runtime/cache_dir_utils.py: /tmp/torchinductor_<user> unless the variable is set).
 _TORCH_CACHES = (("TRITON_CACHE_DIR", "~/.triton/cache"), ("TORCHINDUCTOR_CACHE_DIR", "/tmp/torchinductor_{user}"))
+# vLLM's own root follows XDG_CACHE_HOME (envs.py get_default_cache_root); 0.24 keeps its Inductor
+# and Triton output inside torch_compile_cache too, so the boot log says what a boot really reused.
+_VLLM_COMPILE_LOG = (r"Directly load the compiled graph|Directly load the \d+-th graph", r"Compiling a graph for")
 
 ENGINES: dict[str, Engine] = {
     engine.name: engine
@@ -141,9 +148,12 @@ ENGINES: dict[str, Engine] = {
         Engine(name="sglang", package="sglang", gpu=True, program=Program(("python3", "-m", "sglang.launch_server"),
                                                                           ("-m", "sglang.launch_server")),
                argv=_sglang, multinode=_sglang_multinode, length_pinning={"ignore_eos": True},
-               cache_reset=CacheReset("/flush_cache"), api_key="config-file", plugin_group="sglang.srt.plugins",
+               cache_reset=CacheReset("/flush_cache"), plugin_group="sglang.srt.plugins",
+               no_key_reason=("SGLang logs its server arguments, api_key included, at every start "
+                              "(sglang/srt/entrypoints/engine.py:311 in 0.5.23 redacts only watermark keys): the key "
+                              "would land in the boot log; put an authenticating proxy in front of SGLang instead"),
                compile_caches=(("SGLANG_CACHE_DIR", "~/.cache/sglang"), *_TORCH_CACHES),
-               # sglang/srt/server_args.py; --config is how rig hands SGLang its API key (rig/render.py).
+               # sglang/srt/server_args.py; --config would let a recipe replace rig's own settings.
                owned_flags=("--model-path", "--model", "--host", "--port", "--api-key", "--admin-api-key", "--config",
                             "--tp-size", "--tensor-parallel-size", "--ep-size", "--expert-parallel-size", "--nnodes",
                             "--node-rank", "--dist-init-addr", "--nccl-init-addr", "--served-model-name"),
@@ -159,7 +169,7 @@ ENGINES: dict[str, Engine] = {
                                       "and /update_weights to anyone who reaches the port"),
                report_args=("--enable-prompt-tokens-details",), api_key="env:VLLM_API_KEY", scoring="vllm-prompt-logprobs",
                plugin_group="vllm.general_plugins",
-               compile_caches=(("VLLM_CACHE_ROOT", "~/.cache/vllm"), *_TORCH_CACHES),
+               compile_caches=(("VLLM_CACHE_ROOT", "{xdg_cache}/vllm"), *_TORCH_CACHES), compile_log=_VLLM_COMPILE_LOG,
                # vllm/engine/arg_utils.py and entrypoints/openai/cli_args.py.
                owned_flags=("--model", "--host", "--port", "--uds", "--api-key", "--config", "--tensor-parallel-size", "-tp",
                             "--decode-context-parallel-size", "-dcp", "--enable-expert-parallel", "-ep",
@@ -168,6 +178,7 @@ ENGINES: dict[str, Engine] = {
         # transformers serve answers 422 to ignore_eos/min_tokens; tiny-cpu's model never emits
         # EOS, so max_tokens alone fixes its length. It takes no API key at all.
         Engine(name="transformers", package="transformers", gpu=False,
+               no_key_reason="transformers serve takes no API key at all",
                program=Program(("transformers", "serve"), ("-m", "transformers.cli.transformers", "serve")),
                argv=_transformers, owned_flags=("--host", "--port")),
     )

@@ -506,7 +506,7 @@ def parse_ref(ref: str) -> tuple[str, str | None]:
 
 _OWNED_FLAG_FIXES = (  # (word in the flag, where the recipe says it instead)
     ("api-key", "the API key comes from RIG_API_KEY in the environment only"),
-    ("config", "write the settings as server_args (rig hands SGLang its key through --config)"),
+    ("config", "write the settings as server_args (a config file would replace what rig sets)"),
     ("served-model-name", "set serving.served_model_name"),
     ("host", "set serving.bind"), ("uds", "set serving.bind"), ("port", "set serving.port (or rig up --port)"),
     ("model", "set model.path"),

@@ -13,7 +13,7 @@ import yaml
 
 from rig import __version__, grammar
 from rig.atomic import write_files_atomic
-from rig.engines import MULTINODE_ADDR_VAR, server_argv
+from rig.engines import ENGINES, MULTINODE_ADDR_VAR, server_argv
 from rig.errors import RigError
 from rig.lab import is_lab_image
 from rig.recipe import REPO_ROOT, Recipe, Resolved, check_rig_owned, parse_recipe
@@ -24,39 +24,25 @@ IMAGE_MANIFEST_DIR = "/rig/manifests"
 CACHE_VOLUME = "rig-cache"
 # The API key is read from the container's environment at start (RIG_API_KEY), never written to a
 # layer, and never put on the engine's command line (host `ps`, `docker top` and /proc/*/cmdline
-# show argv to anyone). Each engine gets it the one non-argv way it reads one, and RIG_API_KEY is
-# unset before the engine starts:
-#  - vLLM reads the environment variable VLLM_API_KEY.
-#  - SGLang reads --api-key only from its arguments, but prepare_server_args merges a
-#    `--config <file>.yaml` into them inside the process (sglang/srt/server_args.py,
-#    utils/server_args_config_parser.py): the key goes into such a file, mode 0600, on a tmpfs
-#    mounted at SECRET_DIR (never on disk, gone with the container); argv carries only the path.
-#  - transformers serve takes no API key at all: with RIG_API_KEY set the container refuses to
-#    start (one line on stderr) instead of serving an open endpoint the user believes is closed.
-SECRET_DIR = "/run/rig"  # noqa: S105 - a directory name, not a secret
-SGLANG_KEY_FILE = f"{SECRET_DIR}/api-key.yaml"
-API_KEY_SCRIPTS = {
-    "sglang": (
-        'if [ -n "${RIG_API_KEY:-}" ]; then umask 077'
-        " && python3 -c 'import json, os; print(\"api-key: \" + json.dumps(os.environ[\"RIG_API_KEY\"]))'"
-        f' > {SGLANG_KEY_FILE} || exit 2; unset RIG_API_KEY; exec "$@" --config {SGLANG_KEY_FILE}; fi;'
-        ' unset RIG_API_KEY; exec "$@"'
-    ),
-    "vllm": 'if [ -n "${RIG_API_KEY:-}" ]; then export VLLM_API_KEY="$RIG_API_KEY"; fi; unset RIG_API_KEY; exec "$@"',
-    "transformers": (
-        'if [ -n "${RIG_API_KEY:-}" ]; then echo "rig: RIG_API_KEY is set but transformers serve has no API key;'
-        ' unset RIG_API_KEY (this server cannot be protected by a key)" >&2; exit 2; fi; exec "$@"'
-    ),
-}
+# show argv to anyone). An engine with a way to read it outside argv and its logs gets it that way
+# (vLLM: VLLM_API_KEY, dropped by its child processes; rig_adapters.runtime) and RIG_API_KEY is
+# unset before it starts; an engine without one (rig/engines.py no_key_reason) refuses to start
+# with the key set, one line on stderr, instead of serving an endpoint the user believes is closed.
+
+
+def _api_key_script(engine: str) -> str:
+    row = ENGINES[engine]
+    if row.api_key is not None and row.api_key.startswith("env:"):
+        name = row.api_key.removeprefix("env:")
+        return f'if [ -n "${{RIG_API_KEY:-}}" ]; then export {name}="$RIG_API_KEY"; fi; unset RIG_API_KEY; exec "$@"'
+    reason = row.no_key_reason.replace("'", "").replace('"', "")
+    return (f'if [ -n "${{RIG_API_KEY:-}}" ]; then echo "rig: RIG_API_KEY is set but rig will not hand {engine} a key: '
+            f'{reason}; unset RIG_API_KEY" >&2; exit 2; fi; exec "$@"')
 
 
 def api_key_entrypoint(engine: str) -> list[str]:
     """The compose entrypoint that hands RIG_API_KEY to `engine` without argv ($ doubled for compose)."""
-    script = API_KEY_SCRIPTS.get(engine)
-    if script is None:
-        raise RigError("rig/render.py", "API_KEY_SCRIPTS", f"no known way to pass an API key to {engine} outside argv",
-                       "add the engine's environment variable or config-file mechanism there")
-    return ["/bin/sh", "-c", script.replace("$", "$$"), "rig-serve"]
+    return ["/bin/sh", "-c", _api_key_script(engine).replace("$", "$$"), "rig-serve"]
 
 
 class _NoAliasDumper(yaml.SafeDumper):
@@ -184,8 +170,6 @@ def _service(resolved: Resolved, node_rank: int | None) -> dict[str, Any]:
         "command": server_argv(resolved, recipe.model.path, listen, node_rank),
         "environment": {**environment, grammar.KEY_VARIABLE: API_KEY_ENTRY},
     }
-    if recipe.engine.name == "sglang":  # --config is an owned flag (rig/engines.py): the key file is SGLang's only one
-        service["tmpfs"] = [f"{SECRET_DIR}:mode=0700,size=64k"]  # the API key file lives in memory only
     if multinode:
         service["network_mode"] = "host"  # NCCL and SGLang's rendezvous need the node's own interfaces
         service["profiles"] = [f"node{node_rank}"]

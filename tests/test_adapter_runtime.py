@@ -173,8 +173,16 @@ def test_gemm_shapes_records_each_ranks_parameter_shapes(tmp_path):
 
     from rig.audit.engine_shapes import compare_shapes, recorded_shapes
     from rig.audit.shapes import Gemm
+    from rig.errors import RigError
 
-    ranks = recorded_shapes(tmp_path / "manifests")
+    with pytest.raises(RigError, match=r"ranks \[2\] recorded, \[0, 1, 2, 3\] expected"):
+        recorded_shapes(tmp_path / "manifests", 4)  # one rank of four recorded: no evidence about the deployment
+    with pytest.raises(RigError, match="recorded rank 2 of 4"):
+        recorded_shapes(tmp_path / "manifests", 2)
+    for rank in (0, 1, 3):
+        run_engine(GEMM_SHAPES_SCRIPT, {"RIG_GEMM_SHAPES": "1", "RIG_ENGINE": "vllm", "STANDIN_TP_RANK": str(rank),
+                                        "STANDIN_TP_SIZE": "4"}, tmp_path)
+    ranks = recorded_shapes(tmp_path / "manifests", 4)
     rows = compare_shapes([Gemm("shared_expert", "shared_experts.down_proj", 5120, 576),
                            Gemm("shared_expert", "shared_experts.gate_up_proj", 1152, 5120),
                            Gemm("dense_mlp", "mlp.down_proj", 5120, 4608)], ranks)

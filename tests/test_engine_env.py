@@ -4,7 +4,6 @@ engine in another Python environment finds, the API key outside argv, pinned GPU
 from __future__ import annotations
 
 import os
-import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -27,20 +26,18 @@ def test_the_overlay_carries_the_engines_entry_points_to_another_interpreter(tmp
              "for e in m.entry_points(group=g)))")
     result = subprocess.run([sys.executable, "-S", "-c", probe], env={"PYTHONPATH": str(overlay)}, capture_output=True, text=True,
                             check=True)
-    assert result.stdout.strip() == "['rig_adapters.runtime:arm_from_env', 'rig_adapters.runtime:arm_from_env']"
+    assert result.stdout.strip() == "['rig_adapters.runtime:engine_plugin', 'rig_adapters.runtime:engine_plugin']"
 
 
-def test_api_key_reaches_each_engine_its_own_non_argv_way(tmp_path):
+def test_api_key_reaches_vllm_outside_argv_and_is_refused_where_it_would_leak():
     env = {"RIG_API_KEY": "sk-unit-planted"}
-    assert engine_env.api_key_environment("vllm", env, tmp_path / "v") == ({"VLLM_API_KEY": "sk-unit-planted"}, [])
-    changes, args = engine_env.api_key_environment("sglang", env, tmp_path / "s")
-    assert changes == {} and args[0] == "--config" and "sk-unit" not in " ".join(args)
-    path = Path(args[1])
-    assert path.read_text() == 'api-key: "sk-unit-planted"\n'
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
-    with pytest.raises(RigError, match="transformers cannot be protected by an API key"):
-        engine_env.api_key_environment("transformers", env, tmp_path / "t")
-    assert engine_env.api_key_environment("transformers", {}, tmp_path / "t") == ({}, [])
+    assert engine_env.api_key_environment("vllm", env) == {"VLLM_API_KEY": "sk-unit-planted"}
+    with pytest.raises(RigError, match="rig will not hand sglang an API key: SGLang logs its server arguments") as refused:
+        engine_env.api_key_environment("sglang", env)
+    assert "sk-unit" not in str(refused.value)
+    with pytest.raises(RigError, match="transformers serve takes no API key"):
+        engine_env.api_key_environment("transformers", env)
+    assert engine_env.api_key_environment("transformers", {}) == {}
 
 
 def test_native_vllm_environment_is_exactly_the_recipes(tmp_path, monkeypatch, results_dir):
@@ -94,3 +91,46 @@ def test_compile_cache_state_cold_partial_warm(tmp_path):
     assert engine_env.cache_state(vllm, env)["state"] == "warm"
     fresh = engine_env.fresh_caches(vllm, tmp_path / "boot")
     assert engine_env.cache_state(vllm, fresh)["state"] == "cold"
+
+
+def test_engine_children_forget_the_key_only_the_api_server_needs(tmp_path):
+    """vLLM writes every VLLM_* variable of the process that compiles into its compile cache
+    (cache_key_factors.json): its children (EngineCore, workers) must not hold VLLM_API_KEY."""
+    script = """
+import multiprocessing, os
+from rig_adapters.runtime import engine_plugin
+
+def child(queue):
+    engine_plugin()
+    queue.put(os.environ.get("VLLM_API_KEY"))
+
+if __name__ == "__main__":
+    engine_plugin()  # the API server keeps it: its middleware checks requests against it
+    print("parent", os.environ.get("VLLM_API_KEY"))
+    for method in ("spawn", "fork"):
+        context = multiprocessing.get_context(method)
+        queue = context.Queue()
+        process = context.Process(target=child, args=(queue,))
+        process.start()
+        print(method, queue.get(timeout=60))
+        process.join()
+"""
+    path = tmp_path / "engine.py"
+    path.write_text(script)
+    result = subprocess.run([sys.executable, str(path)], env={**os.environ, "VLLM_API_KEY": "sk-child-planted"},
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["parent", "sk-child-planted", "spawn", "None", "fork", "None"]
+
+
+def test_the_boot_log_says_whether_vllm_reused_its_compilation(tmp_path):
+    vllm = ENGINES["vllm"]
+    compiled = ("(EngineCore pid=1291) INFO 11-30 13:10:25 [backends.py:393] Compiling a graph for compile range (1, 8192) "
+                "takes 8.87 s")  # a line of the H200 boot 20261130-130911-llama-h200.tp1-303c
+    reused = "(EngineCore pid=7) INFO [backends.py:293] Directly load the compiled graph(s) for compile range (1, 8192) from the cache"
+    assert engine_env.compile_log_state(vllm, compiled) == "compiled"
+    assert engine_env.compile_log_state(vllm, reused) == "reused"
+    assert engine_env.compile_log_state(vllm, "eager mode: nothing compiled") is None
+    assert engine_env.compile_log_state(ENGINES["transformers"], compiled) is None
+    # vLLM's cache root follows XDG_CACHE_HOME
+    assert engine_env.cache_dirs(vllm, {"XDG_CACHE_HOME": str(tmp_path)})["VLLM_CACHE_ROOT"] == tmp_path / "vllm"

@@ -342,6 +342,29 @@ def enabled_names(environ: Mapping[str, str] | None = None) -> list[str]:
     return [spec.name for spec in REGISTRY if env_gate(spec.gate, environ)]
 
 
+# Secrets only the engine's front process needs. vLLM hashes every VLLM_* variable into its compile
+# cache key and writes the raw values next to the compiled graphs (envs.py compile_factors,
+# compilation/backends.py cache_key_factors.json, 0.24.0): a child process that keeps VLLM_API_KEY
+# writes the key to disk. The API server reads it before any child starts; children drop it.
+CHILD_SECRETS = ("VLLM_API_KEY",)
+
+
+def drop_child_secrets() -> None:
+    """In an engine's child processes (EngineCore, TP workers), forget the secrets only the API server needs."""
+    import multiprocessing
+
+    if multiprocessing.parent_process() is not None:
+        for name in CHILD_SECRETS:
+            os.environ.pop(name, None)
+
+
+def engine_plugin() -> None:
+    """The engines' plugin entry point (vllm.general_plugins, sglang.srt.plugins): loaded in every
+    engine process before the model is built. Drops child secrets, then arms gated adapters."""
+    drop_child_secrets()
+    arm_from_env()
+
+
 def arm_from_env() -> None:
     """Entry point for the .pth file and the engines' plugin groups. Cheap when no gate is set."""
     names = enabled_names()

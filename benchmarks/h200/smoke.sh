@@ -3,7 +3,7 @@
 # failed, and says so; results and logs are packed into $OUT.
 source benchmarks/h200/env.sh || exit 3
 export RIG_RESULTS_DIR=/tmp/rig-results
-step() { echo "=== $(date +%T) $*"; "$@" || echo "!!! FAILED ($?): $*"; }
+step() { echo "=== $(date +%T) $*"; "$@"; local rc=$?; [ $rc -eq 0 ] || echo "!!! FAILED ($rc): $*"; }
 which python3; ls -la /opt/torch/.venv/bin/python3
 step nvidia-smi --query-gpu=index,name,memory.used,power.limit,driver_version --format=csv
 step python3 -c "import vllm, locust, pydantic, torch, transformers; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
@@ -26,7 +26,8 @@ RIG_API_KEY=sk-smoke-planted step rig loadtest llama-h200 --scenario prose-c1 --
 step rig down llama-h200
 step nvidia-smi --query-compute-apps=pid,used_memory --format=csv
 ps -eo pid,pgid,args | grep -c "[v]llm" 
-grep -rl "sk-smoke-planted" $RIG_RESULTS_DIR /tmp/metrics.txt 2>/dev/null | head && echo "!!! planted key found in files above"
+leaks=$(grep -rl "sk-smoke-planted" $RIG_RESULTS_DIR /tmp/metrics.txt ~/.cache/vllm /tmp/torchinductor_* /dev/shm 2>/dev/null)
+[ -z "$leaks" ] && echo "planted key: in no file" || echo "!!! planted key found in: $leaks"
 cp /tmp/prompt_logprobs.json /tmp/metrics.txt $RIG_RESULTS_DIR/ 2>/dev/null
 tar -C /tmp -czf $OUT/results.tgz rig-results
 ls -la $OUT

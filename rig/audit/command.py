@@ -107,13 +107,14 @@ def audit(ref: str, model_dir: str | None, as_json: bool, boot: str | None = Non
         resolved = recipe.variant(record.variant)
         if len(reports) != 1 or reports[0]["recipe"] != resolved.ref:
             raise RigError("command line", "--boot", f"boot {boot} ran {record.ref}, not {ref}", f"audit {record.ref} --boot {boot}")
-        ranks = recorded_shapes(record.manifest_dir)
+        ranks = recorded_shapes(record.manifest_dir, resolved.topology.tp)
         if not ranks:
             raise RigError(record.manifest_dir, "(manifests)", "no process of this boot recorded its shapes",
                            "boot with the gemm_shapes instrument on (RIG_GEMM_SHAPES=1, in the recipe's adapters)")
         gemms = [Gemm(r["family"], r["layer"], r["n"], r["k"], r["note"]) for r in reports[0]["gemms"]]
         reports[0]["engine_shapes"] = compare_shapes(gemms, ranks)
-        differs = any(row["verdict"] == "DIFFERS" for row in reports[0]["engine_shapes"])
+        verdicts = [row["verdict"] for row in reports[0]["engine_shapes"]]
+        differs = "DIFFERS" in verdicts or "agrees" not in verdicts  # nothing matched is no agreement either
     if as_json:
         print(json.dumps(reports, indent=1))
     else:

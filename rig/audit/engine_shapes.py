@@ -18,13 +18,30 @@ from rig.boot.checks import read_manifests
 INSTRUMENT = "gemm_shapes"
 
 
-def recorded_shapes(manifest_dir: str | Path) -> dict[int, dict[str, list[int]]]:
-    """TP rank -> parameter name -> shape, from every process that recorded them."""
+def recorded_shapes(manifest_dir: str | Path, tp: int) -> dict[int, dict[str, list[int]]]:
+    """TP rank -> parameter name -> shape, from every process that recorded them; refused in one line
+    unless exactly ranks 0..tp-1 of a TP-`tp` engine recorded, once each (3 of 4 ranks agreeing, or
+    two processes claiming one rank, is no evidence about the deployment)."""
+    from rig.errors import RigError
+
     ranks: dict[int, dict[str, list[int]]] = {}
+    problems = []
     for manifest in read_manifests(manifest_dir):
         shapes = ((manifest.get("adapters") or {}).get(INSTRUMENT) or {}).get("shapes")
-        if shapes and shapes.get("tp_rank") is not None:
-            ranks[int(shapes["tp_rank"])] = shapes["parameters"]
+        if not shapes:
+            continue
+        rank, size = shapes.get("tp_rank"), shapes.get("tp_size")
+        if rank is None or size != tp:
+            problems.append(f"pid {manifest.get('pid')} recorded rank {rank} of {size}")
+        elif int(rank) in ranks:
+            problems.append(f"rank {rank} recorded twice")
+        else:
+            ranks[int(rank)] = shapes["parameters"]
+    if not problems and ranks and sorted(ranks) != list(range(tp)):
+        problems.append(f"ranks {sorted(ranks)} recorded, {list(range(tp))} expected")
+    if problems:
+        raise RigError(str(manifest_dir), "(manifests)", "the recorded shapes do not cover the deployment's "
+                       f"TP {tp} ranks once each ({'; '.join(problems)})", "boot the recipe again with gemm_shapes on")
     return ranks
 
 

@@ -138,12 +138,37 @@ def new_boot(resolved: Resolved, driver: str, overlay: dict[str, str], port: int
     boot_id = time.strftime("%Y%m%d-%H%M%S") + f"-{resolved.slug}-{secrets.token_hex(2)}"
     boot_dir = BOOTS_DIR / boot_id
     (boot_dir / "manifests").mkdir(parents=True, exist_ok=True)
-    return BootRecord(
+    record = BootRecord(
         boot_id=boot_id, ref=resolved.ref, recipe=resolved.recipe.name, variant=resolved.variant, driver=driver,
         base_url=f"http://{_client_host(resolved.recipe.serving.bind)}:{port}", boot_dir=str(boot_dir),
         log_path=str(boot_dir / "server.log"), manifest_dir=str(boot_dir / "manifests"),
         overlay=redact_for(resolved, overlay), started=time.time(),
     )
+    claim(record)
+    return record
+
+
+# A claim without a server (its `rig up` is still preparing: the model, the adapter overlay) counts
+# as starting for this long; older, its `rig up` died before starting anything and the claim is stale.
+CLAIM_STALE_S = 600.0
+
+
+def claim(record: BootRecord) -> None:
+    """Create the recipe's state file, or refuse: two `rig up` of one recipe started at the same
+    moment both pass the liveness check, and the later one's cleanup would otherwise delete the
+    earlier one's state and orphan its server. Written whole, then linked in place (link refuses an
+    existing name), so readers never see half a record and exactly one claim wins."""
+    path = state_path(record.recipe)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}.{record.boot_id}")
+    staging.write_text(json.dumps(asdict(record), indent=1))
+    try:
+        os.link(staging, path)
+    except FileExistsError:
+        raise RigError(f"recipes/{record.recipe}.yaml", "(boot)", "another `rig up` of this recipe is starting or up",
+                       f"wait for it (`rig status`), or stop it with `rig down {record.recipe}`") from None
+    finally:
+        staging.unlink(missing_ok=True)
 
 
 def refuse_if_up(recipe_name: str) -> None:
@@ -154,6 +179,11 @@ def refuse_if_up(recipe_name: str) -> None:
     record = current_boot(recipe_name)
     if record is None:
         return
+    if record.status == "booting" and record.pid is None and record.compose_project is None \
+            and time.time() - record.started < CLAIM_STALE_S:
+        raise RigError(f"recipes/{recipe_name}.yaml", "(boot)", f"boot {record.boot_id} of this recipe is starting "
+                       "(another `rig up` claimed it moments ago)", "wait for it (`rig status`) or stop it with "
+                       f"`rig down {recipe_name}`")
     gone = driver_named(record.driver).alive(record)
     if gone is None:
         raise RigError(f"recipes/{recipe_name}.yaml", "(boot)", f"boot {record.boot_id} of this recipe is still up at {record.base_url}",
@@ -199,7 +229,14 @@ def remember(record: BootRecord) -> None:
 
 
 def forget(record: BootRecord) -> None:
-    state_path(record.recipe).unlink(missing_ok=True)
+    """Release the recipe's state, only if it is still this boot's (another boot may hold it now)."""
+    path = state_path(record.recipe)
+    try:
+        current = json.loads(path.read_text()).get("boot_id")
+    except (OSError, ValueError, AttributeError):
+        current = None
+    if current == record.boot_id:
+        path.unlink(missing_ok=True)
     record.save()
 
 
@@ -268,6 +305,13 @@ def await_healthy(driver: BootDriver, record: BootRecord, serving: Any, progress
         raise
     record.status = "healthy"
     record.served_model = served_model(record.base_url)
+    if record.compile_cache:  # what the engine's log says the boot really reused or compiled
+        from rig.boot.engine_env import compile_log_state
+        from rig.engines import ENGINES
+        from rig.recipe import load
+
+        engine = ENGINES[load(record.ref).recipe.engine.name]
+        record.compile_cache["log"] = compile_log_state(engine, record.log_text())
     record.fingerprint = boot_fingerprint(record)
     remember(record)
     return record
@@ -280,7 +324,7 @@ def boot_fingerprint(record: BootRecord) -> dict[str, Any]:
 
     return host_fingerprint({"image_id": record.image.get("id"), "image_digests": record.image.get("digests"),
                              "adapter_manifests": manifest_hashes(record.manifest_dir),
-                             "compile_cache": {"state": record.compile_cache.get("state"),
+                             "compile_cache": {"state": record.compile_cache.get("state"), "log": record.compile_cache.get("log"),
                                                **{name: d["files"] for name, d in record.compile_cache.get("dirs", {}).items()}}})
 
 

@@ -43,10 +43,14 @@ def adapter_overlay(cache_root: Path) -> Path:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=target.parent))
+    source = Path(tempfile.mkdtemp(prefix=".source-", dir=target.parent))
     try:
+        # setuptools builds inside the source tree (build/, egg-info): a private copy keeps two rig
+        # processes building at once out of each other's way, and the checkout clean
+        shutil.copytree(ADAPTER_SOURCE, source / "adapter", ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
         result = subprocess.run(
             [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-compile",
-             "--no-index", "--disable-pip-version-check", "--target", str(staging), str(ADAPTER_SOURCE)],
+             "--no-index", "--disable-pip-version-check", "--target", str(staging), str(source / "adapter")],
             capture_output=True, text=True, check=False)
         if result.returncode != 0 or not list(staging.glob("rig_adapters-*.dist-info/entry_points.txt")):
             last = (result.stderr.strip().splitlines() or ["no entry points written"])[-1]
@@ -60,6 +64,7 @@ def adapter_overlay(cache_root: Path) -> Path:
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(source, ignore_errors=True)
     return target
 
 
@@ -75,8 +80,22 @@ def visible_devices(resolved: Resolved) -> dict[str, str]:
 def cache_dirs(engine: Engine, environ: dict[str, str]) -> dict[str, Path]:
     """variable -> the directory each compile/kernel cache of `engine` lives in under `environ`."""
     user = environ.get("USER") or os.environ.get("USER") or "root"
-    return {name: Path(os.path.expanduser(environ.get(name) or default.format(user=user)))
+    xdg_cache = environ.get("XDG_CACHE_HOME") or "~/.cache"
+    return {name: Path(os.path.expanduser(environ.get(name) or default.format(user=user, xdg_cache=xdg_cache)))
             for name, default in engine.compile_caches}
+
+
+def compile_log_state(engine: Engine, log_text: str) -> str | None:
+    """What the boot did, by the engine's own log: "reused" (every compilation came from its cache),
+    "compiled" (something was compiled), or None when the engine logs neither (eager mode)."""
+    import re
+
+    if engine.compile_log is None:
+        return None
+    hit, miss = (re.compile(pattern) for pattern in engine.compile_log)
+    if miss.search(log_text):
+        return "compiled"
+    return "reused" if hit.search(log_text) else None
 
 
 def cache_state(engine: Engine, environ: dict[str, str]) -> dict[str, Any]:
@@ -113,32 +132,16 @@ def fresh_caches(engine: Engine, root: Path) -> dict[str, str]:
     return env
 
 
-def api_key_environment(engine_name: str, environ: dict[str, str], secret_dir: Path) -> tuple[dict[str, str], list[str]]:
-    """(environment changes, extra server arguments) that hand RIG_API_KEY to the engine the one
-    non-argv way it reads a key. vLLM reads VLLM_API_KEY; SGLang reads a `--config` YAML file,
-    written 0600 into `secret_dir` (a directory only this user can enter) and deleted with the boot;
-    transformers serve has no key at all, so a key there is refused rather than silently ignored."""
+def api_key_environment(engine_name: str, environ: dict[str, str]) -> dict[str, str]:
+    """The environment change that hands RIG_API_KEY to the engine the one way it reads a key outside
+    argv and its own logs (vLLM: VLLM_API_KEY, which its child processes drop; rig_adapters.runtime).
+    An engine with no such way refuses the key rather than serving an endpoint the user thinks is
+    closed (rig/engines.py no_key_reason)."""
     key = environ.get(API_KEY_ENV)
     if not key:
-        return {}, []
-    how = ENGINES[engine_name].api_key
-    if how is None:
-        raise RigError("environment", API_KEY_ENV, f"{engine_name} cannot be protected by an API key",
+        return {}
+    row = ENGINES[engine_name]
+    if row.api_key is None or not row.api_key.startswith("env:"):
+        raise RigError("environment", API_KEY_ENV, f"rig will not hand {engine_name} an API key: {row.no_key_reason}",
                        f"unset {API_KEY_ENV} for this recipe")
-    if how.startswith("env:"):
-        return {how.removeprefix("env:"): key}, []
-    import json
-
-    secret_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(secret_dir, 0o700)
-    path = secret_dir / "server-config.yaml"
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as handle:
-        handle.write("api-key: " + json.dumps(key) + "\n")  # a JSON string is a YAML scalar: any key survives
-    return {}, ["--config", str(path)]
-
-
-def secret_dir_for(boot_id: str) -> Path:
-    """Where a boot's key file lives: memory-backed where the host has /dev/shm, never results/."""
-    base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
-    return base / f"rig-{os.getuid()}-{boot_id}"
+    return {row.api_key.removeprefix("env:"): key}

@@ -6,7 +6,6 @@ and a stop that leaves no process behind."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -16,7 +15,7 @@ from pathlib import Path
 from rig.atomic import write_text_atomic
 from rig.boot import engine_env
 from rig.boot import process as kernel
-from rig.boot.base import BootRecord, await_healthy, forget, new_boot, refuse_if_up, remember
+from rig.boot.base import BootFailed, BootRecord, await_healthy, forget, new_boot, refuse_if_up, remember
 from rig.engines import ENGINES, server_argv
 from rig.errors import RigError
 from rig.recipe import REPO_ROOT, Resolved
@@ -76,11 +75,9 @@ class NativeDriver:
             env.pop("PYTHONHOME", None)
         if cold_caches:
             env.update(engine_env.fresh_caches(engine, Path(record.boot_dir) / "compile-cache"))
-        key_env, key_args = engine_env.api_key_environment(resolved.recipe.engine.name, env,
-                                                           engine_env.secret_dir_for(record.boot_id))
-        env.update(key_env)
+        env.update(engine_env.api_key_environment(resolved.recipe.engine.name, env))
         env.pop(engine_env.API_KEY_ENV, None)
-        return env, key_args
+        return env, []
 
     def up(self, resolved: Resolved, overlay: dict[str, str] | None = None, port: int | None = None,
            progress: bool = True, cold_caches: bool = False) -> BootRecord:
@@ -91,25 +88,24 @@ class NativeDriver:
             raise RigError(f"recipes/{resolved.recipe.name}.yaml", "serving.port",
                            f"port {port} on {serving.bind} is already in use", f"stop what uses it (`rig status`, `rig down {resolved.recipe.name}`) or pass --port")
         overlay = dict(overlay or {})
-        record = new_boot(resolved, self.name, overlay, port)
-        try:
+        record = new_boot(resolved, self.name, overlay, port)  # claims the recipe's state file
+        try:  # until the server runs, any failure (or Ctrl-C) marks the boot failed and releases the claim
             model = self.model_path(resolved)
             env, key_args = self.environment(resolved, overlay, record, cold_caches)
-        except BaseException as error:  # nothing started: the boot is recorded as failed, never left "booting"
+            argv = self.argv(resolved, model, port) + key_args
+            record.compile_cache = engine_env.cache_state(ENGINES[resolved.recipe.engine.name], env)
+            shown = {k: env[k] for k in ("PYTHONPATH", "CUDA_VISIBLE_DEVICES") if k in env}
+            write_text_atomic(Path(record.boot_dir) / "command.txt",
+                              "".join(f"{k}={v} " for k, v in shown.items()) + " ".join(argv) + "\n")
+            with open(record.log_path, "ab") as log:  # the child holds its own descriptor
+                process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                           env=env, cwd=REPO_ROOT, start_new_session=True)
+        except BaseException as error:
             record.status, record.error = "failed", str(error) or type(error).__name__
             forget(record)
+            if isinstance(error, OSError):  # the program could not start: a failed boot, not a crash of rig
+                raise BootFailed(f"{record.ref}: the server could not start ({error}); log: {record.log_path}") from None
             raise
-        argv = self.argv(resolved, model, port) + key_args
-        record.compile_cache = engine_env.cache_state(ENGINES[resolved.recipe.engine.name], env)
-        shown = {k: env[k] for k in ("PYTHONPATH", "CUDA_VISIBLE_DEVICES") if k in env}
-        write_text_atomic(Path(record.boot_dir) / "command.txt",
-                          "".join(f"{k}={v} " for k, v in shown.items()) + " ".join(argv) + "\n")
-        log = open(record.log_path, "ab")  # noqa: SIM115 - handed to the child, closed below
-        try:
-            process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       env=env, cwd=REPO_ROOT, start_new_session=True)
-        finally:
-            log.close()
         self._process = process
         record.pid = process.pid
         try:  # from here on an interruption (Ctrl-C, SIGTERM, SIGHUP) must not orphan the server
@@ -144,17 +140,26 @@ class NativeDriver:
         this boot's; a state whose pid now names another process is reported and dropped, and
         that process is left alone."""
         process = getattr(self, "_process", None)
+        survivors: list[int] = []
         if process is not None and process.pid == record.pid:  # our own child: the pid cannot have been reused
-            _stop_group(record.pid)
-            process.wait(timeout=5)
+            survivors = _stop_group(record.pid)
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                survivors = survivors or [record.pid]
         elif record.pid is not None:
             verdict, why = self._verdict(record)
             if verdict == "other":
                 print(f"rig: boot {record.boot_id}: {why}; not signalling it, dropping the stale state", file=sys.stderr)
                 record.error = f"stale state: {why}" + (f"; before that: {record.error}" if record.error else "")
             else:  # ours, or a leader gone with its group perhaps left: a live group's id is never reused
-                _stop_group(record.pid)
-        shutil.rmtree(engine_env.secret_dir_for(record.boot_id), ignore_errors=True)
+                survivors = _stop_group(record.pid)
+        if survivors:  # still holding memory and GPUs: keep the state, so `rig down` can be tried again
+            record.error = f"processes {survivors} survived SIGKILL"
+            remember(record)
+            raise RigError(f"boot {record.boot_id}", "(stop)", f"processes {', '.join(map(str, survivors))} of the server "
+                           "survived SIGKILL", "look at them (`ps -o pid,stat,args -p PID`): a process in D state waits "
+                           f"on the kernel or a GPU; run `rig down {record.recipe}` again once they are gone")
         record.stopped = time.time()
         if record.status != "failed":
             record.status = "stopped"
@@ -179,23 +184,26 @@ def _wait_gone(pgid: int, seconds: float) -> bool:
     return False
 
 
-def _stop_group(pgid: int) -> None:
-    """SIGTERM the leader first, so the engine shuts its own processes down in order (vLLM's API
+def _stop_group(pgid: int) -> list[int]:
+    """Returns the processes still running after SIGKILL (none, normally). SIGTERM the leader first,
+    so the engine shuts its own processes down in order (vLLM's API
     server stops EngineCore, which stops its workers; signalling all of them at once made the API
     server log EngineDeadError tracebacks and leak shared memory on the H200s); then SIGTERM what is
     left of the group, then SIGKILL after a grace period."""
     if not kernel.group_alive(pgid):
-        return
+        return []
     try:
         try:
             os.kill(pgid, signal.SIGTERM)
         except ProcessLookupError:
             pass  # the leader is gone; its group may still hold processes
         if _wait_gone(pgid, STOP_GRACE_S):
-            return
+            return []
         os.killpg(pgid, signal.SIGTERM)
         if not _wait_gone(pgid, STOP_GRACE_S / 2):
             os.killpg(pgid, signal.SIGKILL)
-            _wait_gone(pgid, 5.0)
+            if not _wait_gone(pgid, 15.0):
+                return kernel.group_members(pgid)  # what is left: the caller must not forget this boot
     except ProcessLookupError:
         pass  # the group exited between the check and the signal
+    return []

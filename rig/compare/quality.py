@@ -2,8 +2,8 @@
 baseline moves between its own boots?
 
 Three measurements, per boot:
-- Logprob drift (engines whose registry row declares a scoring protocol: vLLM's `prompt_logprobs`,
-  SGLang's `return_logprob`): once per comparison the first baseline boot's greedy continuation
+- Logprob drift (engines whose registry row declares a scoring protocol: today vLLM's
+  `prompt_logprobs`): once per comparison the first baseline boot's greedy continuation
   of every probe is recorded (token ids); every boot of every arm then scores that same sequence
   teacher-forced. Per arm, against the baseline boot of the same ABBA block: mean |delta logprob|
   per token, top-1 agreement, and a KL estimate over the tokens both top-k lists hold plus an
@@ -73,10 +73,19 @@ class Generation:
 @dataclass
 class Score:
     """The reference continuation scored teacher-forced: per position the logprob of the reference
-    token and the top-k (token id -> logprob)."""
+    token and the top-k (token id -> logprob); `sequence` names the scored token sequence, so scores
+    of two different sequences are never compared."""
 
     logprobs: list[float]
     top: list[dict[int, float]]
+    sequence: str = ""
+
+
+def sequence_digest(generation: Generation) -> str:
+    import hashlib
+
+    ids = list(generation.prompt_ids or []) + [-1] + list(generation.output_ids or [])
+    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:16]
 
 
 @dataclass
@@ -97,7 +106,8 @@ class BootQuality:
         return cls(scoring=data.get("scoring"), note=data.get("note"),
                    generations={k: Generation(v["prompt_ids"], v["output_ids"], v["text"], ints(v.get("top")))
                                 for k, v in (data.get("generations") or {}).items()},
-                   scores={k: Score(v["logprobs"], ints(v["top"]) or []) for k, v in (data.get("scores") or {}).items()})
+                   scores={k: Score(v["logprobs"], ints(v["top"]) or [], v.get("sequence", ""))
+                           for k, v in (data.get("scores") or {}).items()})
 
 
 def _token_id(key: str) -> int:
@@ -127,7 +137,7 @@ def _vllm_score(http: Any, base_url: str, model: str, reference: Generation) -> 
         entry = {int(k): float(v["logprob"]) for k, v in (entries[position] or {}).items()}
         logprobs.append(entry[token])
         tops.append(entry)
-    return Score(logprobs, tops)
+    return Score(logprobs, tops, sequence_digest(reference))
 
 
 def _text_generate(http: Any, base_url: str, model: str, probe: Probe, max_tokens: int, pinning: dict[str, Any]) -> Generation:
@@ -138,8 +148,9 @@ def _text_generate(http: Any, base_url: str, model: str, probe: Probe, max_token
 
 
 def collect(base_url: str, model: str, engine: str, chosen: list[Probe], max_tokens: int,
-            reference: dict[str, Generation] | None) -> BootQuality:
-    """This boot's greedy continuations and, where the engine scores, the reference scored."""
+            reference: dict[str, Generation] | None, defines_reference: bool = True) -> BootQuality:
+    """This boot's greedy continuations and, where the engine scores, the reference scored. Without a
+    reference yet, only a boot that may define it (the baseline's) scores its own continuations."""
     row = ENGINES[engine]
     pinning = dict(row.length_pinning)
     quality = BootQuality(scoring=row.scoring)
@@ -147,8 +158,11 @@ def collect(base_url: str, model: str, engine: str, chosen: list[Probe], max_tok
         if row.scoring == "vllm-prompt-logprobs":
             for probe in chosen:
                 quality.generations[probe.name] = _vllm_generate(http, base_url, model, probe, max_tokens, pinning)
-            for name, generation in (reference or quality.generations).items():
+            scored = reference if reference is not None else (quality.generations if defines_reference else {})
+            for name, generation in scored.items():
                 quality.scores[name] = _vllm_score(http, base_url, model, generation)
+            if not scored:
+                quality.note = "no reference continuation yet (no baseline boot had scored): this boot's drift is not measured"
         else:
             for probe in chosen:
                 quality.generations[probe.name] = _text_generate(http, base_url, model, probe, max_tokens, pinning)
@@ -160,20 +174,33 @@ def collect(base_url: str, model: str, engine: str, chosen: list[Probe], max_tok
 # ---- statistics ------------------------------------------------------------------------------
 
 def drift(a: BootQuality, b: BootQuality) -> dict[str, float] | None:
-    """Mean |delta logprob| per token, top-1 agreement and KL(b || a) between two boots' scores of
-    the same reference; None when either did not score it."""
-    names = sorted(set(a.scores) & set(b.scores))
+    """Between two boots: over the reference scored teacher-forced (prefill), mean |delta logprob| per
+    token, top-1 agreement and KL(b || a); over the common prefix of their own greedy continuations
+    (decode), mean |delta logprob| of the chosen tokens. Only scores of the same token sequence are
+    compared. None when the two boots share no scored sequence."""
+    names = sorted(n for n in set(a.scores) & set(b.scores) if a.scores[n].sequence == b.scores[n].sequence)
     deltas, agree, kls = [], [], []
     for name in names:
         for lp_a, lp_b, top_a, top_b in zip(a.scores[name].logprobs, b.scores[name].logprobs, a.scores[name].top,
-                                           b.scores[name].top):
+                                           b.scores[name].top, strict=True):
             deltas.append(abs(lp_a - lp_b))
             agree.append(max(top_a, key=top_a.get) == max(top_b, key=top_b.get))
             kls.append(_kl_shared(top_b, top_a))
     if not deltas:
         return None
+    decode = []
+    for name in sorted(set(a.generations) & set(b.generations)):
+        gen_a, gen_b = a.generations[name], b.generations[name]
+        if not (gen_a.top and gen_b.top and gen_a.output_ids and gen_b.output_ids):
+            continue
+        for token_a, token_b, top_a, top_b in zip(gen_a.output_ids, gen_b.output_ids, gen_a.top, gen_b.top):
+            if token_a != token_b:
+                break
+            if token_a in top_a and token_b in top_b:
+                decode.append(abs(top_a[token_a] - top_b[token_b]))
     return {"mean_abs_dlogprob": float(np.mean(deltas)), "top1_agreement": float(np.mean(agree)),
-            "kl": float(np.mean(kls)), "tokens": len(deltas)}
+            "kl": float(np.mean(kls)), "tokens": len(deltas),
+            "decode_mean_abs_dlogprob": float(np.mean(decode)) if decode else None, "decode_tokens": len(decode)}
 
 
 def _kl_shared(p_top: dict[int, float], q_top: dict[int, float]) -> float:
@@ -207,39 +234,89 @@ class Interval:
         return cls(mean, (mean - half, mean + half), len(values), values)
 
 
+FLIP_ALPHA = 0.05  # one-sided: "moved" means more drift than the baseline's own
+
+
+def sign_flip_p(values: list[float], one_sided: bool) -> float:
+    """Exact sign-flip permutation p-value of mean(values) against 0 (values symmetric under the null);
+    the smallest it can be is 1 / 2^n (one-sided) or 2 / 2^n (two-sided)."""
+    import itertools
+
+    if not values:
+        return 1.0
+    observed = float(np.mean(values))
+    means = [float(np.mean([s * v for s, v in zip(signs, values)])) for signs in itertools.product((1, -1), repeat=len(values))]
+    tolerance = 1e-12 * max(1.0, abs(observed))
+    if one_sided:
+        return sum(m >= observed - tolerance for m in means) / len(means)
+    return sum(abs(m) >= abs(observed) - tolerance for m in means) / len(means)
+
+
+def min_pairs_for(alpha: float, one_sided: bool) -> int:
+    """The fewest values a sign-flip test needs before any result can reach `alpha`."""
+    n = 1
+    while (1 if one_sided else 2) / 2 ** n > alpha:
+        n += 1
+    return n
+
+
+def _differs(row: dict[str, Any]) -> bool:
+    return row["mean_abs_dlogprob"] > 0 or bool(row.get("decode_mean_abs_dlogprob"))
+
+
 def drift_verdict(baseline: dict[int, BootQuality], arm: dict[int, BootQuality]) -> dict[str, Any]:
-    """Per block j: the arm's drift from baseline boot j, minus the drift between baseline boot j and
-    the next baseline boot (cyclically): the excess over the baseline's own boot-to-boot drift.
-    "moved" when the 95% interval of the mean excess lies above zero."""
+    """Did the arm move the outputs more than the baseline moves between its own boots?
+
+    - A baseline that reproduces bitwise over all its boots (drift exactly 0, as vLLM did on the
+      H200s) has no noise to separate from: "outputs moved" when every arm boot differs from its
+      block's baseline boot, "bitwise identical" when none does. Exact, not statistical.
+    - Otherwise, with the first baseline boot B0 as a common reference, each other block j gives
+      T_j = D(A_j, B0) - D(B_j, B0); A_j and B_j are exchangeable under "nothing changed", so T_j is
+      symmetric about 0 and independent across blocks given B0, and an exact one-sided sign-flip
+      test holds its 5% whatever the noise's shape (tests/test_quality.py simulates it). It needs
+      enough blocks to reach 5% at all (6 pairs); fewer say so."""
     blocks = sorted(set(baseline) & set(arm))
     order = sorted(baseline)
-    excess, arm_drift, noise = [], [], []
-    for block in blocks:
-        other = order[(order.index(block) + 1) % len(order)]
-        d_arm = drift(arm[block], baseline[block])
-        d_noise = drift(baseline[other], baseline[block]) if other != block else None
-        if d_arm is None:
-            continue
-        arm_drift.append(d_arm)
-        if d_noise is not None:
-            noise.append(d_noise)
-            excess.append(d_arm["mean_abs_dlogprob"] - d_noise["mean_abs_dlogprob"])
-    interval = Interval.of(excess)
-    if not arm_drift:
-        verdict = "not measured"
-    elif len(order) < 2:
-        verdict = "no noise floor: one usable baseline boot"
-    elif interval.ci is None:
-        verdict = "not enough boots: 1 more pair needed"
-    elif interval.ci[0] > 0:
-        verdict = "outputs moved"
+    arm_rows = [row for j in blocks if (row := drift(arm[j], baseline[j])) is not None]
+    noise_rows = [row for i, j in itertools_pairs(order) if (row := drift(baseline[i], baseline[j])) is not None]
+    keys = ("mean_abs_dlogprob", "top1_agreement", "kl", "decode_mean_abs_dlogprob")
+    result: dict[str, Any] = {"arm": {k: _mean([r.get(k) for r in arm_rows]) for k in keys},
+                              "noise": {k: _mean([r.get(k) for r in noise_rows]) for k in keys},
+                              "tokens": int(sum(r["tokens"] for r in arm_rows)), "boots": len(arm_rows),
+                              "baseline_boots": len(order), "p": 1.0, "excess": asdict(Interval.of([]))}
+    if not arm_rows:
+        result.update(verdict="not measured", method="no arm boot scored the reference")
+    elif len(noise_rows) == 0:
+        result.update(verdict="no noise floor: one usable baseline boot", method="needs two baseline boots")
+    elif not any(_differs(r) for r in noise_rows):
+        moved = all(_differs(r) for r in arm_rows)
+        same = not any(_differs(r) for r in arm_rows)
+        result.update(verdict="outputs moved" if moved else ("bitwise identical" if same else
+                      "mixed: some arm boots differ from the bitwise-reproducible baseline, some do not"),
+                      p=0.0 if moved else 1.0,
+                      method=f"exact: the baseline reproduces bitwise over its {len(order)} boots")
     else:
-        verdict = "within boot noise"
-    keys = ("mean_abs_dlogprob", "top1_agreement", "kl")
-    return {"verdict": verdict, "excess": asdict(interval),
-            "arm": {k: _mean([r[k] for r in arm_drift]) for k in keys},
-            "noise": {k: _mean([r[k] for r in noise]) for k in keys},
-            "tokens": int(sum(r["tokens"] for r in arm_drift))}
+        reference = order[0]
+        excess = []
+        for j in blocks:
+            if j == reference:
+                continue
+            d_arm, d_base = drift(arm[j], baseline[reference]), drift(baseline[j], baseline[reference])
+            if d_arm is not None and d_base is not None:
+                excess.append(d_arm["mean_abs_dlogprob"] - d_base["mean_abs_dlogprob"])
+        needed = min_pairs_for(FLIP_ALPHA, one_sided=True)
+        p_value = sign_flip_p(excess, one_sided=True)
+        result.update(p=p_value, excess=asdict(Interval.of(excess)),
+                      method=f"exact one-sided sign-flip test over {len(excess)} block(s), against baseline boot 0")
+        if len(excess) < needed:
+            result["verdict"] = f"not enough boots: {needed + 1} pairs separate drift from boot noise at 5%"
+        else:
+            result["verdict"] = "outputs moved" if p_value <= FLIP_ALPHA else "within boot noise"
+    return result
+
+
+def itertools_pairs(items: list[int]) -> list[tuple[int, int]]:
+    return [(a, b) for i, a in enumerate(items) for b in items[i + 1:]]
 
 
 def first_divergence(reference: Generation, other: Generation, encode: Any = None) -> dict[str, Any] | None:
@@ -357,10 +434,15 @@ def holm(p_values: dict[str, float], alpha: float = 0.05) -> dict[str, bool]:
 
 
 def coherence_report(per_boot: dict[str, dict[int, dict[str, Any]]], baseline: str) -> dict[str, Any]:
-    """Per arm and figure: the paired difference from the baseline over blocks with a 95% interval;
-    "changed" only where Holm's procedure over the arm's figures rejects equality."""
+    """Per arm and figure: the paired difference from the baseline over blocks, with a descriptive 95%
+    interval; "changed" only where an exact two-sided sign-flip test over the blocks, held family-wise
+    by Holm over the arm's figures, rejects "nothing changed". Shares of outputs are discrete and
+    often tie between blocks, so a t test on them is far from its nominal rate; the sign-flip test is
+    exact, and with Holm over four figures it needs 8 pairs before anything can be flagged (said in
+    `needs_pairs`)."""
     out: dict[str, Any] = {}
     base = per_boot.get(baseline, {})
+    needed = min_pairs_for(0.05 / len(COHERENCE_FIGURES), one_sided=False)  # Holm's first step over the figures
     for arm, boots in per_boot.items():
         means = {figure: _mean([b.get(figure) for b in boots.values()]) for figure in COHERENCE_FIGURES}
         entry: dict[str, Any] = {
@@ -372,15 +454,14 @@ def coherence_report(per_boot: dict[str, dict[int, dict[str, Any]]], baseline: s
             for figure in COHERENCE_FIGURES:
                 values = [boots[j][figure] - base[j][figure] for j in sorted(set(boots) & set(base))
                           if boots[j].get(figure) is not None and base[j].get(figure) is not None]
-                interval = Interval.of(values)
-                diffs[figure] = asdict(interval)
-                if len(values) >= 2:
-                    sd = float(np.std(values, ddof=1))
-                    p_values[figure] = 1.0 if sd == 0 and interval.mean == 0 else (
-                        0.0 if sd == 0 else float(2 * stats.t.sf(abs(interval.mean or 0) / (sd / math.sqrt(len(values))), len(values) - 1)))
+                diffs[figure] = asdict(Interval.of(values))
+                if values:
+                    p_values[figure] = sign_flip_p(values, one_sided=False)
             changed = holm(p_values)
             entry["difference"] = diffs
+            entry["p"] = p_values
             entry["changed"] = [figure for figure, flag in changed.items() if flag]
+            entry["needs_pairs"] = needed
         out[arm] = entry
     return out
 
@@ -411,11 +492,18 @@ def analyze_quality(plan: Any, entries: list[Any], encode: Any = None) -> dict[s
     scoring = next((q.scoring for arm_boots in boots.values() for q in arm_boots.values()), None)
     notes = sorted({q.note for arm_boots in boots.values() for q in arm_boots.values() if q.note})
     drift_by_arm = {arm: drift_verdict(boots.get(baseline, {}), boots.get(arm, {})) for arm in arms[1:]} if scoring else {}
+    # several arms: "moved" holds its 5% over all of them together (Holm on the statistical verdicts)
+    statistical = {arm: d["p"] for arm, d in drift_by_arm.items() if d["method"].startswith("exact one-sided")
+                   and d["verdict"] in ("outputs moved", "within boot noise")}
+    for arm, rejected in holm(statistical, FLIP_ALPHA).items():
+        drift_by_arm[arm]["verdict"] = "outputs moved" if rejected else "within boot noise"
     # the baseline's own boot-to-boot drift, the floor every arm is held against
-    floor = drift_verdict(boots.get(baseline, {}), {block: boots[baseline][other] for block, other in
-                                                     _next_blocks(sorted(boots.get(baseline, {})))}) if scoring else None
+    floor = next(iter(drift_by_arm.values()))["noise"] if drift_by_arm else None
     divergence = divergence_report(reference_boot.generations, {**{arm: list(b.values()) for arm, b in boots.items()},
                                                                 **controls}, encode) if reference_boot else {}
+    text_only = reference_boot is not None and any(g.output_ids is None for g in reference_boot.generations.values())
+    if text_only and encode is None:
+        notes.append("the served tokenizer could not be loaded here: greedy divergence is not located (only identity)")
     prompt_scripts: set[str] = set()
     for name in plan.scenarios:
         prompt_scripts |= scripts_of((PROMPT_DIR / f"{load_scenario(name).prompt_set}.txt").read_text())
@@ -425,13 +513,9 @@ def analyze_quality(plan: Any, entries: list[Any], encode: Any = None) -> dict[s
         if dirs:
             per_boot.setdefault(entry.arm, {})[entry.block] = boot_coherence(dirs, prompt_scripts)
     return {"scoring": scoring, "notes": notes, "reference_arm": baseline, "drift": drift_by_arm,
-            "baseline_noise": floor["arm"] if floor else None, "divergence": divergence,
+            "baseline_noise": floor, "divergence": divergence,
             "coherence": coherence_report(per_boot, baseline) if per_boot else {},
             "prompt_scripts": sorted(prompt_scripts)}
-
-
-def _next_blocks(blocks: list[int]) -> list[tuple[int, int]]:
-    return [(block, blocks[(i + 1) % len(blocks)]) for i, block in enumerate(blocks)] if len(blocks) > 1 else []
 
 
 def quality_line(quality: dict[str, Any], arm: str) -> str:
@@ -439,12 +523,14 @@ def quality_line(quality: dict[str, Any], arm: str) -> str:
     parts = []
     drift_result = (quality.get("drift") or {}).get(arm)
     if drift_result and drift_result["arm"]["mean_abs_dlogprob"] is not None:
-        noise = (quality.get("baseline_noise") or {}).get("mean_abs_dlogprob")
-        excess = drift_result["excess"]
-        interval = f" [{excess['ci'][0]:+.2g}, {excess['ci'][1]:+.2g}]" if excess.get("ci") else ""
-        parts.append(f"{drift_result['verdict']}: mean |dlogprob| {drift_result['arm']['mean_abs_dlogprob']:.3g} vs boot noise "
-                     f"{'-' if noise is None else f'{noise:.3g}'} (excess{interval}), top-1 agreement "
-                     f"{100 * drift_result['arm']['top1_agreement']:.1f}%, KL {drift_result['arm']['kl']:.2g}")
+        arm_row, noise_row = drift_result["arm"], drift_result["noise"]
+        noise = noise_row.get("mean_abs_dlogprob")
+        decode = arm_row.get("decode_mean_abs_dlogprob")
+        parts.append(f"{drift_result['verdict']}: prefill mean |dlogprob| {arm_row['mean_abs_dlogprob']:.3g} vs boot noise "
+                     f"{'-' if noise is None else f'{noise:.3g}'}"
+                     + (f", decode {decode:.3g}" if decode is not None else "")
+                     + f", top-1 agreement {100 * arm_row['top1_agreement']:.1f}%, KL {arm_row['kl']:.2g} "
+                     f"({drift_result['method']})")
     elif quality.get("scoring") is None:
         parts.append("logprob drift not measured (the engine returns no logprobs)")
     divergence = (quality.get("divergence") or {}).get(arm)
@@ -453,8 +539,14 @@ def quality_line(quality: dict[str, Any], arm: str) -> str:
     coherence = (quality.get("coherence") or {}).get(arm)
     if coherence and "changed" in coherence:
         foreign = coherence["means"].get("foreign_script_share")
-        parts.append(("coherence CHANGED (" + ", ".join(coherence["changed"]) + ")") if coherence["changed"] else
-                     f"coherence unchanged (foreign-script share {'-' if foreign is None else f'{100 * foreign:.1f}%'})")
+        pairs = max((d["pairs"] for d in coherence["difference"].values()), default=0)
+        share = f"foreign-script share {'-' if foreign is None else f'{100 * foreign:.1f}%'}"
+        if coherence["changed"]:
+            parts.append("coherence CHANGED (" + ", ".join(coherence["changed"]) + f"; {share})")
+        elif pairs < coherence["needs_pairs"]:
+            parts.append(f"coherence: no change can be flagged below {coherence['needs_pairs']} pairs ({share})")
+        else:
+            parts.append(f"coherence unchanged ({share})")
     return "; ".join(parts) or "not measured"
 
 
@@ -463,8 +555,8 @@ def quality_short(quality: dict[str, Any], arm: str) -> str:
     drift_result = (quality.get("drift") or {}).get(arm)
     parts = []
     if drift_result and drift_result["arm"]["mean_abs_dlogprob"] is not None:
-        noise = (quality.get("baseline_noise") or {}).get("mean_abs_dlogprob")
-        parts.append(f"{drift_result['verdict']}: |dlogprob| {drift_result['arm']['mean_abs_dlogprob']:.3g} "
+        noise = drift_result["noise"].get("mean_abs_dlogprob")
+        parts.append(f"{drift_result['verdict'][:30]}: |dlogprob| {drift_result['arm']['mean_abs_dlogprob']:.3g} "
                      f"(floor {'-' if noise is None else f'{noise:.2g}'}), top-1 {100 * drift_result['arm']['top1_agreement']:.1f}%")
     divergence = (quality.get("divergence") or {}).get(arm)
     if divergence and divergence["compared"]:

@@ -57,7 +57,8 @@ def boot_quality(plan: ComparePlan, out: Path, resolved: Resolved, record: BootR
         reference = {name: Generation(**value) for name, value in json.loads(path.read_text()).items()}
     chosen = probes([load_scenario(name).prompt_set for name in plan.scenarios])
     _, max_tokens = greedy_prompts(plan.small)
-    quality = collect(record.base_url, record.served_model or "", resolved.recipe.engine.name, chosen, max_tokens, reference)
+    quality = collect(record.base_url, record.served_model or "", resolved.recipe.engine.name, chosen, max_tokens, reference,
+                      defines_reference=baseline)
     if reference is None and baseline:
         write_text_atomic(path, json.dumps({name: asdict(g) | {"top": None} for name, g in quality.generations.items()}))
     return quality.to_json()

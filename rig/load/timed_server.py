@@ -65,9 +65,14 @@ class TimedServer:
                     await writer.drain()
                     continue
                 request = json.loads(body or b"{}")
-                if not request.get("stream"):  # scored, non-streamed completions (quality tests)
-                    data = json.dumps(toy_lm.complete(request, self.perturb)).encode()
-                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(data) + data)
+                if not request.get("stream"):
+                    # non-streamed completions are the quality tests' scored requests; anything else
+                    # this server does not serve answers 404, as a real server would
+                    known = path.split("?")[0] == "/v1/completions"
+                    data = json.dumps(toy_lm.complete(request, self.perturb) if known else {"detail": "Not Found"}).encode()
+                    status = b"200 OK" if known else b"404 Not Found"
+                    writer.write(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (status, len(data))
+                                 + data)
                     await writer.drain()
                     continue
                 self.running += 1
