@@ -151,8 +151,11 @@ def test_up_removes_a_stale_state_and_does_not_touch_its_pid(rig_dirs):
 def test_signal_during_up_stops_the_server_and_fails_the_boot(rig_dirs, signum):
     env, root = rig_dirs
     state = root / "state" / "tiny-cpu.json"
+    # rig honours an ignored SIGHUP (nohup), so the test sets the dispositions it depends on: a test
+    # run under nohup, as schedulers and CI wrappers do, would otherwise hand rig an ignored SIGHUP.
     up = subprocess.Popen([sys.executable, "-m", "rig", "up", "tiny-cpu", "--port", str(free_port())], cwd=REPO,
-                          env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                          env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGTERM, signal.SIGHUP)])
     deadline = time.monotonic() + 60
     while not (state.exists() and json.loads(state.read_text()).get("pid_start_ticks")):
         assert up.poll() is None and time.monotonic() < deadline, up.communicate()
