@@ -195,3 +195,30 @@ def test_gpu_dockerfile_builds_unchanged_on_a_standin_base_and_its_adapters_arm(
     assert labels["io.rig.recipe"] == recipe and "STAND-IN" in labels["io.rig.standin"]
     assert labels["org.opencontainers.image.base.digest"] in labels["io.rig.standin"]
     assert labels["org.opencontainers.image.base.name"] == f"{resolved.recipe.image.repository}:{resolved.recipe.image.tag}"
+
+
+def test_a_planted_secret_reaches_the_container_and_no_file_rig_writes(tiny_image, rig_env, tmp_path):
+    """A secret handed to a container boot (`--env HF_TOKEN=...`) reaches the server's environment
+    through compose's own process environment, and appears in no file rig writes: not the compose
+    override, the boot record, the state, the server log, the load test's results."""
+    import secrets as secrets_module
+
+    planted = "hf_planted_" + secrets_module.token_hex(8)
+    up = run(".venv/bin/rig", "up", f"{RECIPE}:cb", "--env", f"HF_TOKEN={planted}", env=rig_env, timeout=300)
+    try:
+        assert up.returncode == 0, up.stderr
+        project = compose_project(load(f"{RECIPE}:cb"))
+        container = run("docker", "ps", "-q", "--filter", f"label=com.docker.compose.project={project}").stdout.split()[0]
+        inside = run("docker", "exec", container, "/bin/sh", "-c", 'test "$HF_TOKEN" = "' + planted + '" && echo received')
+        assert inside.stdout.strip() == "received"  # the server really got it
+        loaded = run(".venv/bin/rig", "loadtest", RECIPE, "--scenario", "prose-c1", "--small", "--duration", "2", env=rig_env)
+        assert loaded.returncode in (0, 4), loaded.stderr[-2000:]  # 4: a run INVALID on a busy box, measured all the same
+        assert planted not in loaded.stdout + loaded.stderr + up.stdout + up.stderr
+    finally:
+        down = run(".venv/bin/rig", "down", RECIPE, env=rig_env)
+    assert down.returncode == 0, down.stderr
+    # (.rig/lab holds the lab's registry and root filesystem: nothing of a boot is written there)
+    roots = [Path(rig_env["RIG_RESULTS_DIR"]), Path(rig_env["RIG_STATE_DIR"]), REPO / "compose", REPO / "docker", REPO / ".rig" / "state"]
+    leaked = [str(p) for root in roots if root.exists() for p in root.rglob("*")
+              if p.is_file() and not p.is_symlink() and planted.encode() in p.read_bytes()]
+    assert leaked == []
