@@ -134,3 +134,22 @@ def test_the_boot_log_says_whether_vllm_reused_its_compilation(tmp_path):
     assert engine_env.compile_log_state(ENGINES["transformers"], compiled) is None
     # vLLM's cache root follows XDG_CACHE_HOME
     assert engine_env.cache_dirs(vllm, {"XDG_CACHE_HOME": str(tmp_path)})["VLLM_CACHE_ROOT"] == tmp_path / "vllm"
+
+
+def test_two_ups_of_one_recipe_cannot_both_claim_it(results_dir):
+    """Both pass the liveness check at the same moment; the state file is claimed exclusively, and the
+    loser's cleanup never deletes the winner's state."""
+    from rig.boot.base import claim, current_boot, forget, new_boot
+
+    resolved = load("tiny-cpu")
+    first = new_boot(resolved, "native", {}, 8321)
+    with pytest.raises(RigError, match="starting"):  # refused by the live claim before any work
+        new_boot(resolved, "native", {}, 8321)
+    loser = first.model_copy() if hasattr(first, "model_copy") else type(first)(**{**first.__dict__})
+    loser.boot_id = first.boot_id + "-other"
+    with pytest.raises(RigError, match="another `rig up` of this recipe is starting or up"):
+        claim(loser)
+    forget(loser)  # the loser cleans up: the winner's state stays
+    assert current_boot("tiny-cpu").boot_id == first.boot_id
+    forget(first)
+    assert current_boot("tiny-cpu") is None
