@@ -34,12 +34,12 @@ from rig.load.scenarios import (
     PROMPT_DIR,
     Number,
     Scenario,
-    Strict,
     TokenCounter,
     _body_in_context,
     _int,
     nonce_spec,
 )
+from rig.typed import Spec
 
 MAX_HASH_IDS = 8_192  # per row: 4M tokens at Mooncake's 512-token blocks
 MAX_DISTINCT_BLOCKS = 200_000
@@ -49,19 +49,19 @@ CONVERSATION_FIX = ('write one JSON object per line: {"id": ..., "conversations"
                     '{"from": "gpt", "value": ...}, ...]}')
 
 
-class TraceRow(Strict):
+class TraceRow(Spec):
     timestamp: Annotated[Number, Field(ge=0, le=MAX_DURATION_S * 1000)]
     input_length: _int(1, MAX_PROMPT_TOKENS)
     output_length: _int(1, MAX_OUTPUT_TOKENS)
     hash_ids: list[_int(0, 2**63 - 1)] = Field(min_length=1, max_length=MAX_HASH_IDS)
 
 
-class Message(Strict):
+class Message(Spec):
     sender: Literal["human", "gpt", "system"] = Field(alias="from")
     value: StrictStr = Field(max_length=1_000_000)
 
 
-class ConversationRow(Strict):
+class ConversationRow(Spec):
     id: StrictStr = Field(min_length=1, max_length=200)
     conversations: list[Message] = Field(min_length=2, max_length=2 * MAX_TURNS + 1)
 

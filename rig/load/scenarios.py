@@ -13,8 +13,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
-    ConfigDict,
     Field,
     PrivateAttr,
     StrictBool,
@@ -29,6 +27,7 @@ from rig import grammar
 from rig.errors import RigError
 from rig.load.inputs import display, read_yaml, validation_line
 from rig.recipe import REPO_ROOT
+from rig.typed import Spec
 
 LOADTESTS = REPO_ROOT / "loadtests"
 SCENARIO_DIR = LOADTESTS / "scenarios"
@@ -61,22 +60,18 @@ def _seconds(low: float, high: float, open_low: bool = False) -> Any:
     return Annotated[StrictFloat, Field(gt=low, le=high) if open_low else Field(ge=low, le=high)]
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, validate_by_name=True, validate_by_alias=True)
-
-
-class Prefix(Strict):
+class Prefix(Spec):
     """Shared prefixes on purpose: `groups` distinct prefixes of `shared_tokens` each."""
 
     shared_tokens: _int(1, MAX_PROMPT_TOKENS)
     groups: _int(1, PROMPT_POOL) = 1
 
 
-class FixedLengths(Strict):
+class FixedLengths(Spec):
     distribution: Literal["fixed"]
 
 
-class UniformLengths(Strict):
+class UniformLengths(Spec):
     distribution: Literal["uniform"]
     min: _int(1, MAX_OUTPUT_TOKENS)
     max: _int(1, MAX_OUTPUT_TOKENS)
@@ -88,13 +83,13 @@ class UniformLengths(Strict):
         return self
 
 
-class LognormalLengths(Strict):
+class LognormalLengths(Spec):
     distribution: Literal["lognormal"]
     median: _int(1, MAX_OUTPUT_TOKENS)
     sigma: _seconds(0.0, 4.0, open_low=True)
 
 
-class TraceLengths(Strict):
+class TraceLengths(Spec):
     """Each request's own length: a trace row's output_length, a conversation's recorded reply."""
 
     distribution: Literal["trace"]
@@ -103,7 +98,7 @@ class TraceLengths(Strict):
 OutputLengthSpec = Annotated[FixedLengths | UniformLengths | LognormalLengths | TraceLengths, Field(discriminator="distribution")]
 
 
-class Arrivals(Strict):
+class Arrivals(Spec):
     """Open-loop arrivals as `vllm bench serve` draws them: Gamma gaps (burstiness 1 = Poisson)."""
 
     rate: _seconds(0.0, MAX_RATE, open_low=True)  # requests per second
@@ -115,7 +110,7 @@ class Arrivals(Strict):
     drain_s: _seconds(0.0, MAX_TIMEOUT_S) = 60.0  # after the last arrival, for requests in flight to finish
 
 
-class Trace(Strict):
+class Trace(Spec):
     """A Mooncake-format trace (timestamp ms, input_length, output_length, hash_ids) replayed at its
     timestamps divided by `speed`; equal hash ids are equal blocks of `block_tokens` tokens."""
 
@@ -125,7 +120,7 @@ class Trace(Strict):
     drain_s: _seconds(0.0, MAX_TIMEOUT_S) = 60.0
 
 
-class Conversation(Strict):
+class Conversation(Spec):
     """Multi-turn chats: each user holds one conversation at a time and sends its whole history."""
 
     turns: _int(1, MAX_TURNS)
@@ -138,7 +133,7 @@ CLOSED_KINDS = ("decode", "prefill", "concurrency")
 ARRIVAL_KINDS = ("open_loop", "trace")
 
 
-class Scenario(Strict):
+class Scenario(Spec):
     schema_version: Literal[1] = Field(alias="schema", description="the scenario format (this schema)")
     name: Name
     version: _int(1, 1_000_000)
@@ -491,12 +486,12 @@ def build_prompts(scenario: Scenario, counter: TokenCounter) -> tuple[list[dict[
     return pool, nonce
 
 
-class GreedyPrompt(Strict):
+class GreedyPrompt(Spec):
     name: Name
     text: StrictStr = Field(min_length=1, max_length=10_000)
 
 
-class GreedyPrompts(Strict):
+class GreedyPrompts(Spec):
     version: _int(1, 1_000_000)
     max_tokens: _int(1, MAX_OUTPUT_TOKENS)
     small: dict[Literal["max_tokens"], _int(1, MAX_OUTPUT_TOKENS)] = Field(default_factory=dict)
