@@ -31,11 +31,12 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "adapter"))
 
 from rig.boot.base import BootRecord  # noqa: E402
+from rig.deploy.recipe import load  # noqa: E402
 from rig.load import runner  # noqa: E402
+from rig.load.prompts import TokenCounter  # noqa: E402
 from rig.load.records import read_records  # noqa: E402
 from rig.load.runner import LoadTarget, run_scenario  # noqa: E402
-from rig.load.scenarios import Scenario, TokenCounter  # noqa: E402
-from rig.recipe import load  # noqa: E402
+from rig.load.scenarios import Scenario  # noqa: E402
 
 
 class FixedPrompts(TokenCounter):

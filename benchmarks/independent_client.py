@@ -24,10 +24,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rig.boot import driver_for  # noqa: E402
-from rig.load.command import model_dir_for, run_scenarios  # noqa: E402
+from rig.deploy.recipe import load  # noqa: E402
+from rig.load.prompts import TokenCounter, build_prompts
 from rig.load.runner import LoadTarget  # noqa: E402
-from rig.load.scenarios import TokenCounter, build_prompts, load_scenario  # noqa: E402
-from rig.recipe import load  # noqa: E402
+from rig.load.scenarios import load_scenario  # noqa: E402
+from rig.load.session import model_dir_for, run_scenarios  # noqa: E402
 
 
 def independent_run(base_url: str, model: str, prompts: list[str], max_tokens: int, seconds: float) -> dict[str, float]:

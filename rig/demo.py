@@ -9,10 +9,10 @@ from __future__ import annotations
 from rig.boot import driver_for
 from rig.chat import stream_chat
 from rig.compare.command import compare
-from rig.load.command import model_dir_for, run_scenarios
+from rig.deploy.recipe import load
 from rig.load.report import markdown_table, notes
 from rig.load.runner import LoadTarget, results_root
-from rig.recipe import load
+from rig.load.session import model_dir_for, run_scenarios
 
 DEMO_RECIPE = "tiny-cpu"
 DEMO_PROMPT = "Explain in one sentence why zero-padding K from 576 to 640 can make a GEMM faster."

@@ -6,7 +6,7 @@ wheel), the request fields that pin output length, and the key of its MoE roundi
 rig/audit/engine_rounding.yaml. Adding an engine is one row here; recipe validation
 (`engine.name`), rendering, boot and load read the row.
 
-This module imports nothing from rig.recipe at run time, so rig.recipe can import it.
+This module imports nothing from rig.deploy.recipe at run time, so rig.deploy.recipe can import it.
 """
 
 from __future__ import annotations
@@ -18,13 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from rig.grammar import IMAGE_TAG_VARIABLE, KEY_VARIABLE
+
 if TYPE_CHECKING:
-    from rig.recipe import Resolved
+    from rig.deploy.recipe import Resolved
 
 MULTINODE_ADDR_VAR = "RIG_DIST_INIT_ADDR"
 # Variables rig itself sets in every engine's environment or compose file: never a recipe's.
-RIG_OWNED_ENV = ("RIG_API_KEY", "RIG_BOOT_ID", "RIG_ADAPTER_MANIFEST_DIR", "RIG_MANIFEST_DIR", "RIG_MODEL_DIR",
-                 "RIG_IMAGE_TAG", MULTINODE_ADDR_VAR)
+RIG_OWNED_ENV = (KEY_VARIABLE, "RIG_BOOT_ID", "RIG_ADAPTER_MANIFEST_DIR", "RIG_MANIFEST_DIR", "RIG_MODEL_DIR",
+                 IMAGE_TAG_VARIABLE, MULTINODE_ADDR_VAR)
 ROUNDING_FILE = Path(__file__).resolve().parent / "audit" / "engine_rounding.yaml"
 
 
@@ -143,7 +145,7 @@ ENGINES: dict[str, Engine] = {
                argv=_sglang, multinode=_sglang_multinode, length_pinning={"ignore_eos": True},
                cache_reset=CacheReset("/flush_cache"), api_key="config-file", plugin_group="sglang.srt.plugins",
                compile_caches=(("SGLANG_CACHE_DIR", "~/.cache/sglang"), *_TORCH_CACHES),
-               # sglang/srt/server_args.py; --config is how rig hands SGLang its API key (rig/render.py).
+               # sglang/srt/server_args.py; --config is how rig hands SGLang its API key (rig/deploy/render.py).
                owned_flags=("--model-path", "--model", "--host", "--port", "--api-key", "--admin-api-key", "--config",
                             "--tp-size", "--tensor-parallel-size", "--ep-size", "--expert-parallel-size", "--nnodes",
                             "--node-rank", "--dist-init-addr", "--nccl-init-addr", "--served-model-name"),

@@ -10,7 +10,7 @@ from conftest import rig_cli
 from rig.audit.check import check_experts, check_gemm, constraints
 from rig.audit.command import audit_variant, recipe_dims
 from rig.audit.shapes import ExpertShard, Gemm, derive, load_dims
-from rig.recipe import all_recipe_paths, load, parse_recipe
+from rig.deploy.recipe import all_recipe_paths, load, parse_recipe
 
 
 def test_mia_tp4_reports_the_k576_shape_with_its_fix():

@@ -14,9 +14,9 @@ import pytest
 from simulated_runs import SCENARIO, Design, simulate_comparison
 
 from rig.compare.arms import Arm
-from rig.compare.command import write_report
 from rig.compare.markdown import comparison_line, markdown
 from rig.compare.model import BootEntry, ComparePlan, RunResult
+from rig.compare.output import write_report
 from rig.compare.percentiles import LatencyHistogram
 from rig.compare.plot import as_percent
 from rig.compare.report import analyze

@@ -21,7 +21,7 @@ import os
 import numpy as np
 from simulated_runs import SCENARIO, Design, simulate_comparison
 
-from rig.compare.command import DEFAULT_BOOTS, DEFAULT_ROUNDS
+from rig.compare.design import DEFAULT_BOOTS, DEFAULT_ROUNDS
 from rig.compare.report import analyze
 from rig.compare.stats import CONFIDENCE, compare_boots
 from rig.load.summary import LATENCY

@@ -24,8 +24,8 @@ import yaml
 
 from rig.boot.base import BootRecord
 from rig.boot.checks import check_boot
-from rig.lab import LAB_REGISTRY, PINS_FILE, standin_reference
-from rig.recipe import load
+from rig.deploy.pins import LAB_REGISTRY, PINS_FILE, standin_reference
+from rig.deploy.recipe import load
 
 pytestmark = pytest.mark.docker
 

@@ -13,9 +13,9 @@ import pytest
 
 from rig.boot import engine_env
 from rig.boot.native import NativeDriver
+from rig.deploy.recipe import load
 from rig.engines import ENGINES
 from rig.errors import RigError
-from rig.recipe import load
 
 
 def test_the_overlay_carries_the_engines_entry_points_to_another_interpreter(tmp_path):

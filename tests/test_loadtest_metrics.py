@@ -15,9 +15,10 @@ import pytest
 from conftest import REPO, free_port
 
 from rig.boot.base import BootRecord
+from rig.deploy.recipe import load
+from rig.load.prompts import TokenCounter
 from rig.load.runner import LoadTarget, run_scenario
-from rig.load.scenarios import Scenario, TokenCounter
-from rig.recipe import load
+from rig.load.scenarios import Scenario
 
 TTFT, ITL = 1.0, 0.02  # a long TTFT keeps the client's constant ~3 ms per request well under 1%
 

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from rig.load.command import run_scenarios
+from rig.load.prompts import TokenCounter, build_prompts
 from rig.load.runner import LocustRun, run_scenario
-from rig.load.scenarios import TokenCounter, build_prompts, load_scenario, scenario_names
+from rig.load.scenarios import load_scenario, scenario_names
+from rig.load.session import run_scenarios
 
 pytestmark = pytest.mark.e2e
 

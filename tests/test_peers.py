@@ -14,12 +14,12 @@ from test_loadtest_metrics import ITL, PROMPTS, TTFT, FixedPrompts, scenario, st
 from rig.boot.base import BootRecord
 from rig.compare.arms import parse_arm
 from rig.compare.model import BootEntry, ComparePlan, RunResult
+from rig.deploy.recipe import load
 from rig.errors import RigError
 from rig.load.peers import export_run, import_file
 from rig.load.records import read_records
 from rig.load.runner import LoadTarget, run_scenario
 from rig.load.summary import RunSummary
-from rig.recipe import load
 
 
 @pytest.fixture(scope="module")

@@ -16,13 +16,14 @@ from scipy import stats
 from test_loadtest_metrics import start_timed_server
 
 from rig.boot.base import BootRecord
+from rig.deploy.recipe import load
 from rig.load.metrics import Window, arrival_problems, arrival_stats, arrival_window
+from rig.load.prompts import TokenCounter
 from rig.load.records import RequestRecord, read_records
 from rig.load.runner import LoadTarget, run_scenario
-from rig.load.scenarios import TokenCounter, load_scenario
+from rig.load.scenarios import load_scenario
 from rig.load.sse import StreamScan
 from rig.load.workload import OutputLengths, arrivals_in, gamma_offsets, gamma_schedule
-from rig.recipe import load
 
 # --- the schedule -----------------------------------------------------------------------------
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from rig.audit.check import check_experts, check_gemm, constraints
 from rig.audit.shapes import derive, load_dims
+from rig.deploy.recipe import Resolved, parse_recipe, recipe_path, split_ref
 from rig.errors import RigError
-from rig.recipe import Resolved, parse_recipe, recipe_path, split_ref
 
 DENSE_FAMILIES = ("dense_mlp", "shared_expert", "attention")
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import yaml
 
+from rig.deploy.recipe import Resolved
 from rig.errors import RigError
-from rig.recipe import Resolved
 
 AUDIT_DIR = Path(__file__).resolve().parent
 MODELS_DIR = AUDIT_DIR / "models"

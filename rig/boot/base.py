@@ -13,15 +13,15 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from rig import client, grammar
 from rig.atomic import write_text_atomic
+from rig.deploy.recipe import REPO_ROOT, Resolved, check_overlay
+from rig.deploy.render import COMPOSE_DIR
 from rig.errors import RigError
-from rig.recipe import REPO_ROOT, Resolved, check_overlay
-from rig.render import COMPOSE_DIR
 from rig.secrets import redact_for
 from rig.strict_yaml import read_regular
 
@@ -55,7 +55,7 @@ class BootRecord:
     started: float = 0.0
     healthy_after_s: float | None = None
     stopped: float | None = None
-    status: str = "booting"
+    status: Literal["booting", "healthy", "failed", "stopped"] = "booting"
     served_model: str | None = None
     pid: int | None = None
     # The kernel's identity of `pid` (rig/boot/process.py): a pid alone is reused after exit.
@@ -69,6 +69,8 @@ class BootRecord:
     # The engine's compile caches when the boot started (rig/boot/engine_env.py cache_state).
     compile_cache: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    # Why `down` signalled nothing: the recorded pid names another process now (a stale state).
+    not_signalled: str | None = None
 
     def save(self) -> None:
         write_text_atomic(Path(self.boot_dir) / "boot.json", json.dumps(asdict(self), indent=1))
@@ -149,8 +151,6 @@ def new_boot(resolved: Resolved, driver: str, overlay: dict[str, str], port: int
 def refuse_if_up(recipe_name: str) -> None:
     """`rig up` while the recorded server of this recipe is alive would orphan it: refuse. A state
     file whose server is gone (or whose pid now names another process) is reported and removed."""
-    from rig.boot import driver_named
-
     record = current_boot(recipe_name)
     if record is None:
         return
@@ -293,3 +293,14 @@ class BootDriver(Protocol):
     def down(self, record: BootRecord) -> None: ...
 
     def alive(self, record: BootRecord) -> str | None: ...
+
+
+# Every driver, by the name a boot record keeps: rig.boot.compose and rig.boot.native register
+# theirs as they load (the rig.boot package loads both), so code here can stop a boot recorded
+# by either without importing the drivers that import it.
+DRIVERS: dict[str, Callable[[], BootDriver]] = {}
+DEFAULT_DRIVER = "compose"
+
+
+def driver_named(name: str) -> BootDriver:
+    return DRIVERS.get(name, DRIVERS[DEFAULT_DRIVER])()

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from rig.boot.base import BootRecord
+from rig.deploy.recipe import BootLog, Resolved
 from rig.grammar import compile_regex
-from rig.recipe import BootLog, Resolved
 from rig_adapters.gates import gate_is_on
 from rig_adapters.registry import BY_NAME
 

@@ -20,9 +20,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from rig.deploy.recipe import REPO_ROOT, Resolved
 from rig.engines import ENGINES, Engine
 from rig.errors import RigError
-from rig.recipe import REPO_ROOT, Resolved
 
 ADAPTER_SOURCE = REPO_ROOT / "adapter"
 API_KEY_ENV = "RIG_API_KEY"

@@ -16,10 +16,10 @@ from pathlib import Path
 from rig.atomic import write_text_atomic
 from rig.boot import engine_env
 from rig.boot import process as kernel
-from rig.boot.base import BootRecord, await_healthy, forget, new_boot, refuse_if_up, remember
+from rig.boot.base import DRIVERS, BootRecord, await_healthy, forget, new_boot, refuse_if_up, remember
+from rig.deploy.recipe import REPO_ROOT, Resolved
 from rig.engines import ENGINES, server_argv
 from rig.errors import RigError
-from rig.recipe import REPO_ROOT, Resolved
 from rig.tinymodel import ensure_tiny_model
 
 CACHE_DIR = Path(os.environ.get("RIG_CACHE_DIR", Path.home() / ".cache" / "rig"))
@@ -151,6 +151,7 @@ class NativeDriver:
             verdict, why = self._verdict(record)
             if verdict == "other":
                 print(f"rig: boot {record.boot_id}: {why}; not signalling it, dropping the stale state", file=sys.stderr)
+                record.not_signalled = why
                 record.error = f"stale state: {why}" + (f"; before that: {record.error}" if record.error else "")
             else:  # ours, or a leader gone with its group perhaps left: a live group's id is never reused
                 _stop_group(record.pid)
@@ -159,6 +160,9 @@ class NativeDriver:
         if record.status != "failed":
             record.status = "stopped"
         forget(record)
+
+
+DRIVERS[NativeDriver.name] = NativeDriver
 
 
 def _reap(pid: int) -> None:

@@ -6,11 +6,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from rig.deploy.recipe import AdapterUse, Resolved, Variant, check_overlay, check_semantics, load, parse_recipe, recipe_path
 from rig.errors import RigError
-from rig.grammar import secret_looking
-from rig.recipe import AdapterUse, Resolved, Variant, check_overlay, check_semantics, load, parse_recipe, recipe_path
-
-IMAGE_TAG_VARIABLE = "RIG_IMAGE_TAG"
+from rig.grammar import IMAGE_TAG_VARIABLE, secret_looking
 
 
 @dataclass(frozen=True)
@@ -123,7 +121,7 @@ def parse_arm(spec: str) -> Arm:
         try:
             grammar.tag(tag)
         except ValueError as error:
-            raise refuse(str(error), "name a tag built by `rig build` (RIG_IMAGE_TAG)") from None
+            raise refuse(str(error), f"name a tag built by `rig build` ({IMAGE_TAG_VARIABLE})") from None
         return Arm(name, variant=variant, image_tag=tag, spec=spec)
     env: dict[str, str] = {}
     image_tag = None
@@ -141,7 +139,7 @@ def parse_arm(spec: str) -> Arm:
             try:
                 image_tag = grammar.tag(value)
             except ValueError as error:
-                raise refuse(str(error), "name a tag built by `rig build` (RIG_IMAGE_TAG)") from None
+                raise refuse(str(error), f"name a tag built by `rig build` ({IMAGE_TAG_VARIABLE})") from None
             continue
         env[key] = value
     return Arm(name, variant=variant, env=env, image_tag=image_tag, spec=spec)

@@ -113,9 +113,9 @@ class Analysis:
 def _encoder(plan: ComparePlan) -> Any:
     """The served tokenizer, to locate divergence in engines that return text only (None if unavailable)."""
     try:
-        from rig.load.command import model_dir_for
-        from rig.load.scenarios import TokenCounter
-        from rig.recipe import load
+        from rig.deploy.recipe import load
+        from rig.load.prompts import TokenCounter
+        from rig.load.session import model_dir_for
 
         counter = TokenCounter(model_dir_for(load(plan.recipe)))
     except Exception:  # noqa: BLE001 - the divergence is then reported for engines with token ids only

@@ -23,14 +23,14 @@ from rig.compare.arms import Arm
 from rig.compare.goodput import goodput
 from rig.compare.model import IMPORTED_INDEX, BootEntry, ComparePlan, RunResult
 from rig.compare.percentiles import LatencyHistogram
+from rig.deploy.recipe import Resolved
 from rig.errors import RigError
-from rig.load.command import Interrupted, model_dir_for, run_scenarios
 from rig.load.metrics import completed_in_window, latency_samples, run_tokens_per_chunk
 from rig.load.records import RequestRecord, read_records
 from rig.load.runner import LoadTarget
 from rig.load.scenarios import greedy_prompts, load_scenario
+from rig.load.session import Interrupted, model_dir_for, run_scenarios
 from rig.load.summary import LATENCY_SAMPLES, RunSummary
-from rig.recipe import Resolved
 
 
 def greedy_identity(base_url: str, model: str, small: bool) -> dict[str, str]:

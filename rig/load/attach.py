@@ -16,9 +16,9 @@ from typing import Any
 
 from rig.boot import base as boot_base
 from rig.boot.base import BootRecord, http_get_json
+from rig.deploy.recipe import Resolved, load
 from rig.engines import ENGINES
 from rig.errors import RigError
-from rig.recipe import Resolved, load
 
 
 def _port(url: str) -> tuple[str, int]:

@@ -280,7 +280,7 @@ def _vllm_records(data: bytes, where: str) -> tuple[list[RequestRecord], float |
     except ValueError as error:
         if isinstance(error, ValidationError):
             field, message = validation_line(error)
-            if field in ("input_lens", "ttfts", "itls", "errors", "output_lens") and "required" in message.lower():
+            if field in ("input_lens", "ttfts", "itls", "errors", "output_lens") and error.errors()[0]["type"] == "missing":
                 raise RigError(where, field, "the file has no per-request data",
                                "re-run vllm bench serve with --save-result --save-detailed: rig computes from requests") from None
             raise RigError(where, field, message, "pass the file vllm bench serve wrote, unchanged") from None
@@ -427,8 +427,8 @@ def _plan(compare: Path, arm: str | None) -> Any:
 
 def _join_comparison(compare: Path, plan: Any, arm: str, block: int | None, summary: RunSummary, run: Path, tool: str,
                      path: Path, progress: bool) -> None:
-    from rig.compare.command import write_report
     from rig.compare.model import IMPORTED_INDEX, BootEntry, RunResult
+    from rig.compare.output import write_report
     from rig.compare.report import analyze
     from rig.compare.run import all_entries
 

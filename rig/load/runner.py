@@ -18,6 +18,7 @@ from typing import Any
 
 from rig.boot import base as boot_base
 from rig.boot.base import BootRecord
+from rig.deploy.recipe import Resolved
 from rig.engines import LENGTH_PINNING
 from rig.errors import RigError
 from rig.load.metrics import (
@@ -35,14 +36,14 @@ from rig.load.metrics import (
     summarize,
     turn_stats,
 )
+from rig.load.prompts import TokenCounter, build_prompts
 from rig.load.records import RequestRecord, read_records
-from rig.load.scenarios import ARRIVAL_KINDS, LOADTESTS, Scenario, TokenCounter, build_prompts
+from rig.load.scenarios import ARRIVAL_KINDS, LOADTESTS, Scenario
 from rig.load.summary import RunSummary
 from rig.load.workload import gamma_schedule
 from rig.observe.gpu import GpuSampler, summarize_gpu_samples
 from rig.observe.server_metrics import MetricsScraper, summarize_server_metrics
 from rig.observe.timeline import write_timeline
-from rig.recipe import Resolved
 from rig.secrets import redact_for
 
 LOCUSTFILE = LOADTESTS / "locustfile.py"
@@ -229,14 +230,14 @@ def workload_config(scenario: Scenario, counter: TokenCounter, label: str,
         config["arrivals"] = {"rate": arrivals.rate, "burstiness": arrivals.burstiness, "count": count, "seed": scenario.seed}
         offsets, factor = gamma_schedule(arrivals.rate, arrivals.burstiness, count, scenario.seed)
     if scenario.trace is not None:
-        from rig.load.datasets import build_trace
+        from rig.load.prompts import build_trace
 
         trace = build_trace(scenario, counter, label, scenario.file)
         offsets = [row["at"] for row in trace["rows"]]
         config["arrivals"] = {"offsets": offsets}
         config["trace"] = trace
     if scenario.conversation is not None:
-        from rig.load.datasets import build_conversations
+        from rig.load.prompts import build_conversations
 
         config.update(conversations=build_conversations(scenario, counter, scenario.file), turns=scenario.conversation.turns,
                       think_time_s=scenario.conversation.think_time_s)
@@ -365,43 +366,6 @@ def provenance(target: LoadTarget, run: LocustRun, counter: TokenCounter) -> dic
                    "tokenizer": counter.source},
         "time": time.time(),
     }
-
-
-def boot_runs(record: BootRecord) -> list[dict[str, Any]]:
-    """The runs made against a boot so far (its runs.jsonl), oldest first."""
-    path = Path(record.boot_dir) / "runs.jsonl"
-    runs = []
-    if path.exists():
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                runs.append(json.loads(line))
-            except ValueError:
-                continue
-    return runs
-
-
-def warmup_pending(record: BootRecord, scenario: str) -> bool:
-    """Each scenario's first complete run after a boot is its warmup (new batch shapes, autotuning,
-    graph captures). An interrupted warmup does not count."""
-    return not any(run.get("warmup") and run.get("complete") and run.get("scenario") == scenario for run in boot_runs(record))
-
-
-def settle_estimate(record: BootRecord, scenario: str) -> float:
-    """Seconds to a steady state measured by this boot's warmup of the scenario: the last user's
-    first token plus one request lifetime (0 before any warmup)."""
-    for run in reversed(boot_runs(record)):
-        if run.get("scenario") == scenario and run.get("settle_s") is not None:
-            return float(run["settle_s"])
-    return 0.0
-
-
-def note_run(record: BootRecord, out_dir: Path, summary: RunSummary) -> None:
-    window = summary.metrics["window"]
-    settle = window["start"] - window["run_start"] if window.get("steady") else None
-    Path(record.boot_dir).mkdir(parents=True, exist_ok=True)
-    with open(Path(record.boot_dir) / "runs.jsonl", "a") as handle:
-        handle.write(json.dumps({"dir": str(out_dir), "scenario": summary.name, "warmup": summary.warmup,
-                                 "complete": not summary.interrupted, "settle_s": settle, "time": time.time()}) + "\n")
 
 
 def results_root(recipe: str) -> Path:

@@ -18,9 +18,11 @@ from typing import Any
 from rig.atomic import write_text_atomic
 from rig.compare.goodput import goodput, parse_slos
 from rig.errors import RigError
-from rig.load.command import acquire_target, default_small, scenarios_for
-from rig.load.runner import LoadTarget, note_run, results_root, run_scenario, settle_estimate, warmup_pending
-from rig.load.scenarios import ARRIVAL_KINDS, MAX_RATE, MAX_USERS, Scenario, TokenCounter
+from rig.exits import Exit
+from rig.load.prompts import TokenCounter
+from rig.load.runner import LoadTarget, results_root, run_scenario
+from rig.load.scenarios import ARRIVAL_KINDS, MAX_RATE, MAX_USERS, Scenario
+from rig.load.session import acquire_target, default_small, note_run, scenarios_for, settle_estimate, warmup_pending
 from rig.load.summary import RunSummary
 
 MAX_POINTS = 32
@@ -231,8 +233,8 @@ def sweep(ref: str | None, scenario_ref: str, rates: str | None, concurrency: st
     print((out / "sweep.md").read_text() if rows else "sweep: nothing measured")
     print(f"results: {out} (sweep.md, sweep.json, sweep.png; one run directory per load)")
     if not complete:
-        return 130
-    return 4 if found.get("load") is None and slos else 0
+        return Exit.INTERRUPTED
+    return Exit.UNUSABLE if found.get("load") is None and slos else Exit.OK
 
 
 def _measure(target: LoadTarget, scenario: Scenario, loads: list[float], by_rate: bool, slos: dict[str, float] | None,

@@ -13,10 +13,10 @@ import yaml
 
 from rig import __version__, grammar
 from rig.atomic import write_files_atomic
+from rig.deploy.pins import is_lab_image
+from rig.deploy.recipe import REPO_ROOT, Recipe, Resolved, check_rig_owned, parse_recipe
 from rig.engines import MULTINODE_ADDR_VAR, server_argv
 from rig.errors import RigError
-from rig.lab import is_lab_image
-from rig.recipe import REPO_ROOT, Recipe, Resolved, check_rig_owned, parse_recipe
 
 DOCKER_DIR = REPO_ROOT / "docker"
 COMPOSE_DIR = REPO_ROOT / "compose"
@@ -54,7 +54,7 @@ def api_key_entrypoint(engine: str) -> list[str]:
     """The compose entrypoint that hands RIG_API_KEY to `engine` without argv ($ doubled for compose)."""
     script = API_KEY_SCRIPTS.get(engine)
     if script is None:
-        raise RigError("rig/render.py", "API_KEY_SCRIPTS", f"no known way to pass an API key to {engine} outside argv",
+        raise RigError("rig/deploy/render.py", "API_KEY_SCRIPTS", f"no known way to pass an API key to {engine} outside argv",
                        "add the engine's environment variable or config-file mechanism there")
     return ["/bin/sh", "-c", script.replace("$", "$$"), "rig-serve"]
 
@@ -84,7 +84,7 @@ def compose_project(resolved: Resolved) -> str:
 
 # Variables a rendered compose file may leave to compose (besides a recipe's host_env names), and
 # the one place the API key's may appear.
-COMPOSE_VARIABLES = frozenset({"RIG_IMAGE_TAG", "RIG_MODEL_DIR", "RIG_MANIFEST_DIR", MULTINODE_ADDR_VAR})
+COMPOSE_VARIABLES = frozenset({grammar.IMAGE_TAG_VARIABLE, "RIG_MODEL_DIR", "RIG_MANIFEST_DIR", MULTINODE_ADDR_VAR})
 API_KEY_ENTRY = f"${{{grammar.KEY_VARIABLE}:-}}"
 
 
@@ -173,7 +173,7 @@ def _service(resolved: Resolved, node_rank: int | None) -> dict[str, Any]:
     host_env = {name: f"${{{name}:-{default}}}" for name, default in resolved.host_env().items()}
     environment = {**resolved.full_env(), **host_env, "RIG_ADAPTER_MANIFEST_DIR": IMAGE_MANIFEST_DIR}
     service: dict[str, Any] = {
-        "image": f"{image_name(recipe)}:${{RIG_IMAGE_TAG:-dev}}",
+        "image": f"{image_name(recipe)}:${{{grammar.IMAGE_TAG_VARIABLE}:-{grammar.DEFAULT_IMAGE_TAG}}}",
         "build": {
             "context": "..",
             "dockerfile": f"docker/{recipe.name}/Dockerfile",

@@ -28,9 +28,10 @@ from rig.errors import RigError
 from rig.strict_yaml import load_yaml_file
 from rig.typed import Spec
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent  # rig/
+REPO_ROOT = PACKAGE_DIR.parent
 RECIPES_DIR = REPO_ROOT / "recipes"
-DATA_DIR = Path(__file__).resolve().parent / "data"
+DATA_DIR = PACKAGE_DIR / "data"
 Platform = Literal["linux/amd64", "linux/arm64"]
 Digest = Annotated[StrictStr, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
 RECIPE_MAX_BYTES = 256 << 10  # the largest recipe is about 3 kB
@@ -417,7 +418,7 @@ def check_semantics(recipe: Recipe, where: str) -> None:
         raise RigError(where, "default_variant", f"{recipe.default_variant!r} is not a variant", f"use one of {', '.join(recipe.variants)}")
     check_rig_owned(recipe, where)
     knobs = _fork_knobs()
-    known_backends = yaml.safe_load((Path(__file__).resolve().parent / "audit" / "constraints.yaml").read_text())
+    known_backends = yaml.safe_load((PACKAGE_DIR / "audit" / "constraints.yaml").read_text())
     for resolved in variants:
         prefix = f"variants.{resolved.variant}." if resolved.variant else ""
         for kind in ("dense", "experts"):
@@ -563,7 +564,7 @@ def check_overlay(resolved: Resolved, env: dict[str, str], where: str, field: st
     """An environment overlay (rig up --env, an arm): no rig-owned name, no hook; secrets are allowed
     (they reach the server through the environment and are recorded redacted)."""
     for name, value in env.items():
-        if name == "RIG_IMAGE_TAG":  # compose's image selector: the tag grammar `image=` gets
+        if name == grammar.IMAGE_TAG_VARIABLE:  # compose's image selector: the tag grammar `image=` gets
             try:
                 grammar.tag(value)
             except ValueError as error:
