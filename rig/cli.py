@@ -199,7 +199,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     record = _running(parse_ref(args.recipe)[0])
     print(f"model: {record.served_model}")
     result = stream_chat(record.base_url, record.served_model or "", args.prompt, args.max_tokens)
-    print(f"({result['chunks']} chunks, usage {result['usage']}, ttft {result['ttft_s']:.3f}s, total {result['total_s']:.3f}s)")
+    print(f"({result.chunks} chunks, usage {result.usage}, ttft {result.ttft_s or 0:.3f}s, total {result.total_s:.3f}s)")
     return 0
 
 
@@ -276,14 +276,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
                           cold_caches=args.cold_caches)
     if analysis.void:
         return Exit.VOID
-    blind = (analysis.greedy.get("control") or {}).get("discriminates") is False
+    blind = analysis.greedy.control is not None and analysis.greedy.control.discriminates is False
     return Exit.BLIND_CONTROL if blind else Exit.OK
 
 
 def cmd_kernelbench(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from rig.kernelbench.command import default_backends, kernelbench
+    try:
+        from rig.kernelbench.command import default_backends, kernelbench
+    except ImportError as error:  # torch is the kernelbench extra, not part of rig's core
+        raise RigError("rig kernelbench", error.name or "torch", "is not installed",
+                       "pip install 'rig[kernelbench]' (make setup installs it)") from None
 
     kernelbench(args.n, args.k, args.pad_k, [int(m) for m in args.m.split(",")],
                 args.backends.split(",") if args.backends else default_backends(), args.production, args.candidate,

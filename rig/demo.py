@@ -10,6 +10,7 @@ from rig.boot import driver_for
 from rig.chat import stream_chat
 from rig.compare.command import compare
 from rig.deploy.recipe import load
+from rig.exits import Exit
 from rig.load.report import markdown_table, notes
 from rig.load.runner import LoadTarget, results_root
 from rig.load.session import model_dir_for, run_scenarios
@@ -43,7 +44,7 @@ def run_demo() -> int:
               f"healthy after {record.healthy_after_s:.1f}s)")
         print(f"prompt: {DEMO_PROMPT}\nanswer (streamed): ", end="")
         result = stream_chat(record.base_url, record.served_model or "", DEMO_PROMPT, max_tokens=48)
-        print(f"[{result['chunks']} chunks, usage {result['usage']}, ttft {result['ttft_s']:.3f}s]\n")
+        print(f"[{result.chunks} chunks, usage {result.usage}, ttft {result.ttft_s or 0:.3f}s]\n")
         root = results_root(DEMO_RECIPE)
         summaries = run_scenarios(LoadTarget(resolved, record, model_dir_for(resolved)), DEMO_SCENARIOS, small=True,
                                   workers=None, root=root)
@@ -58,4 +59,4 @@ def run_demo() -> int:
     print(COMPARE_FIELDS)
     compare(DEMO_RECIPE, ["serial:@serial", "cb:@cb"], "bf16:@bf16", boots=2, rounds=2, scenarios=["c3000"], small=True,
             workers=None, resume=None, duration_s=4.0)
-    return 0
+    return Exit.OK

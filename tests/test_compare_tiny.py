@@ -30,9 +30,9 @@ def test_gate_off_vs_gate_on_finds_the_injected_delay_and_target_stops(results_d
                             target_pct=25.0, max_boots=4)
     stats = analysis.scenarios["prose-c1"].vs["on"]
     pairs = json.loads((out / "plan.json").read_text())["boots"]
-    assert analysis.boots["used"] == 2 * pairs and not analysis.boots["voided"], analysis.boots
+    assert analysis.boots.used == 2 * pairs and not analysis.boots.voided, analysis.boots
     assert stats.verdict == "slower" and stats.pairs == pairs, stats
-    assert analysis.target["met"] and analysis.target["widest_precision_pct"] <= 25.0, analysis.target
+    assert analysis.target.met and analysis.target.widest_precision_pct <= 25.0, analysis.target
     boots = [json.loads(p.read_text()) for p in sorted((out / "boots").glob("*-on.json"))]
     injected_ms = sum(b["adapter_stats"]["token_delay"]["injected_ms"]["mean"] for b in boots) / len(boots)
     assert DELAY_MS <= injected_ms < DELAY_MS * 1.05
@@ -66,8 +66,8 @@ def test_identical_arms_give_no_verdict_and_a_failed_boot_is_voided(results_dir)
     assert "goodput" in (out / "compare.md").read_text() and "ttft_p50_ms" in (out / "compare.md").read_text()
     assert verdict not in ("faster", "slower"), analysis.scenarios["prose-c1"].vs["b"]
     greedy = analysis.greedy  # a and b agree; the broken arm has no usable boot, and the status says so
-    assert greedy["status"] == "not measured for broken (no usable boot)", greedy
-    assert all(greedy["identical_across_arms"].values()) and greedy["boots_per_arm"] == {"a": 2, "b": 2, "broken": 0}
+    assert greedy.status == "not measured for broken (no usable boot)", greedy
+    assert all(greedy.identical_across_arms.values()) and greedy.boots_per_arm == {"a": 2, "b": 2, "broken": 0}
     saved = json.loads((out / "compare.json").read_text())
     assert saved["boots"]["planned"] == 6 and saved["boots"]["used"] == 4
     voided = saved["boots"]["voided"]
@@ -75,7 +75,7 @@ def test_identical_arms_give_no_verdict_and_a_failed_boot_is_voided(results_dir)
     assert any("refused" in p for p in voided[0]["problems"])
     assert saved["scenarios"]["prose-c1"]["vs"]["broken"]["verdict"].startswith("no data")
     assert "Voided boot" in (out / "compare.md").read_text()
-    assert analysis.batching["compared_prompts"] > 0 and analysis.batching["identical"] == analysis.batching["compared_prompts"]
+    assert analysis.batching.compared_prompts > 0 and analysis.batching.identical == analysis.batching.compared_prompts
 
 
 def test_a_comparison_killed_mid_boot_resumes_without_voiding(results_dir, tmp_path):

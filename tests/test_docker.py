@@ -135,7 +135,7 @@ def test_make_up_status_logs_loadtest_down_through_the_compose_driver(tiny_image
         logs = run("make", "logs", RECIPE, env=rig_env)
         assert "token_delay ARMED" in logs.stdout
         record = BootRecord.load(Path(rig_env["RIG_STATE_DIR"]) / f"{RECIPE}.json")
-        assert record.driver == "compose" and record.image["labels"]["io.rig.recipe"] == RECIPE
+        assert record.driver == "compose" and record.image.labels["io.rig.recipe"] == RECIPE
         # Manifests written by the server process inside the container, through the bind mount.
         check = check_boot(record, load(f"{RECIPE}:delay"))
         assert check.ok, check.problems

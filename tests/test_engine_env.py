@@ -83,14 +83,14 @@ def test_a_missing_interpreter_is_one_line(tmp_path, results_dir):
 def test_compile_cache_state_cold_partial_warm(tmp_path):
     vllm = ENGINES["vllm"]
     env = {name: str(tmp_path / name) for name, _ in vllm.compile_caches}
-    assert engine_env.cache_state(vllm, env)["state"] == "cold"
+    assert engine_env.cache_state(vllm, env).state == "cold"
     (tmp_path / "VLLM_CACHE_ROOT").mkdir()
     (tmp_path / "VLLM_CACHE_ROOT" / "graph").write_bytes(b"x" * 10)
     state = engine_env.cache_state(vllm, env)
-    assert state["state"] == "partial" and state["dirs"]["VLLM_CACHE_ROOT"] == {"path": env["VLLM_CACHE_ROOT"], "files": 1, "bytes": 10}
+    assert state.state == "partial" and state.dirs["VLLM_CACHE_ROOT"].model_dump() == {"path": env["VLLM_CACHE_ROOT"], "files": 1, "bytes": 10}
     for name, _ in vllm.compile_caches:
         Path(env[name]).mkdir(exist_ok=True)
         (Path(env[name]) / "f").write_text("1")
-    assert engine_env.cache_state(vllm, env)["state"] == "warm"
+    assert engine_env.cache_state(vllm, env).state == "warm"
     fresh = engine_env.fresh_caches(vllm, tmp_path / "boot")
-    assert engine_env.cache_state(vllm, fresh)["state"] == "cold"
+    assert engine_env.cache_state(vllm, fresh).state == "cold"

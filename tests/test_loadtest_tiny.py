@@ -27,8 +27,8 @@ def test_prompts_are_exact_in_tokens(tiny):
         rng = random.Random(1)
         for prompt in prompts:
             for _ in range(3):
-                assert len(counter.encode(nonce.sample(rng) + prompt["text"])) == scenario.prompt_tokens
-        assert len({p["text"] for p in prompts}) == len(prompts)
+                assert len(counter.encode(nonce.sample(rng) + prompt.text)) == scenario.prompt_tokens
+        assert len({p.text for p in prompts}) == len(prompts)
 
 
 def test_every_scenario_runs_with_its_own_warmup(tiny):
@@ -40,17 +40,17 @@ def test_every_scenario_runs_with_its_own_warmup(tiny):
     assert [(s.name, s.warmup) for s in summaries] == [(n, w) for n in names for w in (True, False)]
     for summary in summaries:
         metrics = summary.metrics
-        assert metrics["requests"]["total"] >= 1, (summary.name, metrics["requests"])
-        errors = {k: n for k, n in metrics["requests"]["errors"].items() if k != "cut_by_window"}
+        assert metrics.requests.total >= 1, (summary.name, metrics.requests)
+        errors = {k: n for k, n in metrics.requests.errors.items() if k != "cut_by_window"}
         assert not errors, (summary.name, errors)
-        assert metrics["output_tok_s"] > 0 and summary.provenance["boot_id"] == target.boot_id
+        assert metrics.output_tok_s > 0 and summary.provenance.boot_id == target.boot_id
     by_name = {s.name: s for s in summaries if not s.warmup}
     prefill = by_name["prefill-8k"].metrics
-    assert prefill["tokens"]["prompt_tokens_usage"] == prefill["tokens"]["prompt_tokens_target"] == 512
-    assert prefill["prefill_tok_s"]["token_weighted"] > 0 and prefill["requests"]["unique_prompts"]
+    assert prefill.tokens.prompt_tokens_usage == prefill.tokens.prompt_tokens_target == 512
+    assert prefill.prefill_tok_s.token_weighted > 0 and prefill.requests.unique_prompts
     decode = by_name["prose-c1"].metrics
-    assert decode["user_decode_tok_s"]["token_weighted"] > 0 and decode["tpot_s"]["p50"] > 0
-    assert decode["window"]["steady"], decode["window"]
+    assert decode.user_decode_tok_s.token_weighted > 0 and decode.tpot_s.p50 > 0
+    assert decode.window.steady, decode.window
     runs = [json.loads(line) for line in Path(target.record.boot_dir, "runs.jsonl").read_text().splitlines()]
     assert [r["warmup"] for r in runs][:2] == [True, False] and all(r["complete"] for r in runs)
     # a second call on the same boot runs no warmup
@@ -72,7 +72,7 @@ def test_one_connection_per_user_across_sequential_requests(tiny, tmp_path):
         handle.seek(before)
         text = handle.read().decode(errors="replace")
     ports = re.findall(r'127\.0\.0\.1:(\d+) - "POST /v1/chat/completions', text)
-    assert len(ports) >= 4 and summary.metrics["requests"]["total"] >= 4, text[-2000:]
+    assert len(ports) >= 4 and summary.metrics.requests.total >= 4, text[-2000:]
     assert len(set(ports)) == 2, sorted(set(ports))
 
 
@@ -93,7 +93,7 @@ def test_interrupt_writes_the_summary_of_what_was_measured(tiny, monkeypatch, tm
     scenario = load_scenario("prose-c1").scaled(True)
     summary = run_scenario(target, scenario, tmp_path / "run", progress=False)
     monkeypatch.setattr(LocustRun, "wait", original_wait)
-    assert summary.interrupted and summary.metrics["requests"]["total"] >= 1 and "interrupted" in summary.problems()
+    assert summary.interrupted and summary.metrics.requests.total >= 1 and "interrupted" in summary.problems()
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["interrupted"]
 
 

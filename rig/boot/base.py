@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import secrets
@@ -11,19 +10,20 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from rig import client, grammar
 from rig.atomic import write_text_atomic
 from rig.deploy.recipe import REPO_ROOT, Resolved, check_overlay
 from rig.deploy.render import COMPOSE_DIR
 from rig.errors import RigError
+from rig.observe.fingerprint import CacheFiles, Fingerprint, host_fingerprint, manifest_hashes
 from rig.secrets import redact_for
 from rig.strict_yaml import read_regular
+from rig.typed import Typed
 
 RESULTS_DIR = Path(os.environ.get("RIG_RESULTS_DIR", REPO_ROOT / "results"))
 BOOTS_DIR = RESULTS_DIR / "boots"
@@ -37,10 +37,34 @@ class BootFailed(Exception):
     """A boot that did not become healthy; the server has been stopped and its log kept."""
 
 
-@dataclass
-class BootRecord:
-    # Read back strictly: a state file that was truncated, extended or edited is refused, not trusted.
-    __pydantic_config__ = ConfigDict(strict=True, extra="forbid")
+class BootImage(Typed):
+    """The image a boot ran: the container's (compose), the recipe's base (native), or the identity
+    rig read from a server it did not start (attach)."""
+
+    id: str | None = None
+    tags: list[str] | None = None
+    digests: list[str] | None = None
+    labels: dict[str, str] | None = None
+    base: str | None = None
+    identity: str | None = None
+
+
+class CacheDir(Typed):
+    path: str
+    files: int
+    bytes: int
+
+
+class CacheState(Typed):
+    """The engine's compile and kernel caches when a boot started (engine_env.cache_state)."""
+
+    state: Literal["cold", "partial", "warm"] | None = None
+    dirs: dict[str, CacheDir] = Field(default_factory=dict)
+
+
+class BootRecord(Typed):
+    """One boot (results/boots/<id>/boot.json) and, while it is up, its recipe's state file. Read
+    back strictly: a state file that was truncated, extended or edited is refused, not trusted."""
 
     boot_id: str
     ref: str
@@ -51,7 +75,7 @@ class BootRecord:
     boot_dir: str
     log_path: str
     manifest_dir: str
-    overlay: dict[str, str] = field(default_factory=dict)
+    overlay: dict[str, str] = Field(default_factory=dict)
     started: float = 0.0
     healthy_after_s: float | None = None
     stopped: float | None = None
@@ -62,18 +86,23 @@ class BootRecord:
     pid_start_ticks: int | None = None
     kernel_boot_time: int | None = None
     compose_project: str | None = None
-    compose_files: list[str] = field(default_factory=list)
-    image: dict[str, Any] = field(default_factory=dict)
+    compose_files: list[str] = Field(default_factory=list)
+    image: BootImage = Field(default_factory=BootImage)
     # The host as this boot found it (rig.observe.fingerprint): comparisons check boots against it.
-    fingerprint: dict[str, Any] = field(default_factory=dict)
+    fingerprint: Fingerprint | None = None
     # The engine's compile caches when the boot started (rig/boot/engine_env.py cache_state).
-    compile_cache: dict[str, Any] = field(default_factory=dict)
+    compile_cache: CacheState = Field(default_factory=CacheState)
     error: str | None = None
     # Why `down` signalled nothing: the recorded pid names another process now (a stale state).
     not_signalled: str | None = None
 
+    @field_validator("fingerprint", mode="before")
+    @classmethod
+    def _none_before_healthy(cls, value: Any) -> Any:
+        return None if value == {} else value  # records written before fingerprints were typed said {}
+
     def save(self) -> None:
-        write_text_atomic(Path(self.boot_dir) / "boot.json", json.dumps(asdict(self), indent=1))
+        write_text_atomic(Path(self.boot_dir) / "boot.json", self.model_dump_json(indent=1))
 
     @classmethod
     def load(cls, path: Path) -> BootRecord:
@@ -85,7 +114,7 @@ class BootRecord:
         text = read_regular(path, RECORD_MAX_BYTES, _shown(path),
                             missing=("no such boot record", "list boots with `rig status` or under results/boots/"))
         try:
-            record = _RECORD.validate_json(text)
+            record = cls.model_validate_json(text)
         except ValidationError as error:
             first = error.errors()[0]
             field = ".".join(str(part) for part in first["loc"]) or "(file)"
@@ -119,9 +148,6 @@ class BootRecord:
     def log_text(self) -> str:
         path = Path(self.log_path)
         return path.read_text(errors="replace") if path.exists() else ""
-
-
-_RECORD = TypeAdapter(BootRecord)
 
 
 def _shown(path: Path) -> str:
@@ -194,7 +220,7 @@ def current_boot(recipe_name: str) -> BootRecord | None:
 
 
 def remember(record: BootRecord) -> None:
-    write_text_atomic(state_path(record.recipe), json.dumps(asdict(record), indent=1))
+    write_text_atomic(state_path(record.recipe), record.model_dump_json(indent=1))
     record.save()
 
 
@@ -273,15 +299,13 @@ def await_healthy(driver: BootDriver, record: BootRecord, serving: Any, progress
     return record
 
 
-def boot_fingerprint(record: BootRecord) -> dict[str, Any]:
+def boot_fingerprint(record: BootRecord) -> Fingerprint:
     """Driver, GPUs, power limits, clocks policy, PCIe, NUMA, NCCL environment, the image that runs
     and the adapter manifests' hashes, taken once the boot is healthy."""
-    from rig.observe.fingerprint import host_fingerprint, manifest_hashes
-
-    return host_fingerprint({"image_id": record.image.get("id"), "image_digests": record.image.get("digests"),
-                             "adapter_manifests": manifest_hashes(record.manifest_dir),
-                             "compile_cache": {"state": record.compile_cache.get("state"),
-                                               **{name: d["files"] for name, d in record.compile_cache.get("dirs", {}).items()}}})
+    cache = record.compile_cache
+    return host_fingerprint(image_id=record.image.id, image_digests=record.image.digests,
+                            adapter_manifests=manifest_hashes(record.manifest_dir),
+                            compile_cache=CacheFiles(state=cache.state, files={name: d.files for name, d in cache.dirs.items()}))
 
 
 class BootDriver(Protocol):

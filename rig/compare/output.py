@@ -3,7 +3,6 @@ compare.md (markdown.py), boot-log-diff.txt and compare.png (plot.py)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from rig.atomic import write_text_atomic
@@ -13,7 +12,7 @@ from rig.compare.report import Analysis
 
 
 def write_report(out: Path, analysis: Analysis) -> str:
-    write_text_atomic(out / "compare.json", json.dumps(analysis.to_json(), indent=1, default=str))
+    write_text_atomic(out / "compare.json", analysis.json_text())
     text = markdown(analysis)
     write_text_atomic(out / "compare.md", text)
     write_text_atomic(out / "boot-log-diff.txt", "\n".join(

@@ -13,29 +13,74 @@ new run (a new round, another arm) starts cold."""
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from rig.errors import RigError
 from rig.load.bounds import PROMPT_POOL
 from rig.load.datasets import read_conversations, read_trace
 from rig.load.inputs import display
 from rig.load.scenarios import CONVERSATION_DIR, PROMPT_DIR, TRACE_DIR, Scenario, data_path
+from rig.load.wire import ConversationScript, Nonce, Prompt, ScriptedTurn, TraceReplay, TraceRequest
 
 MAX_BLOCK_TEXT_TOKENS = 16_000_000  # all distinct blocks of one replay together (the Locust config holds them)
 
 
+def _clean_up_tokenization(text: str) -> str:
+    """transformers' clean-up of decoded text (a tokenizer_config.json may ask for it)."""
+    for spaced, joined in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
+                           (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")):
+        text = text.replace(spaced, joined)
+    return text
+
+
+class LocalTokenizer:
+    """A model directory's tokenizer, encoding and decoding as transformers' AutoTokenizer does
+    (no special tokens added on encode, none skipped on decode, the config's clean-up applied)."""
+
+    def __init__(self, encode: Callable[[str], list[int]], decode: Callable[[list[int]], str]) -> None:
+        self._encode, self._decode = encode, decode
+
+    @classmethod
+    def load(cls, model_dir: Path) -> LocalTokenizer | None:
+        config_path = model_dir / "tokenizer_config.json"
+        if not config_path.exists():
+            return None
+        if (model_dir / "tokenizer.json").exists():
+            import json
+
+            from tokenizers import Tokenizer
+
+            tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+            clean = bool(json.loads(config_path.read_text()).get("clean_up_tokenization_spaces", False))
+
+            def decode(ids: list[int]) -> str:
+                text = tokenizer.decode(ids, skip_special_tokens=False)
+                return _clean_up_tokenization(text) if clean else text
+
+            return cls(lambda text: tokenizer.encode(text, add_special_tokens=False).ids, decode)
+        try:  # a slow (sentencepiece) tokenizer only transformers reads; without it, the server's /tokenize
+            from transformers import AutoTokenizer
+        except ImportError:
+            return None
+        slow = AutoTokenizer.from_pretrained(model_dir)
+        return cls(lambda text: slow.encode(text, add_special_tokens=False), slow.decode)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._encode(text))
+
+    def decode(self, ids: list[int]) -> str:
+        return str(self._decode(ids))
+
+
 class TokenCounter:
-    """The served model's tokenizer: from a local model directory, else the server's /tokenize."""
+    """The served model's tokenizer: its tokenizer.json read by the `tokenizers` library (the same
+    Rust tokenizer a fast transformers tokenizer wraps; no torch or transformers needed on a client
+    host), else transformers for a model shipped without tokenizer.json, else the server's /tokenize."""
 
     def __init__(self, model_dir: str | None, base_url: str | None = None, model: str | None = None) -> None:
-        self.tokenizer = None
+        self.tokenizer: LocalTokenizer | None = LocalTokenizer.load(Path(model_dir)) if model_dir else None
         self.base_url, self.model = base_url, model
-        if model_dir and (Path(model_dir) / "tokenizer_config.json").exists():
-            from transformers import AutoTokenizer
-
-            self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
 
     @property
     def source(self) -> str:
@@ -43,7 +88,7 @@ class TokenCounter:
 
     def encode(self, text: str) -> list[int]:
         if self.tokenizer is not None:
-            return self.tokenizer.encode(text, add_special_tokens=False)
+            return self.tokenizer.encode(text)
         from rig import client
 
         try:
@@ -86,23 +131,7 @@ NONCE_SPACE = 2**32  # distinct nonces at least: a collision within a run is pra
 NONCE_SAMPLES = 4  # random nonces re-encoded with every prompt to prove the token count
 
 
-@dataclass(frozen=True)
-class NonceSpec:
-    """A nonce is `length` picks from `alphabet` plus the separator; every pick is one token and no
-    two picks merge, so every nonce is exactly `tokens` tokens long in front of any prompt body."""
-
-    alphabet: tuple[str, ...]
-    length: int
-    tokens: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"alphabet": list(self.alphabet), "length": self.length, "separator": NONCE_SEPARATOR, "tokens": self.tokens}
-
-    def sample(self, rng: Any) -> str:
-        return "".join(rng.choice(self.alphabet) for _ in range(self.length)) + NONCE_SEPARATOR
-
-
-def nonce_spec(counter: TokenCounter) -> NonceSpec | None:
+def nonce_spec(counter: TokenCounter) -> Nonce | None:
     """Pick single-token candidates whose pairs never merge under the served tokenizer."""
     import math
 
@@ -118,7 +147,7 @@ def nonce_spec(counter: TokenCounter) -> NonceSpec | None:
         return None
     length = math.ceil(math.log(NONCE_SPACE) / math.log(len(alphabet)))
     tokens = len(counter.encode("".join(alphabet[i % len(alphabet)] for i in range(length)) + NONCE_SEPARATOR))
-    return NonceSpec(tuple(alphabet), length, tokens)
+    return Nonce(alphabet=tuple(alphabet), length=length, separator=NONCE_SEPARATOR, tokens=tokens)
 
 
 def _body_in_context(counter: TokenCounter, ids: list[int], tokens: int, prefix: str, nonces: list[str], total: int) -> str | None:
@@ -135,7 +164,7 @@ def _body_in_context(counter: TokenCounter, ids: list[int], tokens: int, prefix:
     return None
 
 
-def build_prompts(scenario: Scenario, counter: TokenCounter) -> tuple[list[dict[str, Any]], NonceSpec | None]:
+def build_prompts(scenario: Scenario, counter: TokenCounter) -> tuple[list[Prompt], Nonce | None]:
     """A pool of prompts, each exactly `prompt_tokens` long for the served tokenizer once the Locust
     user puts its per-request nonce (and the scenario's shared prefix, if any) in front."""
     import random
@@ -169,10 +198,8 @@ def build_prompts(scenario: Scenario, counter: TokenCounter) -> tuple[list[dict[
         if text is None:
             raise RigError(where, "prompt_tokens", f"prompt {index} cannot be cut to exactly {scenario.prompt_tokens} tokens "
                            "behind its prefix and nonce", "report this tokenizer; set unique_prompts: false meanwhile")
-        entry = {"name": f"{scenario.prompt_set}-{index}", "text": text, "tokens": scenario.prompt_tokens}
-        if prefix:
-            entry.update(prefix=prefix, group=index % groups)
-        pool.append(entry)
+        pool.append(Prompt(name=f"{scenario.prompt_set}-{index}", text=text, tokens=scenario.prompt_tokens,
+                           prefix=prefix or None, group=index % groups if prefix else None))
     return pool, nonce
 
 
@@ -183,7 +210,7 @@ def _corpus(scenario: Scenario, counter: TokenCounter, minimum: int) -> list[int
     return ids * (minimum // len(ids) + 2)
 
 
-def build_trace(scenario: Scenario, counter: TokenCounter, label: str, scenario_file: Path) -> dict[str, Any]:
+def build_trace(scenario: Scenario, counter: TokenCounter, label: str, scenario_file: Path) -> TraceReplay:
     """What the Locust user replays: each row's send time (seconds after the start, already divided
     by the speed), its blocks, target tokens and output length; and the text of every block."""
     spec = scenario.trace
@@ -204,8 +231,8 @@ def build_trace(scenario: Scenario, counter: TokenCounter, label: str, scenario_
             tokens = min(spec.block_tokens, row.input_length - position * spec.block_tokens)
             needed[(hash_id, tokens)] = None
             keys.append(f"{hash_id}:{tokens}")
-        entries.append({"at": (row.timestamp - start) / 1000.0 / spec.speed, "blocks": keys, "tokens": row.input_length,
-                        "output": row.output_length})
+        entries.append(TraceRequest(at=(row.timestamp - start) / 1000.0 / spec.speed, blocks=keys, tokens=row.input_length,
+                                    output=row.output_length))
     total = sum(tokens for _, tokens in needed)
     if total > MAX_BLOCK_TEXT_TOKENS:
         raise RigError(where, "trace", f"its {len(needed)} distinct blocks hold {total} tokens, more than {MAX_BLOCK_TEXT_TOKENS}",
@@ -231,11 +258,11 @@ def build_trace(scenario: Scenario, counter: TokenCounter, label: str, scenario_
         if text is None:
             raise RigError(where, "trace", f"block {hash_id} cannot be cut to exactly {tokens} tokens", "report this tokenizer")
         blocks[f"{hash_id}:{tokens}"] = text
-    return {"rows": entries, "blocks": blocks, "file": display(path),
-            "sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "block_tokens": spec.block_tokens, "speed": spec.speed}
+    return TraceReplay(rows=entries, blocks=blocks, file=display(path), sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+                       block_tokens=spec.block_tokens, speed=spec.speed)
 
 
-def build_conversations(scenario: Scenario, counter: TokenCounter, scenario_file: Path) -> list[dict[str, Any]] | None:
+def build_conversations(scenario: Scenario, counter: TokenCounter, scenario_file: Path) -> list[ConversationScript] | None:
     """The conversations of a file, each turn's recorded reply length counted with the served
     tokenizer; None for generated conversations (the Locust user builds them from the prompts)."""
     spec = scenario.conversation
@@ -244,7 +271,7 @@ def build_conversations(scenario: Scenario, counter: TokenCounter, scenario_file
     where = display(scenario_file)
     rows = read_conversations(data_path(spec.file, CONVERSATION_DIR, ".jsonl", scenario_file, where, "conversation.file"))
     count_replies = scenario.output_lengths is not None and scenario.output_lengths.distribution == "trace"
-    return [{"id": row.id, "system": row.system,
-             "turns": [{"text": user, "output": counter.count(reply) if count_replies else None}
-                       for user, reply in row.pairs()[: spec.turns]]}
+    return [ConversationScript(id=row.id, system=row.system,
+                               turns=[ScriptedTurn(text=user, output=counter.count(reply) if count_replies else None)
+                                      for user, reply in row.pairs()[: spec.turns]])
             for row in rows]

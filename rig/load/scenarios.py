@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     Field,
+    JsonValue,
     PrivateAttr,
     StrictBool,
     StrictStr,
@@ -40,6 +41,7 @@ from rig.load.bounds import (
 )
 from rig.load.datasets import read_conversations, read_trace
 from rig.load.inputs import display, read_yaml, validation_line
+from rig.load.workload import OutputLengthSpec, TraceLengths, UniformLengths
 from rig.typed import Spec
 
 LOADTESTS = REPO_ROOT / "loadtests"
@@ -55,37 +57,6 @@ class Prefix(Spec):
 
     shared_tokens: bounded_int(1, MAX_PROMPT_TOKENS)
     groups: bounded_int(1, PROMPT_POOL) = 1
-
-
-class FixedLengths(Spec):
-    distribution: Literal["fixed"]
-
-
-class UniformLengths(Spec):
-    distribution: Literal["uniform"]
-    min: bounded_int(1, MAX_OUTPUT_TOKENS)
-    max: bounded_int(1, MAX_OUTPUT_TOKENS)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> UniformLengths:
-        if self.min > self.max:
-            raise ValueError(f"min ({self.min}) is larger than max ({self.max})")
-        return self
-
-
-class LognormalLengths(Spec):
-    distribution: Literal["lognormal"]
-    median: bounded_int(1, MAX_OUTPUT_TOKENS)
-    sigma: bounded_seconds(0.0, 4.0, open_low=True)
-
-
-class TraceLengths(Spec):
-    """Each request's own length: a trace row's output_length, a conversation's recorded reply."""
-
-    distribution: Literal["trace"]
-
-
-OutputLengthSpec = Annotated[FixedLengths | UniformLengths | LognormalLengths | TraceLengths, Field(discriminator="distribution")]
 
 
 class Arrivals(Spec):
@@ -148,7 +119,7 @@ class Scenario(Spec):
     arrivals: Arrivals | None = None  # open_loop
     trace: Trace | None = None  # trace
     conversation: Conversation | None = None  # multi_turn
-    small: dict[StrictStr, Any] = Field(default_factory=dict, description="top-level values for CPU servers (--small)")
+    small: dict[StrictStr, JsonValue] = Field(default_factory=dict, description="top-level values for CPU servers (--small)")
     _file: Path | None = PrivateAttr(default=None)  # the file it was read from: data paths are relative to it
 
     @model_validator(mode="after")
@@ -204,16 +175,6 @@ class Scenario(Spec):
     def scaled(self, small: bool) -> Scenario:
         return self.with_changes(**self.small) if small and self.small else self
 
-    def describe(self) -> dict[str, Any]:
-        """What a run summary records about its scenario."""
-        out = {"name": self.name, "version": self.version, "kind": self.kind, "endpoint": self.endpoint, "users": self.pool,
-               "prompt_tokens": self.prompt_tokens, "max_tokens": self.max_tokens, "duration_s": self.duration_s,
-               "prefix": self.prefix.model_dump() if self.prefix else None}
-        for section in ("output_lengths", "arrivals", "trace", "conversation"):
-            value = getattr(self, section)
-            if value is not None:
-                out[section] = value.model_dump()
-        return out
 
 
 _FIXES = {
@@ -336,7 +297,7 @@ class GreedyPrompts(Spec):
     prompts: list[GreedyPrompt] = Field(min_length=1, max_length=64)
 
 
-def greedy_prompts(small: bool) -> tuple[list[dict[str, Any]], int]:
+def greedy_prompts(small: bool) -> tuple[list[GreedyPrompt], int]:
     path = PROMPT_DIR / "greedy.yaml"
     where = display(path)
     raw = read_yaml(path, where, "restore loadtests/prompts/greedy.yaml")
@@ -346,4 +307,4 @@ def greedy_prompts(small: bool) -> tuple[list[dict[str, Any]], int]:
         field, message = validation_line(error)
         raise RigError(where, field, message, _fix(error.errors()[0])) from None
     max_tokens = data.small.get("max_tokens", data.max_tokens) if small else data.max_tokens
-    return [p.model_dump() for p in data.prompts], max_tokens
+    return list(data.prompts), max_tokens

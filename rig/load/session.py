@@ -5,11 +5,9 @@ scenarios at their chosen size, prefix-cache flushes, and the server a series is
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -24,6 +22,7 @@ from rig.load.prompts import TokenCounter
 from rig.load.runner import LoadTarget, run_scenario
 from rig.load.scenarios import Scenario, load_scenario
 from rig.load.summary import RunSummary
+from rig.load.wire import RUNS_FILE, RunNote, read_lines
 
 DEFAULT_SCENARIOS = ["prose-c1", "code-c1", "c3000"]
 
@@ -41,7 +40,10 @@ def model_dir_for(resolved: Resolved | None) -> str | None:
     if resolved is None:
         return os.environ.get("RIG_MODEL_DIR")
     if resolved.recipe.model.source == "generated":
-        return NativeDriver().model_path(resolved)
+        try:
+            return NativeDriver().model_path(resolved)
+        except RigError:  # the generator is not installed on this client host: the server's /tokenize counts
+            return None
     return os.environ.get("RIG_MODEL_DIR")
 
 
@@ -136,7 +138,7 @@ def acquire_target(ref: str | None, url: str | None = None, model: str | None = 
 
         resolved, record, engine_name = attach(url, ref, model, boot_id)
         print(f"attached to {record.base_url}: {engine_name} server, model {record.served_model}, "
-              f"boot {record.boot_id} ({record.image['identity']})")
+              f"boot {record.boot_id} ({record.image.identity})")
     else:
         if ref is None:
             raise RigError("command line", "recipe", "no recipe and no --url", "name a recipe, or pass --url URL")
@@ -152,38 +154,30 @@ def acquire_target(ref: str | None, url: str | None = None, model: str | None = 
     return LoadTarget(resolved, record, model_dir_for(resolved), engine_name), driver
 
 
-def boot_runs(record: BootRecord) -> list[dict[str, Any]]:
+def boot_runs(record: BootRecord) -> list[RunNote]:
     """The runs made against a boot so far (its runs.jsonl), oldest first."""
-    path = Path(record.boot_dir) / "runs.jsonl"
-    runs = []
-    if path.exists():
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                runs.append(json.loads(line))
-            except ValueError:
-                continue
-    return runs
+    return list(read_lines(Path(record.boot_dir) / RUNS_FILE, RunNote))
 
 
 def warmup_pending(record: BootRecord, scenario: str) -> bool:
     """Each scenario's first complete run after a boot is its warmup (new batch shapes, autotuning,
     graph captures). An interrupted warmup does not count."""
-    return not any(run.get("warmup") and run.get("complete") and run.get("scenario") == scenario for run in boot_runs(record))
+    return not any(run.warmup and run.complete and run.scenario == scenario for run in boot_runs(record))
 
 
 def settle_estimate(record: BootRecord, scenario: str) -> float:
     """Seconds to a steady state measured by this boot's warmup of the scenario: the last user's
     first token plus one request lifetime (0 before any warmup)."""
     for run in reversed(boot_runs(record)):
-        if run.get("scenario") == scenario and run.get("settle_s") is not None:
-            return float(run["settle_s"])
+        if run.scenario == scenario and run.settle_s is not None:
+            return run.settle_s
     return 0.0
 
 
 def note_run(record: BootRecord, out_dir: Path, summary: RunSummary) -> None:
-    window = summary.metrics["window"]
-    settle = window["start"] - window["run_start"] if window.get("steady") else None
+    window = summary.metrics.window
+    note = RunNote(dir=str(out_dir), scenario=summary.name, warmup=summary.warmup, complete=not summary.interrupted,
+                   settle_s=window.start - window.run_start if window.steady else None, time=time.time())
     Path(record.boot_dir).mkdir(parents=True, exist_ok=True)
-    with open(Path(record.boot_dir) / "runs.jsonl", "a") as handle:
-        handle.write(json.dumps({"dir": str(out_dir), "scenario": summary.name, "warmup": summary.warmup,
-                                 "complete": not summary.interrupted, "settle_s": settle, "time": time.time()}) + "\n")
+    with open(Path(record.boot_dir) / RUNS_FILE, "a") as handle:
+        handle.write(note.json_text(indent=None) + "\n")
