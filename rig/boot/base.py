@@ -79,7 +79,7 @@ class BootRecord(Typed):
     started: float = 0.0
     healthy_after_s: float | None = None
     stopped: float | None = None
-    status: Literal["booting", "healthy", "failed", "stopped"] = "booting"
+    status: Literal["booting", "healthy", "failed", "stopped", "attached"] = "booting"  # attached: a server rig did not start
     served_model: str | None = None
     pid: int | None = None
     # The kernel's identity of `pid` (rig/boot/process.py): a pid alone is reused after exit.
