@@ -15,8 +15,8 @@ endif
 RECIPE ?= tiny-cpu
 SCENARIO ?=
 ARMS ?= before:RIG_TOKEN_DELAY_MS=0 after:RIG_TOKEN_DELAY_MS=5
-BOOTS ?= 4
-ROUNDS ?= 3
+BOOTS ?=
+ROUNDS ?=
 SIZE ?=
 TARGET ?=
 MAX_BOOTS ?=
@@ -80,8 +80,8 @@ status: setup ## what is up
 loadtest: setup ## Locust load test against RECIPE (SCENARIO= to pick)
 	$(RIG) loadtest $(RECIPE) $(if $(SCENARIO),--scenario $(SCENARIO),) $(if $(SIZE),--$(SIZE),)
 
-compare: setup ## before/after comparison across boots (ARMS=, BOOTS=, ROUNDS=, TARGET=1 MAX_BOOTS=8)
-	$(RIG) compare $(RECIPE) $(foreach a,$(ARMS),--arm $(a)) --boots $(BOOTS) --rounds $(ROUNDS) $(if $(SIZE),--$(SIZE),) \
+compare: setup ## before/after comparison across boots (ARMS=, BOOTS=, ROUNDS=, TARGET=1 MAX_BOOTS=8; rig's defaults otherwise)
+	$(RIG) compare $(RECIPE) $(foreach a,$(ARMS),--arm $(a)) $(if $(BOOTS),--boots $(BOOTS),) $(if $(ROUNDS),--rounds $(ROUNDS),) $(if $(SIZE),--$(SIZE),) \
 	  $(if $(TARGET),--target $(TARGET),) $(if $(MAX_BOOTS),--max-boots $(MAX_BOOTS),)
 
 audit: setup ## GEMM shape audit of a recipe against backend constraints
@@ -98,4 +98,4 @@ lab-down: ## stop what `make lab` started (keeps .rig/lab caches and registry st
 	lab/lab.sh down
 
 rehearse: setup ## build a GPU recipe's Dockerfile unchanged on the lab's STAND-IN base and arm its adapters
-	$(PY) -m rig.lab rehearse $(RECIPE)
+	$(PY) -m rig.deploy.rehearse rehearse $(RECIPE)

@@ -31,11 +31,13 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "adapter"))
 
 from rig.boot.base import BootRecord  # noqa: E402
+from rig.deploy.recipe import load  # noqa: E402
 from rig.load import runner  # noqa: E402
+from rig.load.prompts import TokenCounter  # noqa: E402
 from rig.load.records import read_records  # noqa: E402
 from rig.load.runner import LoadTarget, run_scenario  # noqa: E402
-from rig.load.scenarios import Scenario, TokenCounter  # noqa: E402
-from rig.recipe import load  # noqa: E402
+from rig.load.scenarios import Scenario  # noqa: E402
+from rig.load.wire import Prompt  # noqa: E402
 
 
 class FixedPrompts(TokenCounter):
@@ -87,12 +89,12 @@ def main() -> int:
         "distributed": args.workers > 1})
     try:
         summary = run_scenario(LoadTarget(load("tiny-cpu"), record, None), scenario, out / "run", workers=args.workers,
-                               counter=FixedPrompts(), prompts=[{"name": "p", "text": "hello", "tokens": 8}], progress=False)
+                               counter=FixedPrompts(), prompts=[Prompt(name="p", text="hello", tokens=8)], progress=False)
     finally:
         server.terminate()
         server.wait()
     metrics = summary.metrics
-    start, end = metrics["window"]["start"], metrics["window"]["end"]
+    start, end = metrics.window.start, metrics.window.end
     span = end - start
     delivered = sum(1 for r in read_records(out / "run") for t in r.chunks if start <= t <= end)
     request_time = args.ttft + (args.max_tokens - 1) * args.itl
@@ -101,9 +103,9 @@ def main() -> int:
     processes = max(1, len(clients))
     # CPU seconds inside the window from the cumulative samples; a locustfile that does not write
     # them (an older version) is estimated from its once-a-second CPU percentages over the run.
-    cpu_seconds = [c["cpu_s"] if c.get("cpu_s") is not None else (c.get("cpu_percent_mean") or 0.0) / 100 * span for c in clients]
-    lag_p99 = max(c["lag_p99_ms"] or 0.0 for c in clients)
-    lag_p50 = max(c["lag_p50_ms"] or 0.0 for c in clients)
+    cpu_seconds = [c.cpu_s if c.cpu_s is not None else (c.cpu_percent_mean or 0.0) / 100 * span for c in clients]
+    lag_p99 = max(c.lag_p99_ms or 0.0 for c in clients)
+    lag_p50 = max(c.lag_p50_ms or 0.0 for c in clients)
     ratio = delivered / offered
     valid = ratio >= 0.99 and lag_p99 <= 5.0
     result = {
@@ -113,10 +115,10 @@ def main() -> int:
         "events_per_cpu_second": delivered / sum(cpu_seconds) if len(cpu_seconds) == len(clients) and sum(cpu_seconds) else None,
         "worker_cpu_s": cpu_seconds, "streams_per_worker": args.users / processes,
         "lag_p50_ms_worst_worker": lag_p50, "lag_p99_ms_worst_worker": lag_p99,
-        "cpu_percent_mean_worst_worker": max((c["cpu_percent_mean"] or 0) for c in clients),
-        "ttft_mean_s": metrics["ttft_s"]["mean"], "ttft_truth_s": args.ttft, "itl_mean_s": metrics["itl_s"]["mean"], "itl_truth_s": args.itl,
-        "errors": metrics["requests"]["errors"], "client_verdict": summary.client.get("reasons"), "valid": valid,
-        "host": summary.provenance["host"], "profiled": args.profile,
+        "cpu_percent_mean_worst_worker": max((c.cpu_percent_mean or 0) for c in clients),
+        "ttft_mean_s": metrics.ttft_s.mean, "ttft_truth_s": args.ttft, "itl_mean_s": metrics.itl_s.mean, "itl_truth_s": args.itl,
+        "errors": metrics.requests.errors, "client_verdict": summary.client.reasons, "valid": valid,
+        "host": summary.provenance.host.model_dump() if summary.provenance.host else None, "profiled": args.profile,
     }
     print(json.dumps(result, indent=1))
     per_core = result["events_per_cpu_second"]

@@ -24,10 +24,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rig.boot import driver_for  # noqa: E402
-from rig.load.command import model_dir_for, run_scenarios  # noqa: E402
+from rig.deploy.recipe import load  # noqa: E402
+from rig.load.prompts import TokenCounter, build_prompts
 from rig.load.runner import LoadTarget  # noqa: E402
-from rig.load.scenarios import TokenCounter, build_prompts, load_scenario  # noqa: E402
-from rig.recipe import load  # noqa: E402
+from rig.load.scenarios import load_scenario  # noqa: E402
+from rig.load.session import model_dir_for, run_scenarios  # noqa: E402
 
 
 def independent_run(base_url: str, model: str, prompts: list[str], max_tokens: int, seconds: float) -> dict[str, float]:
@@ -84,12 +85,12 @@ def main() -> int:
         target = LoadTarget(resolved, record, model_dir_for(resolved))
         scenario = load_scenario("prose-c1").scaled(True)
         prompts, nonce = build_prompts(scenario, TokenCounter(target.model_dir))
-        texts = [(nonce.sample(__import__("random").Random(i)) if nonce else "") + p["text"] for i, p in enumerate(prompts)]
+        texts = [(nonce.sample(__import__("random").Random(i)) if nonce else "") + p.text for i, p in enumerate(prompts)]
         root = Path(tempfile.mkdtemp(prefix="rig-crosscheck-"))
         independent_run(record.base_url, record.served_model or "", texts, scenario.max_tokens, 2.0)  # its own warm-up
         for pair in range(args.pairs):
             summary = run_scenarios(target, ["prose-c1"], True, 1, root / f"pair-{pair}", progress=False, duration_s=args.seconds)[-1]
-            rig_figures.append(summary.metrics["user_decode_tok_s"]["token_weighted"])
+            rig_figures.append(summary.metrics.user_decode_tok_s.token_weighted)
             independent.append(independent_run(record.base_url, record.served_model or "", texts, scenario.max_tokens,
                                                args.seconds)["user_decode_tok_s"])
             print(f"pair {pair}: rig {rig_figures[-1]:.1f} tok/s, independent {independent[-1]:.1f} tok/s "

@@ -11,21 +11,20 @@ Three ways to generate load, one user class each (`rig loadtest` names the one i
 Every request writes its own timeline (send, first token, each chunk's arrival, end, token
 counts from usage and from chunks, status, error) to this process's JSONL, also when the
 run's end cuts it. Summaries are computed from these records by rig, never from Locust's
-histograms. Configuration comes from the JSON file named by RIG_LOAD_CONFIG, written by `rig
-loadtest`; run this file only through it (or with that variable set).
+histograms. Configuration comes from the file named by RIG_LOAD_CONFIG (rig.load.wire.LoadConfig,
+written by `rig loadtest`); run this file only through it (or with that variable set). Every file
+this process writes for rig is a typed record of rig.load.wire or rig.load.records.
 """
 
 from __future__ import annotations
 
 import gc
 import hashlib
-import json
 import os
 import random
 import socket
 import time
 from itertools import count
-from pathlib import Path
 from typing import Any
 
 import gevent
@@ -38,11 +37,19 @@ from locust.runners import MasterRunner, WorkerRunner
 from rig.client import auth_headers
 from rig.load.records import RequestRecord
 from rig.load.sse import StreamScan
+from rig.load.wire import WINDOW_FILE, ClientStats, LoadConfig, Prompt, WindowEvent, WindowEventName, client_file
 from rig.load.workload import OutputLengths, gamma_offsets
 
 _CONFIG_PATH = os.environ.get("RIG_LOAD_CONFIG")
-CONFIG: dict[str, Any] = json.loads(Path(_CONFIG_PATH).read_text()) if _CONFIG_PATH else {}
-OUT_DIR = CONFIG.get("out_dir", ".")
+CONFIGURED: LoadConfig | None = LoadConfig.read(_CONFIG_PATH) if _CONFIG_PATH else None
+OUT_DIR = CONFIGURED.out_dir if CONFIGURED is not None else "."
+
+
+def config() -> LoadConfig:
+    if CONFIGURED is None:
+        raise RuntimeError("RIG_LOAD_CONFIG is not set: run this file through `rig loadtest`")
+    return CONFIGURED
+
 PROCESS_ID = f"{socket.gethostname()}-{os.getpid()}"
 LAG_PERIOD_S = 0.01
 
@@ -59,7 +66,7 @@ class RecordWriter:
 
     def __init__(self) -> None:
         self.handle = None
-        self.shipping = bool(CONFIG) and not os.path.isdir(OUT_DIR)
+        self.shipping = CONFIGURED is not None and not os.path.isdir(OUT_DIR)
         self.outbox: list[str] = []
         self.pending: list[str] = []
         self.flusher: Any = None
@@ -127,9 +134,10 @@ def _collect_if_over_budget() -> None:
         GC_PAUSES.append((time.time(), time.perf_counter() - start))
 
 
-def _write_window(name: str, at: float | None = None) -> None:
-    with open(os.path.join(OUT_DIR, "window.jsonl"), "a") as handle:
-        handle.write(json.dumps({"event": name, "time": time.time() if at is None else at}) + "\n")
+def _write_window(name: WindowEventName, at: float | None = None) -> None:
+    event = WindowEvent(event=name, time=time.time() if at is None else at)
+    with open(os.path.join(OUT_DIR, WINDOW_FILE), "a") as handle:
+        handle.write(event.json_text(indent=None) + "\n")
 
 
 class ArrivalSchedule:
@@ -148,12 +156,12 @@ class ArrivalSchedule:
         self.drained = False
 
     def load(self, worker: int) -> None:
-        arrivals = CONFIG.get("arrivals") or {}
-        if "offsets" in arrivals:  # a trace: its own timestamps
-            self.offsets = arrivals["offsets"]
-        elif arrivals:
-            self.offsets = gamma_offsets(arrivals["rate"], arrivals["burstiness"], arrivals["count"], arrivals["seed"])
-        self.step = max(1, int(CONFIG.get("arrival_processes", 1)))
+        arrivals = config().arrivals
+        if arrivals is not None and arrivals.offsets is not None:  # a trace: its own timestamps
+            self.offsets = arrivals.offsets
+        elif arrivals is not None:
+            self.offsets = gamma_offsets(arrivals.rate, arrivals.burstiness, arrivals.count, arrivals.seed)  # type: ignore[arg-type]
+        self.step = max(1, config().arrival_processes)
         self.index = worker % self.step
 
     def start(self, epoch: float) -> None:
@@ -199,7 +207,7 @@ def _on_epoch(environment: Any, msg: Any, **_: Any) -> None:
 
 def _on_drained(environment: Any, msg: Any, **_: Any) -> None:
     DRAINED.add(str(msg.data))
-    if len(DRAINED) >= int(CONFIG.get("arrival_processes", 1)):
+    if len(DRAINED) >= config().arrival_processes:
         _write_window("drained")
         gevent.spawn(environment.runner.quit)
 
@@ -235,7 +243,7 @@ def _on_spawned(user_count: int, **_: Any) -> None:
     if isinstance(runner, WorkerRunner):
         return
     _write_window("spawning_complete")
-    if CONFIG.get("arrivals"):
+    if config().arrivals is not None:
         epoch = time.time() + EPOCH_LEAD_S
         _write_window("arrivals_start", epoch)
         if isinstance(runner, MasterRunner):
@@ -271,11 +279,12 @@ def _on_stopping(environment: Any, **_: Any) -> None:
         _write_window("stopping")
 
 
-def _client_stats(process: str, lag: list, cpu: list[float], cpu_time: list, gc_pauses: list | None = None) -> dict[str, Any]:
+def _client_stats(process: str, lag: list, cpu: list[float], cpu_time: list, gc_pauses: list | None = None) -> ClientStats:
     # Raw samples: rig computes percentiles over the measurement window (spawning bursts excluded).
-    return {"process": process, "lag": [[round(t, 4), round(value, 6)] for t, value in lag], "gc_pauses": gc_pauses or [],
-            "cpu_percent_mean": sum(cpu) / len(cpu) if cpu else None, "cpu_percent_max": max(cpu) if cpu else None,
-            "cpu_time": [[round(t, 3), round(seconds, 3)] for t, seconds in cpu_time]}
+    return ClientStats(process=process, lag=[(round(t, 4), round(value, 6)) for t, value in lag],
+                       gc_pauses=[(t, seconds) for t, seconds in gc_pauses or []],
+                       cpu_percent_mean=sum(cpu) / len(cpu) if cpu else None, cpu_percent_max=max(cpu) if cpu else None,
+                       cpu_time=[(round(t, 3), round(seconds, 3)) for t, seconds in cpu_time])
 
 
 @events.report_to_master.add_listener
@@ -317,19 +326,20 @@ def _on_quit(environment: Any, **_: Any) -> None:
     if not isinstance(environment.runner, MasterRunner) and not WRITER.shipping:
         clients[PROCESS_ID] = _client_stats(PROCESS_ID, LAG, CPU, CPU_TIME, GC_PAUSES)
     for process, client in clients.items():
-        with open(os.path.join(OUT_DIR, f"client-{process}.json"), "w") as handle:
-            json.dump(client, handle)
+        with open(os.path.join(OUT_DIR, client_file(process)), "w") as handle:
+            handle.write(client.json_text(indent=None))
 
 
 def _payload(content: str | list[dict[str, str]], max_tokens: int) -> tuple[str, dict[str, Any]]:
     # continuous_usage_stats: SGLang and vLLM then put the running usage on every chunk, so a
     # chunk's token count is known exactly (several per chunk under MTP or speculative decoding);
     # servers that do not know the field ignore it and report usage once, at the end.
-    body: dict[str, Any] = {"model": CONFIG["model"], "stream": True, "max_tokens": max_tokens,
-                            "temperature": CONFIG["temperature"], "seed": CONFIG["seed"],
+    settings = config()
+    body: dict[str, Any] = {"model": settings.model, "stream": True, "max_tokens": max_tokens,
+                            "temperature": settings.temperature, "seed": settings.seed,
                             "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
-    body.update(CONFIG.get("extra_body", {}))
-    if CONFIG["endpoint"] == "chat":
+    body.update(settings.extra_body)
+    if settings.endpoint == "chat":
         body["messages"] = content if isinstance(content, list) else [{"role": "user", "content": content}]
         return "/v1/chat/completions", body
     body["prompt"] = content
@@ -339,10 +349,8 @@ def _payload(content: str | list[dict[str, str]], max_tokens: int) -> tuple[str,
 def _nonce(rng: random.Random) -> str | None:
     """A unique leading nonce whose token count is fixed (its alphabet was checked against the
     served tokenizer when the prompts were built), so every prompt misses the prefix cache."""
-    spec = CONFIG.get("nonce")
-    if not spec:
-        return None
-    return "".join(rng.choice(spec["alphabet"]) for _ in range(spec["length"])) + spec["separator"]
+    nonce = config().nonce
+    return nonce.sample(rng) if nonce is not None else None
 
 
 def _reads(response: Any) -> Any:
@@ -365,7 +373,7 @@ def _error_kind(error: Exception) -> str:
     return "connection" if "Connection" in type(error).__name__ else type(error).__name__
 
 
-LENGTHS = OutputLengths(CONFIG.get("output_lengths"), int(CONFIG.get("max_tokens") or 1))
+LENGTHS = OutputLengths(CONFIGURED.output_lengths, CONFIGURED.max_tokens) if CONFIGURED is not None else OutputLengths(None, 1)
 
 
 class StreamingUser(HttpUser):
@@ -373,7 +381,7 @@ class StreamingUser(HttpUser):
     sequence, and `send`, which streams one request and writes its record."""
 
     abstract = True  # Locust inherits @task methods: the kinds below each declare only their own
-    host = CONFIG.get("base_url")
+    host = CONFIGURED.base_url if CONFIGURED is not None else None
 
     def on_start(self) -> None:
         self.client.headers.update(auth_headers())
@@ -383,13 +391,13 @@ class StreamingUser(HttpUser):
         # same sequence in the same round of every boot, so outputs can be compared across arms.
         self.worker = getattr(self.environment.runner, "worker_index", 0) or 0
         self.prompt_index = local * 7919
-        self.rng = random.Random(f"{CONFIG.get('nonce_seed', '')}/{self.worker}/{local}")
+        self.rng = random.Random(f"{config().nonce_seed}/{self.worker}/{local}")
         # Open the keep-alive connection before measuring: the first stream should not pay the TCP
         # handshake and the client's first-call costs (18 ms measured on loopback vs 3 ms after).
         self.client.get("/v1/models", name="connect", timeout=30)
 
-    def next_prompt(self) -> tuple[dict[str, Any], str | None]:
-        prompts = CONFIG["prompts"]
+    def next_prompt(self) -> tuple[Prompt, str | None]:
+        prompts = config().prompts
         self.prompt_index += 1
         return prompts[self.prompt_index % len(prompts)], _nonce(self.rng)
 
@@ -400,13 +408,14 @@ class StreamingUser(HttpUser):
     def send(self, content: str | list[dict[str, str]], record: RequestRecord) -> str | None:
         """Streams one request and writes its record, also when the run's end cuts it; returns the
         output text of a complete response (None otherwise)."""
+        settings = config()
         path, body = _payload(content, record.max_tokens or LENGTHS.cap)
-        scan = StreamScan(CONFIG["endpoint"] == "chat")
+        scan = StreamScan(settings.endpoint == "chat")
         text = None
         record.t_send = time.time()
         try:
-            with self.client.post(path, json=body, stream=True, catch_response=True, name=CONFIG["scenario"],
-                                  timeout=(10, CONFIG.get("read_timeout_s", 600))) as response:
+            with self.client.post(path, json=body, stream=True, catch_response=True, name=settings.scenario,
+                                  timeout=(10, settings.read_timeout_s)) as response:
                 record.status = response.status_code
                 if response.status_code != 200:
                     # Locust's session reports a refused or reset connection as status 0.
@@ -443,8 +452,8 @@ class StreamingUser(HttpUser):
                 record.cached_tokens = int(details["cached_tokens"])
             output = scan.text()
             record.text_sha256 = hashlib.sha256(output.encode()).hexdigest() if output else None
-            if CONFIG.get("keep_text_chars"):
-                record.text = output[: CONFIG["keep_text_chars"]]
+            if settings.keep_text_chars:
+                record.text = output[: settings.keep_text_chars]
             if record.error is None and record.finish_reason is not None:
                 text = output
             WRITER.write(record.to_line())
@@ -457,8 +466,8 @@ class LLMUser(StreamingUser):
     @task
     def stream(self) -> None:
         prompt, nonce = self.next_prompt()
-        record = self.new_record(prompt["name"], prompt.get("tokens"), nonce, LENGTHS.draw(self.rng))
-        self.send(prompt.get("prefix", "") + (nonce or "") + prompt["text"], record)
+        record = self.new_record(prompt.name, prompt.tokens, nonce, LENGTHS.draw(self.rng))
+        self.send((prompt.prefix or "") + (nonce or "") + prompt.text, record)
 
 
 class ArrivalUser(StreamingUser):
@@ -487,16 +496,15 @@ class ArrivalUser(StreamingUser):
         if self.arrival is None:
             return
         index, at = self.arrival
-        trace = CONFIG.get("trace")
-        if trace:
-            row = trace["rows"][index]
-            blocks = trace["blocks"]
-            record = self.new_record(f"trace-{index}", row["tokens"], None, LENGTHS.draw(self.rng, row["output"]))
-            content = "".join(blocks[key] for key in row["blocks"])
+        trace = config().trace
+        if trace is not None:
+            row = trace.rows[index]
+            record = self.new_record(f"trace-{index}", row.tokens, None, LENGTHS.draw(self.rng, row.output))
+            content = "".join(trace.blocks[key] for key in row.blocks)
         else:
             prompt, nonce = self.next_prompt()
-            record = self.new_record(prompt["name"], prompt.get("tokens"), nonce, LENGTHS.draw(self.rng))
-            content = prompt.get("prefix", "") + (nonce or "") + prompt["text"]
+            record = self.new_record(prompt.name, prompt.tokens, nonce, LENGTHS.draw(self.rng))
+            content = (prompt.prefix or "") + (nonce or "") + prompt.text
         record.arrival, record.t_scheduled, record.queued = index, at, self.queued
         try:
             self.send(content, record)
@@ -524,18 +532,19 @@ class ConversationUser(StreamingUser):
 
     def begin(self) -> None:
         local = next(CONVERSATION_IDS)
-        conversations = CONFIG.get("conversations")
-        processes = max(1, int(CONFIG.get("arrival_processes", 1)))
+        settings = config()
+        conversations, count = settings.conversations, settings.turns or 1
+        processes = max(1, settings.arrival_processes)
         nonce = _nonce(self.rng) or ""  # only the first message needs one: the whole history is unique after it
         if conversations:
             source = conversations[(local * processes + self.worker) % len(conversations)]
-            turns = [dict(turn) for turn in source["turns"][: CONFIG["turns"]]]
-            name = source["id"]
-            history = [{"role": "system", "content": source["system"]}] if source.get("system") else []
+            turns = [{"text": turn.text, "output": turn.output} for turn in source.turns[:count]]
+            name = source.id
+            history = [{"role": "system", "content": source.system}] if source.system else []
         else:
-            prompts = CONFIG["prompts"]
+            prompts = settings.prompts
             start = local * 7 + self.worker * 7919
-            turns = [{"text": prompts[(start + k) % len(prompts)]["text"], "output": None} for k in range(CONFIG["turns"])]
+            turns = [{"text": prompts[(start + k) % len(prompts)].text, "output": None} for k in range(count)]
             name = f"generated-{start % len(prompts)}"
             history = []
         turns[0]["text"] = nonce + turns[0]["text"]
@@ -557,4 +566,4 @@ class ConversationUser(StreamingUser):
             return
         conversation["history"] = messages + [{"role": "assistant", "content": reply}]
         conversation["next"] = index + 1
-        self.pause = float(CONFIG.get("think_time_s", 0.0))
+        self.pause = config().think_time_s

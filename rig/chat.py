@@ -7,11 +7,25 @@ import sys
 import time
 from typing import Any
 
+from pydantic import JsonValue
+
 from rig import client
+from rig.typed import Typed
+
+
+class ChatResult(Typed):
+    """One streamed chat completion: its text, chunks, the server's usage object, and timings."""
+
+    text: str
+    chunks: int
+    usage: dict[str, JsonValue] | None
+    finish_reason: str | None
+    ttft_s: float | None
+    total_s: float
 
 
 def stream_chat(base_url: str, model: str, prompt: str, max_tokens: int = 48, out: Any = sys.stdout,
-                extra: dict[str, Any] | None = None) -> dict[str, Any]:
+                extra: dict[str, Any] | None = None) -> ChatResult:
     """Stream one chat completion at temperature 0; `extra` adds request fields (e.g. ignore_eos)."""
     body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
             "temperature": 0, "stream": True, "stream_options": {"include_usage": True}, **(extra or {})}
@@ -35,5 +49,5 @@ def stream_chat(base_url: str, model: str, prompt: str, max_tokens: int = 48, ou
                 out.flush()
     out.write("\n")
     end = time.perf_counter()
-    return {"text": "".join(text), "chunks": chunks, "usage": usage, "finish_reason": finish,
-            "ttft_s": None if first is None else first - start, "total_s": end - start}
+    return ChatResult(text="".join(text), chunks=chunks, usage=usage, finish_reason=finish,
+                      ttft_s=None if first is None else first - start, total_s=end - start)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from types import FrameType
 
 from rig.errors import RigError
+from rig.exits import SIGNALLED, Exit, help_text
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -52,7 +53,7 @@ def _handle_termination() -> None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from rig.recipe import all_recipe_paths, parse_recipe, recipe_path
+    from rig.deploy.recipe import all_recipe_paths, parse_recipe, recipe_path
 
     paths = [recipe_path(item) for item in args.recipes] or all_recipe_paths()
     failed = 0
@@ -66,12 +67,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
         note = " (UNPINNED: run `rig pin` before building)" if recipe.image is not None and recipe.image.unpinned else ""
         variants = f" variants: {', '.join(recipe.variants)}" if recipe.variants else ""
         print(f"ok   {path.relative_to(path.parent.parent) if path.parent.name == 'recipes' else path}{variants}{note}")
-    return 1 if failed else 0
+    return Exit.FAILED if failed else Exit.OK
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from rig.recipe import REPO_ROOT, all_recipe_paths, recipe_path
-    from rig.render import render
+    from rig.deploy.recipe import REPO_ROOT, all_recipe_paths, recipe_path
+    from rig.deploy.render import render
 
     paths = [recipe_path(item) for item in args.recipes] or all_recipe_paths()
     changed = render(paths, check=args.check)
@@ -79,20 +80,20 @@ def cmd_render(args: argparse.Namespace) -> int:
         print(f"{'stale' if args.check else 'wrote'} {path.relative_to(REPO_ROOT)}")
     if args.check and changed:
         print("rendered files are stale: run `rig render` (or `make render`) and commit the result", file=sys.stderr)
-        return 1
+        return Exit.FAILED
     if not changed:
         print("all rendered files are up to date")
     return 0
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from rig.build import build
+    from rig.deploy.build import build
 
     return build(args.recipe, allow_unpinned=args.allow_unpinned, platform=args.platform)
 
 
 def cmd_pin(args: argparse.Namespace) -> int:
-    from rig.pin import pin
+    from rig.deploy.pin import pin
 
     return pin(args.recipe)
 
@@ -100,7 +101,7 @@ def cmd_pin(args: argparse.Namespace) -> int:
 def cmd_up(args: argparse.Namespace) -> int:
     from rig.boot import driver_for
     from rig.boot.checks import check_boot
-    from rig.recipe import check_overlay, load
+    from rig.deploy.recipe import check_overlay, load
 
     resolved = load(args.recipe)
     if args.port is not None and not 1 <= args.port <= 65535:
@@ -113,7 +114,7 @@ def cmd_up(args: argparse.Namespace) -> int:
           f"healthy after {record.healthy_after_s:.1f}s")
     for problem in check.problems:
         print(f"boot check: {problem}")
-    return 0 if check.ok else 3
+    return Exit.OK if check.ok else Exit.BOOT_CHECK
 
 
 def _running(recipe_name: str):
@@ -127,11 +128,11 @@ def _running(recipe_name: str):
 
 def cmd_down(args: argparse.Namespace) -> int:
     from rig.boot import driver_named
-    from rig.recipe import parse_ref
+    from rig.deploy.recipe import parse_ref
 
     record = _running(parse_ref(args.recipe)[0])
     driver_named(record.driver).down(record)
-    if record.error and record.error.startswith("stale state"):
+    if record.not_signalled is not None:
         print(f"{record.ref}: removed the stale state of boot {record.boot_id}; nothing was signalled ({record.error})")
         return 0
     print(f"{record.ref} down (boot {record.boot_id}; log kept in {record.boot_dir})")
@@ -142,7 +143,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     import time
 
     from rig.boot.base import BootRecord, boots_of
-    from rig.recipe import parse_ref
+    from rig.deploy.recipe import parse_ref
 
     name = parse_ref(args.recipe)[0]
     try:
@@ -188,17 +189,17 @@ def cmd_status(args: argparse.Namespace) -> int:
         except (BootFailed, RigError) as error:  # e.g. a compose record whose container was removed
             gone = str(error.problem if isinstance(error, RigError) else error)
         print(f"{record.ref:22} {record.driver:8} {record.base_url:28} {'DOWN (' + gone + ')' if gone else 'up'}  boot {record.boot_id}")
-    return 1 if broken else 0
+    return Exit.FAILED if broken else Exit.OK
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
     from rig.chat import stream_chat
-    from rig.recipe import parse_ref
+    from rig.deploy.recipe import parse_ref
 
     record = _running(parse_ref(args.recipe)[0])
     print(f"model: {record.served_model}")
     result = stream_chat(record.base_url, record.served_model or "", args.prompt, args.max_tokens)
-    print(f"({result['chunks']} chunks, usage {result['usage']}, ttft {result['ttft_s']:.3f}s, total {result['total_s']:.3f}s)")
+    print(f"({result.chunks} chunks, usage {result.usage}, ttft {result.ttft_s or 0:.3f}s, total {result.total_s:.3f}s)")
     return 0
 
 
@@ -274,15 +275,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
                           max_boots=args.max_boots, goodput=args.goodput, accept_fingerprint=args.accept_fingerprint,
                           cold_caches=args.cold_caches)
     if analysis.void:
-        return 6
-    blind = (analysis.greedy.get("control") or {}).get("discriminates") is False
-    return 5 if blind else 0
+        return Exit.VOID
+    blind = analysis.greedy.control is not None and analysis.greedy.control.discriminates is False
+    return Exit.BLIND_CONTROL if blind else Exit.OK
 
 
 def cmd_kernelbench(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from rig.kernelbench.command import default_backends, kernelbench
+    try:
+        from rig.kernelbench.command import default_backends, kernelbench
+    except ImportError as error:  # torch is the kernelbench extra, not part of rig's core
+        raise RigError("rig kernelbench", error.name or "torch", "is not installed",
+                       "pip install 'rig[kernelbench]' (make setup installs it)") from None
 
     kernelbench(args.n, args.k, args.pad_k, [int(m) for m in args.m.split(",")],
                 args.backends.split(",") if args.backends else default_backends(), args.production, args.candidate,
@@ -297,7 +302,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rig", description=__doc__)
+    from rig.compare.design import DEFAULT_BOOTS, DEFAULT_ROUNDS
+
+    parser = argparse.ArgumentParser(prog="rig", description=__doc__, epilog=help_text(),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("validate", help="validate recipes (all, or the named ones / files)")
@@ -399,8 +407,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("recipe")
     p.add_argument("--arm", action="append", required=True, help="NAME:KEY=VALUE[,..] | NAME:@variant | NAME:image=TAG")
     p.add_argument("--control", help="an arm known to change greedy output, booted once")
-    p.add_argument("--boots", type=int, default=4, help="boot pairs (boots per arm, ABBA; default 4, from the calibration)")
-    p.add_argument("--rounds", type=int, default=3, help="measured rounds per boot (default 3)")
+    p.add_argument("--boots", type=int, default=DEFAULT_BOOTS,
+                   help=f"boot pairs (boots per arm, ABBA; default {DEFAULT_BOOTS}, from the calibration)")
+    p.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, help=f"measured rounds per boot (default {DEFAULT_ROUNDS})")
     p.add_argument("--target", type=float, help="keep adding boot pairs until every headline 95%% interval is within "
                    "+-TARGET percent (e.g. 1), up to --max-boots")
     p.add_argument("--max-boots", type=int, help="with --target: the most boot pairs to run (default: twice --boots)")
@@ -467,16 +476,16 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except RigError as error:
         print(f"rig: {error}", file=sys.stderr)
-        return 2
+        return Exit.BAD_INPUT
     except BootFailed as error:  # already one line: what failed and where its log is
         print(f"rig: {error}", file=sys.stderr)
-        return 1
+        return Exit.FAILED
     except Terminated as stop:
         print(f"rig: stopped by {stop}", file=sys.stderr)
-        return 128 + stop.signum
+        return SIGNALLED + stop.signum
     except KeyboardInterrupt:
         print("rig: interrupted", file=sys.stderr)
-        return 130
+        return Exit.INTERRUPTED
 
 
 if __name__ == "__main__":

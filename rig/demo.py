@@ -9,10 +9,11 @@ from __future__ import annotations
 from rig.boot import driver_for
 from rig.chat import stream_chat
 from rig.compare.command import compare
-from rig.load.command import model_dir_for, run_scenarios
+from rig.deploy.recipe import load
+from rig.exits import Exit
 from rig.load.report import markdown_table, notes
 from rig.load.runner import LoadTarget, results_root
-from rig.recipe import load
+from rig.load.session import model_dir_for, run_scenarios
 
 DEMO_RECIPE = "tiny-cpu"
 DEMO_PROMPT = "Explain in one sentence why zero-padding K from 576 to 640 can make a GEMM faster."
@@ -43,7 +44,7 @@ def run_demo() -> int:
               f"healthy after {record.healthy_after_s:.1f}s)")
         print(f"prompt: {DEMO_PROMPT}\nanswer (streamed): ", end="")
         result = stream_chat(record.base_url, record.served_model or "", DEMO_PROMPT, max_tokens=48)
-        print(f"[{result['chunks']} chunks, usage {result['usage']}, ttft {result['ttft_s']:.3f}s]\n")
+        print(f"[{result.chunks} chunks, usage {result.usage}, ttft {result.ttft_s or 0:.3f}s]\n")
         root = results_root(DEMO_RECIPE)
         summaries = run_scenarios(LoadTarget(resolved, record, model_dir_for(resolved)), DEMO_SCENARIOS, small=True,
                                   workers=None, root=root)
@@ -58,4 +59,4 @@ def run_demo() -> int:
     print(COMPARE_FIELDS)
     compare(DEMO_RECIPE, ["serial:@serial", "cb:@cb"], "bf16:@bf16", boots=2, rounds=2, scenarios=["c3000"], small=True,
             workers=None, resume=None, duration_s=4.0)
-    return 0
+    return Exit.OK

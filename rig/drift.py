@@ -12,9 +12,9 @@ import zipfile
 from email.parser import Parser
 from pathlib import Path
 
+from rig.deploy.recipe import Recipe, all_recipe_paths, parse_recipe, recipe_path
 from rig.engines import ENGINES
 from rig.errors import RigError
-from rig.recipe import Recipe, all_recipe_paths, parse_recipe, recipe_path
 from rig_adapters.registry import REGISTRY
 from rig_adapters.targets import module_file_candidates, verdict
 
@@ -119,7 +119,7 @@ def matrix(recipe: Recipe) -> list[dict[str, str]]:
 def check_image(image: str) -> int:
     """Run the same verification inside a built image, against the engine installed there."""
     import docker
-    from rig.boot.compose import docker_client
+    from rig.docker_client import docker_client
 
     client = docker_client()
     try:

@@ -6,7 +6,7 @@ wheel), the request fields that pin output length, and the key of its MoE roundi
 rig/audit/engine_rounding.yaml. Adding an engine is one row here; recipe validation
 (`engine.name`), rendering, boot and load read the row.
 
-This module imports nothing from rig.recipe at run time, so rig.recipe can import it.
+This module imports nothing from rig.deploy.recipe at run time, so rig.deploy.recipe can import it.
 """
 
 from __future__ import annotations
@@ -18,13 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from rig.grammar import IMAGE_TAG_VARIABLE, KEY_VARIABLE
+
 if TYPE_CHECKING:
-    from rig.recipe import Resolved
+    from rig.deploy.recipe import Resolved
 
 MULTINODE_ADDR_VAR = "RIG_DIST_INIT_ADDR"
 # Variables rig itself sets in every engine's environment or compose file: never a recipe's.
-RIG_OWNED_ENV = ("RIG_API_KEY", "RIG_BOOT_ID", "RIG_ADAPTER_MANIFEST_DIR", "RIG_MANIFEST_DIR", "RIG_MODEL_DIR",
-                 "RIG_IMAGE_TAG", "RIG_ENGINE", MULTINODE_ADDR_VAR)
+RIG_OWNED_ENV = (KEY_VARIABLE, "RIG_BOOT_ID", "RIG_ADAPTER_MANIFEST_DIR", "RIG_MANIFEST_DIR", "RIG_MODEL_DIR",
+                 IMAGE_TAG_VARIABLE, "RIG_ENGINE", MULTINODE_ADDR_VAR)
 ROUNDING_FILE = Path(__file__).resolve().parent / "audit" / "engine_rounding.yaml"
 
 

@@ -205,6 +205,10 @@ def release_version(value: str) -> str:
 # compose file; `$$` is a literal `$`. A recipe value holding `${RIG_API_KEY}` would put the key
 # on the engine's argv, in its served model name and in compose's error messages.
 KEY_VARIABLE = "RIG_API_KEY"
+# Compose's image selector: `rig build` tags the image with it, the rendered files run that tag,
+# an arm's `image=TAG` sets it.
+IMAGE_TAG_VARIABLE = "RIG_IMAGE_TAG"
+DEFAULT_IMAGE_TAG = "dev"
 _INTERPOLATION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 

@@ -15,12 +15,14 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
+from rig.grammar import IMAGE_TAG_VARIABLE
+
 if TYPE_CHECKING:
-    from rig.recipe import Resolved
+    from rig.deploy.recipe import Resolved
 
 REDACTED = "<redacted>"
 # Compose variables rig itself reads (rig/boot/compose.py): they pick an image, they are no secret.
-RIG_VARIABLES = frozenset({"RIG_IMAGE_TAG"})
+RIG_VARIABLES = frozenset({IMAGE_TAG_VARIABLE})
 
 
 def registry_keys() -> frozenset[str]:

@@ -50,9 +50,9 @@ def tiny(tmp_path_factory):
     """tiny-cpu booted natively once per test module, with boots and results in a temporary directory."""
     import rig.boot.base as base
     from rig.boot import driver_for
-    from rig.load.command import model_dir_for
+    from rig.deploy.recipe import load
     from rig.load.runner import LoadTarget
-    from rig.recipe import load
+    from rig.load.session import model_dir_for
 
     root = tmp_path_factory.mktemp("tiny")
     saved = (base.RESULTS_DIR, base.BOOTS_DIR, base.STATE_DIR)

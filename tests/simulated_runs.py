@@ -24,10 +24,14 @@ from rig.compare.model import BootEntry, ComparePlan, RunResult
 from rig.compare.run import run_result
 from rig.load.metrics import steady_window, summarize
 from rig.load.records import RequestRecord
-from rig.load.summary import RunSummary
+from rig.load.summary import ClientSetup, ClientVerdict, Provenance, RunSummary, ScenarioRun
 
 SCENARIO = "prose-c1"
 TOKENS = 64
+SIMULATED_SCENARIO = ScenarioRun(name=SCENARIO, version=1, kind="decode", endpoint="chat", users=1, prompt_tokens=64,
+                                 max_tokens=TOKENS, duration_s=60.0)
+SIMULATED_PROVENANCE = Provenance(recipe=None, variant=None, engine="simulated", image=None, boot_id="simulated",
+                                  driver="simulated", base_url=None, served_model=None, host=None, client=ClientSetup(), time=0.0)
 STEP_S = 0.08
 TTFT_S = 0.15
 NO_DIR = Path("/nonexistent/simulated-run")  # no records on disk: batching identity finds none
@@ -67,8 +71,8 @@ def simulate_round(rng: np.random.Generator, step_s: float, ttft_s: float, durat
 
 def round_result(records: list[RequestRecord], duration_s: float, slos: dict[str, float] | None) -> tuple[RunResult, RunSummary]:
     window = steady_window(records, {"spawning_complete": 0.0, "stopping": duration_s}, users=1)
-    summary = RunSummary(scenario={"name": SCENARIO, "kind": "decode"}, warmup=False, interrupted=False, provenance={},
-                         metrics=summarize(records, window), client={"valid": True})
+    summary = RunSummary(scenario=SIMULATED_SCENARIO, warmup=False, interrupted=False, provenance=SIMULATED_PROVENANCE,
+                         metrics=summarize(records, window), client=ClientVerdict(valid=True, reasons=[], processes=1))
     return run_result(summary, records, NO_DIR, slos), summary
 
 
@@ -76,7 +80,7 @@ def simulate_comparison(rng: np.random.Generator, design: Design, slos: dict[str
                         keep_summaries: list | None = None) -> tuple[ComparePlan, list[BootEntry]]:
     """One comparison of arms a (baseline) and b in ABBA order. `keep_summaries`, when given,
     collects (arm, block, RunSummary.metrics) of every round, for tests of per-round figures."""
-    arms = [Arm("a"), Arm("b")]
+    arms = [Arm(name="a"), Arm(name="b")]
     plan = ComparePlan(recipe="tiny-cpu", arms=arms, control=None, boots=design.pairs, rounds=design.rounds,
                        scenarios=[SCENARIO], small=False, slos=slos)
     drifts = {block: (rng.normal(0, design.drift_sd), rng.normal(0, design.drift_sd)) for block in range(design.pairs)}

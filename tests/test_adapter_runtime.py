@@ -186,9 +186,9 @@ def test_gemm_shapes_records_each_ranks_parameter_shapes(tmp_path):
     rows = compare_shapes([Gemm("shared_expert", "shared_experts.down_proj", 5120, 576),
                            Gemm("shared_expert", "shared_experts.gate_up_proj", 1152, 5120),
                            Gemm("dense_mlp", "mlp.down_proj", 5120, 4608)], ranks)
-    assert [r["verdict"] for r in rows] == ["agrees", "not found", "not found"]
+    assert [r.verdict for r in rows] == ["agrees", "not found", "not found"]
     wrong = compare_shapes([Gemm("shared_expert", "shared_experts.down_proj", 5120, 640)], ranks)
-    assert wrong[0]["verdict"] == "DIFFERS" and wrong[0]["engine"] == [[5120, 576]]
+    assert wrong[0].verdict == "DIFFERS" and [list(shape) for shape in wrong[0].engine] == [[5120, 576]]
 
 
 def test_token_delay_delays_vllm_worker_steps_that_schedule_tokens(tmp_path):

@@ -13,7 +13,7 @@ from rig.boot.base import current_boot
 from rig.boot.checks import check_boot
 from rig.boot.process import group_alive
 from rig.chat import stream_chat
-from rig.recipe import load
+from rig.deploy.recipe import load
 
 pytestmark = pytest.mark.e2e
 

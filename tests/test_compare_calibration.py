@@ -85,7 +85,7 @@ def table() -> dict[tuple, dict[str, float]]:
 
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: f"boot{100 * s[0]:.0f}-round{100 * s[1]:.0f}")
 def test_no_change_gives_at_most_5_percent_verdicts_and_covers(table, setting):
-    from rig.compare.command import DEFAULT_BOOTS
+    from rig.compare.design import DEFAULT_BOOTS
 
     for pairs in {DEFAULT_BOOTS, 6}:
         null = table[(*setting, pairs, 0.0)]
@@ -97,7 +97,7 @@ def test_no_change_gives_at_most_5_percent_verdicts_and_covers(table, setting):
 def test_a_real_change_is_covered_and_almost_never_gets_the_wrong_sign(table, setting):
     """Coverage holds for every design; wrong-signed verdicts stay under 1% from the default design
     up (with 2 pairs a t interval on 1 df lets ~1.4% through at boot sd 3%: why the default is 4)."""
-    from rig.compare.command import DEFAULT_BOOTS
+    from rig.compare.design import DEFAULT_BOOTS
 
     for pairs in DESIGNS:
         effect = table[(*setting, pairs, 2.0)]

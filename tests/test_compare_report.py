@@ -14,9 +14,10 @@ import pytest
 from simulated_runs import SCENARIO, Design, simulate_comparison
 
 from rig.compare.arms import Arm
-from rig.compare.command import write_report
+from rig.compare.goodput import Goodput
 from rig.compare.markdown import comparison_line, markdown
 from rig.compare.model import BootEntry, ComparePlan, RunResult
+from rig.compare.output import write_report
 from rig.compare.percentiles import LatencyHistogram
 from rig.compare.plot import as_percent
 from rig.compare.report import analyze
@@ -38,14 +39,14 @@ NUMBER = r"([+-]?\d+(?:\.\d+)?)"
 
 
 def plan_for(boots: int, slos: dict[str, float] | None = None) -> ComparePlan:
-    return ComparePlan(recipe="tiny-cpu", arms=[Arm("a"), Arm("b")], control=None, boots=boots, rounds=3,
+    return ComparePlan(recipe="tiny-cpu", arms=[Arm(name="a"), Arm(name="b")], control=None, boots=boots, rounds=3,
                        scenarios=[SCENARIO], small=True, slos=slos)
 
 
 def entry(index: int, block: int, arm: str, headline: list[float], goodput: list[float] | None = None,
           voided: bool = False) -> BootEntry:
-    rounds = [{SCENARIO: RunResult(SCENARIO, "/nonexistent", {HEADLINE: value}, [],
-                                   goodput={"requests_per_s": goodput[i]} if goodput else None,
+    rounds = [{SCENARIO: RunResult(scenario=SCENARIO, dir="/nonexistent", figures={HEADLINE: value}, problems=[],
+                                   goodput=Goodput(slos_s={}, requests_per_s=goodput[i], met=0, completed=0, share=None) if goodput else None,
                                    latency={"ttft": LatencyHistogram.of([100.0 + i, 120.0, 140.0] * 3)})}
               for i, value in enumerate(headline)]
     return BootEntry(index=index, block=block, arm=arm, spec="", control=False, attempt=1, voided=voided,
@@ -150,7 +151,7 @@ def test_percentiles_pool_each_boots_rounds_and_print_their_counts(simulated):
 def test_a_boot_short_of_samples_is_refused_and_named_while_the_rest_compare():
     def boot(index: int, block: int, arm: str, requests: int) -> BootEntry:
         ttft = LatencyHistogram.of(np.linspace(100.0, 200.0, requests) * (1.1 if arm == "b" else 1.0))
-        rounds = [{SCENARIO: RunResult(SCENARIO, "/nonexistent", {HEADLINE: 100.0}, [], latency={"ttft": ttft})}]
+        rounds = [{SCENARIO: RunResult(scenario=SCENARIO, dir="/nonexistent", figures={HEADLINE: 100.0}, problems=[], latency={"ttft": ttft})}]
         return BootEntry(index=index, block=block, arm=arm, spec="", control=False, attempt=1, rounds=rounds)
 
     entries = [boot(0, 0, "a", 310), boot(1, 0, "b", 300), boot(2, 1, "b", 298), boot(3, 1, "a", 305),

@@ -21,10 +21,10 @@ import os
 import numpy as np
 from simulated_runs import SCENARIO, Design, simulate_comparison
 
-from rig.compare.command import DEFAULT_BOOTS, DEFAULT_ROUNDS
+from rig.compare.design import DEFAULT_BOOTS, DEFAULT_ROUNDS
 from rig.compare.report import analyze
 from rig.compare.stats import CONFIDENCE, compare_boots
-from rig.load.summary import LATENCY
+from rig.load.summary import LATENCY, Metrics
 
 SIMULATIONS = int(os.environ.get("RIG_CALIBRATION_SIMULATIONS", "1000"))
 POWER_SIMULATIONS = 100
@@ -32,13 +32,13 @@ ALPHA = 0.05
 MC_SLACK = 2.5 * math.sqrt(ALPHA * (1 - ALPHA) / SIMULATIONS)
 
 
-def per_round_verdicts(kept: list[tuple[str, int, dict]]) -> dict[str, bool]:
+def per_round_verdicts(kept: list[tuple[str, int, Metrics]]) -> dict[str, bool]:
     """The old report: each round's own percentile, averaged over the boot's rounds, at 95% each."""
     verdicts = {}
     for figure in LATENCY:
         boots: dict[str, dict[int, list[float]]] = {}
         for arm, block, metrics in kept:
-            value = metrics[f"{figure.samples}_s"][f"p{round(100 * figure.quantile)}"]
+            value = getattr(getattr(metrics, f"{figure.samples}_s"), f"p{round(100 * figure.quantile)}")
             if value is not None:
                 boots.setdefault(arm, {}).setdefault(block, []).append(1000 * value)
         verdicts[figure.name] = compare_boots(boots.get("a", {}), boots.get("b", {}), figure.name, False).decided

@@ -31,7 +31,7 @@ def test_parse_arms():
 
 
 def test_abba_order():
-    a, b = Arm("a"), Arm("b")
+    a, b = Arm(name="a"), Arm(name="b")
     assert [(block, arm.name) for block, arm in boot_order([a, b], 3)] == [(0, "a"), (0, "b"), (1, "b"), (1, "a"), (2, "a"), (2, "b")]
 
 
@@ -130,11 +130,11 @@ def test_greedy_identity_needs_reproducibility_first():
         return BootEntry(index=index, block=index // 2, arm=arm, spec="", control=control, attempt=1, greedy=greedy)
 
     same = [entry(0, "a", {"p": "1"}), entry(1, "b", {"p": "1"}), entry(2, "b", {"p": "1"}), entry(3, "a", {"p": "1"})]
-    assert greedy_report(same + [entry(4, "c", {"p": "2"}, True)], ["a", "b"], "c")["control"]["discriminates"]
-    assert greedy_report(same, ["a", "b"], None)["status"] == "identical"
+    assert greedy_report(same + [entry(4, "c", {"p": "2"}, True)], ["a", "b"], "c").control.discriminates
+    assert greedy_report(same, ["a", "b"], None).status == "identical"
     flaky = [entry(0, "a", {"p": "1"}), entry(1, "b", {"p": "1"}), entry(2, "b", {"p": "1"}), entry(3, "a", {"p": "9"})]
     report = greedy_report(flaky + [entry(4, "c", {"p": "2"}, True)], ["a", "b"], "c")
-    assert report["status"].startswith("inconclusive") and report["control"]["discriminates"] is False
+    assert report.status.startswith("inconclusive") and report.control.discriminates is False
 
 
 def test_log_normalisation_keeps_what_identifies_a_line():
@@ -153,7 +153,7 @@ def test_resume_redoes_exactly_the_missing_boots(tmp_path, monkeypatch):
         if index == 2 and attempt == 1:
             raise KeyboardInterrupt
         return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=attempt,
-                         rounds=[{"prose-c1": RunResult("prose-c1", "", {"user_decode_tok_s": 100.0 + index}, [])}])
+                         rounds=[{"prose-c1": RunResult(scenario="prose-c1", dir="", figures={"user_decode_tok_s": 100.0 + index}, problems=[])}])
 
     monkeypatch.setattr(compare_run, "run_boot", fake_boot)
     plan = ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:X=0"), parse_arm("b:X=1")], control=None,
@@ -175,7 +175,7 @@ def test_target_adds_pairs_until_met_or_limit(tmp_path, monkeypatch):
     def fake_boot(plan, index, block, arm, out, progress):
         value = 100.0 * (1.05 if arm.name == "b" else 1.0) * (1 + 0.002 * ((index * 7) % 5 - 2))
         return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1,
-                         rounds=[{"prose-c1": RunResult("prose-c1", "", {"user_decode_tok_s": value}, [])}])
+                         rounds=[{"prose-c1": RunResult(scenario="prose-c1", dir="", figures={"user_decode_tok_s": value}, problems=[])}])
 
     monkeypatch.setattr(compare_run, "run_boot", fake_boot)
     plan = ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:X=0"), parse_arm("b:X=1")], control=None, boots=4, rounds=1,
@@ -187,7 +187,7 @@ def test_target_adds_pairs_until_met_or_limit(tmp_path, monkeypatch):
     analysis = analyze(saved, entries)
     # Stein: the first 4 pairs asked for more than the cap; the ABBA order goes on block by block to it.
     assert saved.planned_pairs == saved.boots == 8 and len(entries) == 16, analysis.target
-    assert not analysis.target["met"] and analysis.target["status"].startswith("limit reached"), analysis.target
+    assert not analysis.target.met and analysis.target.status.startswith("limit reached"), analysis.target
     assert "Stein" in analysis.scenarios["prose-c1"].vs["b"].method
     order = [(e.block, e.arm) for e in entries]
     assert order[:4] == [(0, "a"), (0, "b"), (1, "b"), (1, "a")] and order[8:10] == [(4, "a"), (4, "b")]
@@ -195,19 +195,22 @@ def test_target_adds_pairs_until_met_or_limit(tmp_path, monkeypatch):
                         target_pct=3.0, max_boots=8, first_stage=4)
     entries = compare_run.run_compare(loose, tmp_path / "loose", progress=False)
     analysis = analyze(ComparePlan.read(tmp_path / "loose"), entries)
-    assert len(entries) == 8 and analysis.target["met"], analysis.target
+    assert len(entries) == 8 and analysis.target.met, analysis.target
 
 
 def test_a_planted_fingerprint_difference_voids_the_comparison(tmp_path, monkeypatch):
     """A power limit that differs between boots voids the verdict, naming the field, unless accepted."""
     from rig.compare.markdown import markdown
     from rig.compare.report import analyze
+    from rig.observe.fingerprint import Fingerprint, GpuFacts
 
     def fake_boot(plan, index, block, arm, out, progress):
         limit = 600.0 if (arm.name == "b" and block == 1) else 700.0
         return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1,
-                         fingerprint={"driver_version": "580.159.04", "gpus": [{"name": "H200", "power_limit_w": limit}]},
-                         rounds=[{"prose-c1": RunResult("prose-c1", "", {"user_decode_tok_s": 100.0 + index}, [])}])
+                         fingerprint=Fingerprint(taken_at=0.0, hostname="box", kernel="6.8", os="linux", cpu="cpu", cpu_count=1,
+                                                 environment={}, driver_version="580.159.04", gpu_count=1,
+                                                 gpus=[GpuFacts(index=0, name="H200", power_limit_w=limit)]),
+                         rounds=[{"prose-c1": RunResult(scenario="prose-c1", dir="", figures={"user_decode_tok_s": 100.0 + index}, problems=[])}])
 
     monkeypatch.setattr(compare_run, "run_boot", fake_boot)
     plan = ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:X=0"), parse_arm("b:X=1")], control=None, boots=2, rounds=1,
@@ -216,7 +219,7 @@ def test_a_planted_fingerprint_difference_voids_the_comparison(tmp_path, monkeyp
     analysis = analyze(plan, entries)
     assert analysis.void and "gpus.0.power_limit_w" in analysis.void
     assert "VOID" in markdown(analysis)
-    accepted = ComparePlan(**{**plan.__dict__, "accept_fingerprint": ["gpus.*.power_limit_w"]})
+    accepted = plan.model_copy(update={"accept_fingerprint": ["gpus.*.power_limit_w"]})
     assert analyze(accepted, entries).void is None
 
 

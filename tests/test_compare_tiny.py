@@ -32,7 +32,7 @@ def test_gate_off_vs_gate_on_finds_the_injected_delay(results_dir):
                             scenarios=["prose-c1"], small=True, workers=1, resume=None, progress=False, duration_s=3.0)
     stats = analysis.scenarios["prose-c1"].vs["on"]
     pairs = json.loads((out / "plan.json").read_text())["boots"]
-    assert pairs == 3 and analysis.boots["used"] == 6 and not analysis.boots["voided"], analysis.boots
+    assert pairs == 3 and analysis.boots.used == 6 and not analysis.boots.voided, analysis.boots
     assert stats.verdict == "slower" and stats.pairs == pairs, stats
     boots = [json.loads(p.read_text()) for p in sorted((out / "boots").glob("*-on.json"))]
     injected_ms = sum(b["adapter_stats"]["token_delay"]["injected_ms"]["mean"] for b in boots) / len(boots)
@@ -51,7 +51,7 @@ def test_gate_off_vs_gate_on_finds_the_injected_delay(results_dir):
     text = (out / "compare.md").read_text()
     assert "slower" in text and "boot sd" in text
     # the delay changes speed, not outputs: the greedy continuations match the reference
-    assert analysis.quality["divergence"]["on"]["diverged"] == 0, analysis.quality["divergence"]
+    assert analysis.quality.divergence["on"].diverged == 0, analysis.quality.divergence
 
 
 def test_identical_arms_give_no_verdict_and_a_failed_boot_is_voided(results_dir):
@@ -74,14 +74,14 @@ def test_identical_arms_give_no_verdict_and_a_failed_boot_is_voided(results_dir)
     assert same.ci is not None and same.pairs == 2, same
     assert verdict not in ("faster", "slower") or abs(same.delta) < 15.0, same
     greedy = analysis.greedy  # a and b agree; the broken arm has no usable boot, and the status says so
-    assert greedy["status"] == "not measured for broken (no usable boot)", greedy
-    assert all(greedy["identical_across_arms"].values()) and greedy["boots_per_arm"] == {"a": 2, "b": 2, "broken": 0}
+    assert greedy.status == "not measured for broken (no usable boot)", greedy
+    assert all(greedy.identical_across_arms.values()) and greedy.boots_per_arm == {"a": 2, "b": 2, "broken": 0}
     # Quality on an engine without logprobs: said once, divergence located in the text; identical arms
     # do not diverge, the bf16 control does; coherence figures come from the load tests' own outputs.
     quality = analysis.quality
-    assert quality["scoring"] is None and any("returns no logprobs" in note for note in quality["notes"])
-    assert quality["divergence"]["b"]["diverged"] == 0 and quality["divergence"]["bf16"]["diverged"] > 0, quality["divergence"]
-    assert quality["coherence"]["b"]["means"]["foreign_script_share"] == 0.0 and "changed" in quality["coherence"]["b"]
+    assert quality.scoring is None and any("returns no logprobs" in note for note in quality.notes)
+    assert quality.divergence["b"].diverged == 0 and quality.divergence["bf16"].diverged > 0, quality.divergence
+    assert quality.coherence["b"].means["foreign_script_share"] == 0.0 and quality.coherence["b"].changed is not None
     assert "- b: logprob drift not measured" in (out / "compare.md").read_text()
     saved = json.loads((out / "compare.json").read_text())
     assert saved["boots"]["planned"] == 7 and saved["boots"]["used"] == 4
@@ -90,7 +90,7 @@ def test_identical_arms_give_no_verdict_and_a_failed_boot_is_voided(results_dir)
     assert any("refused" in p for p in voided[0]["problems"])
     assert saved["scenarios"]["prose-c1"]["vs"]["broken"]["verdict"].startswith("no data")
     assert "Voided boot" in (out / "compare.md").read_text()
-    assert analysis.batching["compared_prompts"] > 0 and analysis.batching["identical"] == analysis.batching["compared_prompts"]
+    assert analysis.batching.compared_prompts > 0 and analysis.batching.identical == analysis.batching.compared_prompts
 
 
 def test_a_comparison_killed_mid_boot_resumes_without_voiding(results_dir, tmp_path):

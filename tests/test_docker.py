@@ -24,9 +24,9 @@ import yaml
 
 from rig.boot.base import BootRecord
 from rig.boot.checks import check_boot
-from rig.lab import LAB_REGISTRY, PINS_FILE, standin_reference
-from rig.recipe import load
-from rig.render import compose_project
+from rig.deploy.pins import LAB_REGISTRY, PINS_FILE, standin_reference
+from rig.deploy.recipe import load
+from rig.deploy.render import compose_project
 
 pytestmark = pytest.mark.docker
 
@@ -140,7 +140,7 @@ def test_make_up_status_logs_loadtest_down_through_the_compose_driver(tiny_image
         logs = run("make", "logs", RECIPE, env=rig_env)
         assert "token_delay ARMED" in logs.stdout
         record = BootRecord.load(Path(rig_env["RIG_STATE_DIR"]) / f"{RECIPE}.json")
-        assert record.driver == "compose" and record.image["labels"]["io.rig.recipe"] == RECIPE
+        assert record.driver == "compose" and record.image.labels["io.rig.recipe"] == RECIPE
         # Manifests written by the server process inside the container, through the bind mount.
         check = check_boot(record, load(f"{RECIPE}:delay"))
         assert check.ok, check.problems

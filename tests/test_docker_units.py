@@ -9,11 +9,11 @@ import sys
 import pytest
 import yaml
 
-import rig.lab as lab
-from rig.build import context_size
+import rig.deploy.pins as lab
+from rig.deploy.build import context_size
+from rig.deploy.recipe import REPO_ROOT, EngineName, load
+from rig.deploy.render import render_compose, render_dockerfile
 from rig.engines import ENGINES, engine
-from rig.recipe import REPO_ROOT, EngineName, load
-from rig.render import render_compose, render_dockerfile
 
 
 def test_every_engine_is_one_declaration_that_the_recipe_schema_follows():

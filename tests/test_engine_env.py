@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from rig.boot import engine_env
+from rig.boot.base import compile_log_state
 from rig.boot.native import NativeDriver
+from rig.deploy.recipe import load
 from rig.engines import ENGINES
 from rig.errors import RigError
-from rig.recipe import load
 
 
 def test_the_overlay_carries_the_engines_entry_points_to_another_interpreter(tmp_path):
@@ -80,17 +81,17 @@ def test_a_missing_interpreter_is_one_line(tmp_path, results_dir):
 def test_compile_cache_state_cold_partial_warm(tmp_path):
     vllm = ENGINES["vllm"]
     env = {name: str(tmp_path / name) for name, _ in vllm.compile_caches}
-    assert engine_env.cache_state(vllm, env)["state"] == "cold"
+    assert engine_env.cache_state(vllm, env).state == "cold"
     (tmp_path / "VLLM_CACHE_ROOT").mkdir()
     (tmp_path / "VLLM_CACHE_ROOT" / "graph").write_bytes(b"x" * 10)
     state = engine_env.cache_state(vllm, env)
-    assert state["state"] == "partial" and state["dirs"]["VLLM_CACHE_ROOT"] == {"path": env["VLLM_CACHE_ROOT"], "files": 1, "bytes": 10}
+    assert state.state == "partial" and state.dirs["VLLM_CACHE_ROOT"].model_dump() == {"path": env["VLLM_CACHE_ROOT"], "files": 1, "bytes": 10}
     for name, _ in vllm.compile_caches:
         Path(env[name]).mkdir(exist_ok=True)
         (Path(env[name]) / "f").write_text("1")
-    assert engine_env.cache_state(vllm, env)["state"] == "warm"
+    assert engine_env.cache_state(vllm, env).state == "warm"
     fresh = engine_env.fresh_caches(vllm, tmp_path / "boot")
-    assert engine_env.cache_state(vllm, fresh)["state"] == "cold"
+    assert engine_env.cache_state(vllm, fresh).state == "cold"
 
 
 def test_engine_children_forget_the_key_only_the_api_server_needs(tmp_path):
@@ -128,10 +129,10 @@ def test_the_boot_log_says_whether_vllm_reused_its_compilation(tmp_path):
     compiled = ("(EngineCore pid=1291) INFO 11-30 13:10:25 [backends.py:393] Compiling a graph for compile range (1, 8192) "
                 "takes 8.87 s")  # a line of the H200 boot 20261130-130911-llama-h200.tp1-303c
     reused = "(EngineCore pid=7) INFO [backends.py:293] Directly load the compiled graph(s) for compile range (1, 8192) from the cache"
-    assert engine_env.compile_log_state(vllm, compiled) == "compiled"
-    assert engine_env.compile_log_state(vllm, reused) == "reused"
-    assert engine_env.compile_log_state(vllm, "eager mode: nothing compiled") is None
-    assert engine_env.compile_log_state(ENGINES["transformers"], compiled) is None
+    assert compile_log_state(vllm, compiled) == "compiled"
+    assert compile_log_state(vllm, reused) == "reused"
+    assert compile_log_state(vllm, "eager mode: nothing compiled") is None
+    assert compile_log_state(ENGINES["transformers"], compiled) is None
     # vLLM's cache root follows XDG_CACHE_HOME
     assert engine_env.cache_dirs(vllm, {"XDG_CACHE_HOME": str(tmp_path)})["VLLM_CACHE_ROOT"] == tmp_path / "vllm"
 
@@ -145,8 +146,7 @@ def test_two_ups_of_one_recipe_cannot_both_claim_it(results_dir):
     first = new_boot(resolved, "native", {}, 8321)
     with pytest.raises(RigError, match="starting"):  # refused by the live claim before any work
         new_boot(resolved, "native", {}, 8321)
-    loser = first.model_copy() if hasattr(first, "model_copy") else type(first)(**{**first.__dict__})
-    loser.boot_id = first.boot_id + "-other"
+    loser = first.model_copy(update={"boot_id": first.boot_id + "-other"})
     with pytest.raises(RigError, match="another `rig up` of this recipe is starting or up"):
         claim(loser)
     forget(loser)  # the loser cleans up: the winner's state stays

@@ -15,8 +15,8 @@ import yaml
 from conftest import REPO, rig_cli
 
 from rig import grammar
+from rig.deploy.recipe import parse_recipe
 from rig.errors import RigError
-from rig.recipe import parse_recipe
 
 WATCHED = [REPO / "docker", REPO / "compose", REPO / "results", REPO / ".rig", REPO / "recipes"]
 
@@ -217,7 +217,7 @@ def test_harmless_interpreter_settings_pass(tmp_path):
 
 
 def test_secret_looking_names_stay_redacted_whatever_the_recipe_says():
-    from rig.recipe import load
+    from rig.deploy.recipe import load
     from rig.secrets import REDACTED, recordable_keys, redact_for
 
     resolved = load("tiny-cpu")
@@ -373,7 +373,7 @@ def _halfway_recipe(tmp_path: Path) -> Path:
 
 def test_render_failing_halfway_leaves_the_tree_byte_identical(tmp_path, monkeypatch):
     import rig.atomic as atomic
-    from rig.render import render
+    from rig.deploy.render import render
 
     before = tree(REPO / "docker", REPO / "compose")
     stale = REPO / "compose" / "tiny-cpu.yaml"  # an existing file is rewritten too, and must come back
@@ -408,7 +408,7 @@ def test_render_failing_halfway_leaves_the_tree_byte_identical(tmp_path, monkeyp
 def test_render_failing_on_a_too_long_name_writes_nothing(tmp_path):
     """A name past the filesystem's limit (only reachable by skipping validation): staged, failed, gone."""
     from rig.atomic import write_files_atomic
-    from rig.render import rendered_files
+    from rig.deploy.render import rendered_files
 
     recipe = parse_recipe(_halfway_recipe(tmp_path))
     long = recipe.model_copy(update={"variants": {**recipe.variants, "w" * 300: recipe.variants["v1"]}})
@@ -421,7 +421,7 @@ def test_render_failing_on_a_too_long_name_writes_nothing(tmp_path):
 
 
 def test_render_refuses_interpolation_that_slipped_past_the_schema():
-    import rig.render as render
+    import rig.deploy.render as render
 
     recipe = parse_recipe(REPO / "recipes" / "tiny-cpu.yaml")
     for change in ({"env": {"OMP_NUM_THREADS": "${RIG_API_KEY}"}}, {"server_args": ["--device", "$HOME"]}):
@@ -443,7 +443,7 @@ def test_compose_interpolations_grammar():
 
 def test_a_dash_and_a_variant_never_share_a_project_or_a_boot(tmp_path, monkeypatch):
     import rig.boot.base as base
-    from rig.render import compose_path, compose_project
+    from rig.deploy.render import compose_path, compose_project
 
     def plain(data):
         data["name"] = "h-b"
@@ -470,7 +470,7 @@ def test_a_dash_and_a_variant_never_share_a_project_or_a_boot(tmp_path, monkeypa
 
 
 def test_two_recipe_files_rendering_the_same_path_are_refused(tmp_path):
-    from rig.render import render
+    from rig.deploy.render import render
 
     first = write_recipe(tmp_path / "a", "tiny-cpu", put("description", "one"))
     second = write_recipe(tmp_path / "b", "tiny-cpu", put("description", "two"))
@@ -565,7 +565,7 @@ def test_compose_override_brackets_an_ipv6_bind_and_compose_accepts_it(tmp_path)
     from test_render import COMPOSE_ENV, compose_binary
 
     from rig.boot.compose import override_file
-    from rig.render import render_compose
+    from rig.deploy.render import render_compose
 
     resolved = parse_recipe(write_recipe(tmp_path, "tiny-cpu-docker", put("serving.bind", "::1"))).variant(None)
     rendered = tmp_path / "rendered.yaml"
@@ -592,7 +592,7 @@ def test_compose_override_brackets_an_ipv6_bind_and_compose_accepts_it(tmp_path)
 def test_regex_patterns_run_in_linear_time_on_adversarial_logs():
     """(a+)+$ and (x|xy)*z backtrack exponentially in Python's re; under RE2 they are plain patterns."""
     from rig.boot.checks import check_log
-    from rig.recipe import BootLog
+    from rig.deploy.recipe import BootLog
 
     line = "a" * 200_000 + "!"
     done = threading.Event()

@@ -16,10 +16,10 @@ from conftest import REPO
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-import rig.render as render_module
+import rig.deploy.render as render_module
 from rig import grammar
+from rig.deploy.recipe import parse_recipe
 from rig.errors import RigError
-from rig.recipe import parse_recipe
 
 BASES = {name: (REPO / "recipes" / f"{name}.yaml").read_text() for name in ("tiny-cpu", "tiny-cpu-docker", "mia-tp4", "glm52-tp6")}
 HOSTILE = [

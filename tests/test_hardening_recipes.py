@@ -14,8 +14,8 @@ import pytest
 import yaml
 from conftest import REPO, rig_cli
 
+from rig.deploy.recipe import parse_recipe
 from rig.errors import RigError
-from rig.recipe import parse_recipe
 
 RENDERED = sorted([*(REPO / "docker").glob("*/Dockerfile"), *(REPO / "compose").glob("*.yaml")])
 
@@ -133,7 +133,7 @@ def test_validate_and_render_refuse_every_crafted_recipe_and_write_nothing(tmp_p
 
 def test_render_refuses_what_slipped_past_the_schema(tmp_path):
     """Defence in depth: a Recipe built without validation still cannot inject or escape."""
-    import rig.render as render
+    import rig.deploy.render as render
 
     recipe = parse_recipe(REPO / "recipes" / "tiny-cpu.yaml")
     injected = recipe.model_copy(update={"description": "x\nRUN id"})
@@ -190,7 +190,7 @@ def test_pip_and_model_path_reach_the_dockerfile_as_exec_form():
 
 
 def test_label_values_are_not_substituted(tmp_path):
-    from rig.render import render_dockerfile
+    from rig.deploy.render import render_dockerfile
 
     recipe = parse_recipe(REPO / "recipes" / "tiny-cpu.yaml").model_copy(update={"description": 'a "quoted" $HOME ${BASE_DIGEST}'})
     label = next(line for line in render_dockerfile(recipe).splitlines() if "image.description" in line)

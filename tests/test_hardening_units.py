@@ -66,7 +66,7 @@ def test_redact_keeps_only_allowed_values():
                                                    "OMP_NUM_THREADS": REDACTED, "RIG_IMAGE_TAG": REDACTED}
     assert env["HF_TOKEN"] == "hf_secret"  # a copy, the input is untouched
 
-    from rig.recipe import load
+    from rig.deploy.recipe import load
 
     resolved = load("tiny-cpu")
     allowed = recordable_keys(resolved)

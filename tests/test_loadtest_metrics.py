@@ -15,9 +15,12 @@ import pytest
 from conftest import REPO, free_port
 
 from rig.boot.base import BootRecord
+from rig.deploy.recipe import load
+from rig.load.prompts import TokenCounter
 from rig.load.runner import LoadTarget, run_scenario
-from rig.load.scenarios import Scenario, TokenCounter
-from rig.recipe import load
+from rig.load.scenarios import Scenario
+from rig.load.summary import SUMMARY_SCHEMA
+from rig.load.wire import Prompt
 
 TTFT, ITL = 1.0, 0.02  # a long TTFT keeps the client's constant ~3 ms per request well under 1%
 
@@ -59,7 +62,7 @@ class FixedPrompts(TokenCounter):
 
 
 # Two whole blocks of the timed server's stand-in prefix cache (8 words each).
-PROMPTS = [{"name": "p0", "text": "the harbour town woke slowly as the fishing boats came in with the tide and gulls", "tokens": 16}]
+PROMPTS = [Prompt(name="p0", text="the harbour town woke slowly as the fishing boats came in with the tide and gulls", tokens=16)]
 
 
 def scenario(**overrides) -> Scenario:
@@ -78,25 +81,25 @@ def test_c1_metrics_match_the_known_timing(timed_target, tmp_path):
     summary = run_scenario(target, scenario(duration_s=7.0), tmp_path / "run", counter=FixedPrompts(), prompts=PROMPTS, progress=False,
                            settle_s=2.5)
     metrics = summary.metrics
-    assert metrics["requests"]["completed"] >= 3
-    assert within(metrics["ttft_s"]["mean"], TTFT), metrics["ttft_s"]
-    assert within(metrics["itl_s"]["mean"], ITL), metrics["itl_s"]
-    assert within(metrics["tpot_s"]["mean"], ITL), metrics["tpot_s"]
-    assert within(metrics["user_decode_tok_s"]["token_weighted"], 1 / ITL), metrics["user_decode_tok_s"]
-    assert within(metrics["user_decode_tok_s"]["p50"], 1 / ITL), metrics["user_decode_tok_s"]
-    assert within(metrics["e2e_s"]["mean"], TTFT + 20 * ITL), metrics["e2e_s"]
-    assert metrics["tokens"]["usage_vs_chunks_mismatched_requests"] == 0
+    assert metrics.requests.completed >= 3
+    assert within(metrics.ttft_s.mean, TTFT), metrics.ttft_s
+    assert within(metrics.itl_s.mean, ITL), metrics.itl_s
+    assert within(metrics.tpot_s.mean, ITL), metrics.tpot_s
+    assert within(metrics.user_decode_tok_s.token_weighted, 1 / ITL), metrics.user_decode_tok_s
+    assert within(metrics.user_decode_tok_s.p50, 1 / ITL), metrics.user_decode_tok_s
+    assert within(metrics.e2e_s.mean, TTFT + 20 * ITL), metrics.e2e_s
+    assert metrics.tokens.usage_vs_chunks_mismatched_requests == 0
     # One fixed prompt, repeated: the server's stand-in prefix cache answers all but the first.
-    assert metrics["tokens"]["cached_share"] == 1.0 and not metrics["requests"]["unique_prompts"]
+    assert metrics.tokens.cached_share == 1.0 and not metrics.requests.unique_prompts
     # The window opens after the first request (first token + one lifetime): steady state at c=1.
-    assert metrics["window"]["steady"] and metrics["window"]["start"] > metrics["window"]["run_start"] + TTFT
-    assert summary.client["valid"], summary.client
+    assert metrics.window.steady and metrics.window.start > metrics.window.run_start + TTFT
+    assert summary.client.valid, summary.client
     # The server's own /metrics, scraped during the run: one stream running, its token rate.
-    server = summary.observations["server"]["metrics"]
-    assert server["running_requests"]["max"] == 1 and server["waiting_requests"]["max"] == 0
-    assert within(server["generation_tokens_per_s"]["rate"], 21 / (TTFT + 20 * ITL), 0.15), server
-    assert summary.observations["timeline"] == "timeline.png" and (tmp_path / "run" / "timeline.png").stat().st_size > 10_000
-    assert summary.provenance["boot_id"] == "timed-test" and summary.schema == 2 and not summary.problems()
+    server = summary.observations.server.metrics
+    assert server["running_requests"].max == 1 and server["waiting_requests"].max == 0
+    assert within(server["generation_tokens_per_s"].rate, 21 / (TTFT + 20 * ITL), 0.15), server
+    assert summary.observations.timeline == "timeline.png" and (tmp_path / "run" / "timeline.png").stat().st_size > 10_000
+    assert summary.provenance.boot_id == "timed-test" and summary.schema_version == SUMMARY_SCHEMA and not summary.problems()
     for name in ("summary.json", "summary.csv", "summary.md", "config.json"):
         assert (tmp_path / "run" / name).exists()
 
@@ -116,7 +119,7 @@ def test_every_prompt_is_unique_and_exact_in_tokens(timed_target, tmp_path):
     records = read_records(tmp_path / "run")
     assert len(records) >= 4 and all(r.prompt_nonce for r in records)
     assert len({(r.prompt, r.prompt_nonce) for r in records}) == len(records)
-    assert summary.metrics["requests"]["unique_prompts"] and summary.metrics["tokens"]["cached_share"] == 0.0
+    assert summary.metrics.requests.unique_prompts and summary.metrics.tokens.cached_share == 0.0
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     for record in records[:6]:
         prompt = next(p for p in config["prompts"] if p["name"] == record.prompt)
@@ -130,10 +133,10 @@ def test_window_opens_at_steady_state(timed_target, tmp_path):
     summary = run_scenario(target, scenario(users=4, spawn_rate=4, max_tokens=2000, duration_s=4.0, kind="concurrency"),
                            tmp_path / "run", counter=FixedPrompts(), prompts=PROMPTS, progress=False, settle_s=2.0)
     metrics = summary.metrics
-    assert metrics["requests"]["completed"] == 0 and metrics["requests"]["cut_by_window"] == 4
-    assert metrics["window"]["steady"], metrics["window"]
-    assert within(metrics["output_tok_s"], 4 / ITL), metrics["output_tok_s"]
-    assert metrics["window"]["seconds"] >= 3.5 and metrics["window"]["kept_fraction"] < 1
+    assert metrics.requests.completed == 0 and metrics.requests.cut_by_window == 4
+    assert metrics.window.steady, metrics.window
+    assert within(metrics.output_tok_s, 4 / ITL), metrics.output_tok_s
+    assert metrics.window.seconds >= 3.5 and metrics.window.kept_fraction < 1
 
 
 def test_two_tokens_per_chunk_are_counted_as_tokens(tmp_path):
@@ -152,8 +155,8 @@ def test_two_tokens_per_chunk_are_counted_as_tokens(tmp_path):
         server.kill()
         server.wait()
     metrics = summary.metrics
-    assert metrics["tokens"]["per_chunk"] == "continuous usage"
-    assert within(metrics["output_tok_s"], 4 / ITL), metrics["output_tok_s"]
+    assert metrics.tokens.per_chunk == "continuous usage"
+    assert within(metrics.output_tok_s, 4 / ITL), metrics.output_tok_s
     from rig.load.records import read_records
 
     records = read_records(tmp_path / "run")
@@ -192,13 +195,13 @@ def test_stalled_client_is_invalid_or_right(timed_target, tmp_path):
         time.sleep(0.4)
     thread.join(timeout=60)
     summary = result["summary"]
-    rate = summary.metrics["user_decode_tok_s"]["token_weighted"]
-    ttft = summary.metrics["ttft_s"]["mean"]
+    rate = summary.metrics.user_decode_tok_s.token_weighted
+    ttft = summary.metrics.ttft_s.mean
     right = within(rate, 1 / ITL, 0.02) and within(ttft, TTFT, 0.02)
-    if summary.client["valid"]:
+    if summary.client.valid:
         assert right, (rate, ttft, summary.client)
     else:
-        assert any("stalled" in reason for reason in summary.client["reasons"]), summary.client
+        assert any("stalled" in reason for reason in summary.client.reasons), summary.client
         assert any("client INVALID" in problem for problem in summary.problems())
 
 
@@ -206,10 +209,10 @@ def test_distributed_run_master_and_workers(timed_target, tmp_path):
     target, _ = timed_target
     summary = run_scenario(target, scenario(users=6, distributed=True, spawn_rate=6, kind="concurrency", duration_s=3.0),
                            tmp_path / "run", workers=2, counter=FixedPrompts(), prompts=PROMPTS, progress=False, settle_s=2.0)
-    assert summary.provenance["client"]["workers"] == 2 and summary.provenance["client"]["distributed"]
+    assert summary.provenance.client.workers == 2 and summary.provenance.client.distributed
     assert len(list((tmp_path / "run").glob("records-*.jsonl"))) == 2
-    assert summary.client["processes"] == 2
-    assert within(summary.metrics["itl_s"]["mean"], ITL)
+    assert summary.client.processes == 2
+    assert within(summary.metrics.itl_s.mean, ITL)
 
 
 def test_server_dying_mid_run_keeps_records_and_counts_errors(tmp_path):
@@ -226,13 +229,13 @@ def test_server_dying_mid_run_keeps_records_and_counts_errors(tmp_path):
         server.wait()
     from rig.load.records import read_records
 
-    requests = summary.metrics["requests"]
+    requests = summary.metrics.requests
     assert sum(r.complete for r in read_records(tmp_path / "run")) >= 2
-    errors = requests["errors"]
+    errors = requests.errors
     assert sum(n for kind, n in errors.items() if kind != "cut_by_window") >= 1, errors
     assert set(errors) <= {"stream_cut", "connection", "cut_by_window", "ChunkedEncodingError", "ConnectionError"}
     written = json.loads(Path(tmp_path / "run" / "summary.json").read_text())
-    assert written["metrics"]["requests"]["total"] == requests["total"]
+    assert written["metrics"]["requests"]["total"] == requests.total
 
 
 def test_a_worker_on_another_machine_ships_its_records_to_the_master(timed_target, tmp_path):
@@ -263,5 +266,5 @@ def test_a_worker_on_another_machine_ships_its_records_to_the_master(timed_targe
     summary = result["summary"]
     assert not (tmp_path / "not-on-this-machine").exists()
     assert len(list(out.glob("records-*.jsonl"))) == 2 and len(list(out.glob("client-*.json"))) == 2
-    assert summary.metrics["requests"]["completed"] >= 4
-    assert within(summary.metrics["itl_s"]["mean"], ITL)
+    assert summary.metrics.requests.completed >= 4
+    assert within(summary.metrics.itl_s.mean, ITL)

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from rig.load.command import run_scenarios
+from rig.load.prompts import TokenCounter, build_prompts
 from rig.load.runner import LocustRun, run_scenario, workload_config
-from rig.load.scenarios import TokenCounter, build_prompts, load_scenario, scenario_names
+from rig.load.scenarios import load_scenario, scenario_names
+from rig.load.session import run_scenarios
 
 pytestmark = pytest.mark.e2e
 
@@ -26,8 +27,8 @@ def test_prompts_are_exact_in_tokens(tiny):
         rng = random.Random(1)
         for prompt in prompts:
             for _ in range(3):
-                assert len(counter.encode(nonce.sample(rng) + prompt["text"])) == scenario.prompt_tokens
-        assert len({p["text"] for p in prompts}) == len(prompts)
+                assert len(counter.encode(nonce.sample(rng) + prompt.text)) == scenario.prompt_tokens
+        assert len({p.text for p in prompts}) == len(prompts)
 
 
 def test_every_scenario_loads_and_builds_its_workload_for_the_served_tokenizer(tiny):
@@ -44,9 +45,9 @@ def test_every_scenario_loads_and_builds_its_workload_for_the_served_tokenizer(t
         scenario = full.scaled(True)  # the sizes the runs here use; full sizes take the same code path
         prompts, nonce = build_prompts(scenario, counter)
         assert prompts and (nonce is not None) == scenario.unique_prompts, name
-        config, offsets, _ = workload_config(scenario, counter, f"{name}/test", 1)
-        assert config["kind"] == scenario.kind
-        assert bool(offsets) == (scenario.kind in ("open_loop", "trace")), name
+        workload = workload_config(scenario, counter, f"{name}/test")
+        assert bool(workload.offsets) == (scenario.kind in ("open_loop", "trace")), name
+        assert (workload.conversations is not None) == (scenario.kind == "multi_turn"), name
 
 
 def test_closed_loop_scenarios_run_with_their_own_warmup(tiny):
@@ -59,18 +60,18 @@ def test_closed_loop_scenarios_run_with_their_own_warmup(tiny):
     assert [(s.name, s.warmup) for s in summaries] == [(n, w) for n in names for w in (True, False)]
     for summary in summaries:
         metrics = summary.metrics
-        assert metrics["requests"]["total"] >= 1, (summary.name, metrics["requests"])
-        errors = {k: n for k, n in metrics["requests"]["errors"].items() if k != "cut_by_window"}
+        assert metrics.requests.total >= 1, (summary.name, metrics.requests)
+        errors = {k: n for k, n in metrics.requests.errors.items() if k != "cut_by_window"}
         assert not errors, (summary.name, errors)
-        assert metrics["output_tok_s"] > 0 and summary.provenance["boot_id"] == target.boot_id
+        assert metrics.output_tok_s > 0 and summary.provenance.boot_id == target.boot_id
     by_name = {s.name: s for s in summaries if not s.warmup}
     prefill = by_name["prefill-8k"].metrics
-    assert prefill["tokens"]["prompt_tokens_usage"] == prefill["tokens"]["prompt_tokens_target"] == 512
-    assert prefill["prefill_tok_s"]["token_weighted"] > 0 and prefill["requests"]["unique_prompts"]
+    assert prefill.tokens.prompt_tokens_usage == prefill.tokens.prompt_tokens_target == 512
+    assert prefill.prefill_tok_s.token_weighted > 0 and prefill.requests.unique_prompts
     decode = by_name["prose-c1"].metrics
-    assert decode["user_decode_tok_s"]["token_weighted"] > 0 and decode["tpot_s"]["p50"] > 0
-    if not decode["window"]["steady"]:  # a busy machine can legitimately keep a short run from steady state
-        assert by_name["prose-c1"].problems(), decode["window"]
+    assert decode.user_decode_tok_s.token_weighted > 0 and decode.tpot_s.p50 > 0
+    if not decode.window.steady:  # a busy machine can legitimately keep a short run from steady state
+        assert by_name["prose-c1"].problems(), decode.window
     runs = [json.loads(line) for line in Path(target.record.boot_dir, "runs.jsonl").read_text().splitlines()]
     assert [r["warmup"] for r in runs][:2] == [True, False] and all(r["complete"] for r in runs)
     again = run_scenarios(target, ["prose-c1"], small=True, workers=1, root=root / "again", progress=False)
@@ -91,7 +92,7 @@ def test_one_connection_per_user_across_sequential_requests(tiny, tmp_path):
         handle.seek(before)
         text = handle.read().decode(errors="replace")
     ports = re.findall(r'127\.0\.0\.1:(\d+) - "POST /v1/chat/completions', text)
-    assert len(ports) >= 4 and summary.metrics["requests"]["total"] >= 4, text[-2000:]
+    assert len(ports) >= 4 and summary.metrics.requests.total >= 4, text[-2000:]
     assert len(set(ports)) == 2, sorted(set(ports))
 
 
@@ -112,7 +113,7 @@ def test_interrupt_writes_the_summary_of_what_was_measured(tiny, monkeypatch, tm
     scenario = load_scenario("prose-c1").scaled(True)
     summary = run_scenario(target, scenario, tmp_path / "run", progress=False)
     monkeypatch.setattr(LocustRun, "wait", original_wait)
-    assert summary.interrupted and summary.metrics["requests"]["total"] >= 1 and "interrupted" in summary.problems()
+    assert summary.interrupted and summary.metrics.requests.total >= 1 and "interrupted" in summary.problems()
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["interrupted"]
 
 

@@ -8,6 +8,7 @@ import copy
 import json
 
 from rig.observe.fingerprint import (
+    Fingerprint,
     communication_environment,
     fingerprint_differences,
     host_fingerprint,
@@ -38,12 +39,12 @@ def boot(**changes) -> dict:
 
 
 def test_this_hosts_fingerprint_has_the_host_facts_and_notes_a_missing_nvml():
-    fingerprint = host_fingerprint({"image_digest": "sha256:bbb"})
-    assert fingerprint["cpu_count"] >= 1 and fingerprint["kernel"] and fingerprint["image_digest"] == "sha256:bbb"
-    assert fingerprint["gpu_count"] == len(fingerprint["gpus"])
-    if fingerprint["gpu_count"] == 0:
-        assert "nvml" in fingerprint
-    json.dumps(fingerprint)  # it is stored in boot.json
+    fingerprint = host_fingerprint(image_id="sha256:bbb")
+    assert fingerprint.cpu_count >= 1 and fingerprint.kernel and fingerprint.image_id == "sha256:bbb"
+    assert fingerprint.gpu_count == len(fingerprint.gpus)
+    if fingerprint.gpu_count == 0:
+        assert fingerprint.nvml is not None
+    assert Fingerprint.model_validate_json(fingerprint.model_dump_json()) == fingerprint  # it is stored in boot.json
 
 
 def test_only_communication_variables_are_kept():
@@ -54,7 +55,7 @@ def test_only_communication_variables_are_kept():
 
 def test_identical_boots_differ_only_in_expected_fields():
     differences = fingerprint_differences({"before": boot(), "after": boot(taken_at=2.0, hostname="box-b")})
-    assert {d["field"]: d["class"] for d in differences} == {"taken_at": "expected", "hostname": "expected"}
+    assert {d.field: d.kind for d in differences} == {"taken_at": "expected", "hostname": "expected"}
     assert voiding_differences(differences) == []
 
 
@@ -63,14 +64,14 @@ def test_a_planted_power_limit_and_driver_void_unless_accepted():
                                                      environment={"NCCL_P2P_LEVEL": "SYS"}, gpus__0__pcie_gen_current=1),
                     "control": boot()}
     differences = fingerprint_differences(fingerprints)
-    classes = {d["field"]: d["class"] for d in differences}
+    classes = {d.field: d.kind for d in differences}
     assert classes == {"driver_version": "condition", "gpus.1.power_limit_w": "condition",
                        "environment.NCCL_P2P_LEVEL": "informational", "gpus.0.pcie_gen_current": "expected"}
-    assert [d["class"] for d in differences][:2] == ["condition", "condition"]  # conditions first
-    power = next(d for d in differences if d["field"] == "gpus.1.power_limit_w")
-    assert power["values"] == {"before": 700.0, "after": 600.0, "control": 700.0}
-    assert {d["field"] for d in voiding_differences(differences)} == {"driver_version", "gpus.1.power_limit_w"}
-    assert [d["field"] for d in voiding_differences(differences, accepted=["gpus.*.power_limit_w"])] == ["driver_version"]
+    assert [d.kind for d in differences][:2] == ["condition", "condition"]  # conditions first
+    power = next(d for d in differences if d.field == "gpus.1.power_limit_w")
+    assert power.values == {"before": 700.0, "after": 600.0, "control": 700.0}
+    assert {d.field for d in voiding_differences(differences)} == {"driver_version", "gpus.1.power_limit_w"}
+    assert [d.field for d in voiding_differences(differences, accepted=["gpus.*.power_limit_w"])] == ["driver_version"]
 
 
 def test_a_missing_gpu_and_mig_ecc_persistence_pcie_are_conditions():
@@ -79,11 +80,11 @@ def test_a_missing_gpu_and_mig_ecc_persistence_pcie_are_conditions():
     changed = boot(gpus__0__mig_mode="enabled", gpus__0__ecc_mode="disabled", gpus__0__persistence_mode="disabled",
                    gpus__0__pcie_width_max=8, gpus__0__name="NVIDIA H100 80GB HBM3")
     differences = fingerprint_differences({"a": boot(), "b": fewer, "c": changed})
-    voiding = {d["field"] for d in voiding_differences(differences)}
+    voiding = {d.field for d in voiding_differences(differences)}
     assert {"gpu_count", "gpus.1.name", "gpus.1.power_limit_w", "gpus.0.mig_mode", "gpus.0.ecc_mode",
             "gpus.0.persistence_mode", "gpus.0.pcie_width_max", "gpus.0.name"} <= voiding
-    missing = next(d for d in differences if d["field"] == "gpus.1.name")
-    assert missing["values"]["b"] is None
+    missing = next(d for d in differences if d.field == "gpus.1.name")
+    assert missing.values["b"] is None
 
 
 def test_adapter_manifests_hash_alike_across_processes_and_boots(tmp_path):
@@ -98,8 +99,8 @@ def test_adapter_manifests_hash_alike_across_processes_and_boots(tmp_path):
             (tmp_path / boot_dir / f"manifest-h-{pid}.json").write_text(json.dumps(manifest(pid, pid * 10.0, state)))
     (tmp_path / "one" / "manifest-h-999.json").write_text('{"cut')
     one, two, three = (manifest_hashes(tmp_path / name) for name in ("one", "two", "three"))
-    assert one["manifests"] == 2 and one["unreadable"] == 1 and list(one["hashes"].values()) == [2]
-    assert one["digest"] == two["digest"]
-    assert three["digest"] != one["digest"] and len(three["hashes"]) == 2
+    assert one.manifests == 2 and one.unreadable == 1 and list(one.hashes.values()) == [2]
+    assert one.digest == two.digest
+    assert three.digest != one.digest and len(three.hashes) == 2
     differences = fingerprint_differences({"a": {"adapter_manifests": one}, "b": {"adapter_manifests": three}})
-    assert "adapter_manifests.digest" in {d["field"] for d in differences}
+    assert "adapter_manifests.digest" in {d.field for d in differences}

@@ -40,8 +40,8 @@ def test_a_host_without_nvml_is_noted_once_and_nothing_is_sampled(tmp_path):
     lines = (tmp_path / "gpu.jsonl").read_text().splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["note"] == sampler.note
     summary = summarize_gpu_samples(tmp_path / "gpu.jsonl", (0, time.time()), output_tokens=100)
-    assert summary["samples"] == 0 and summary["gpus"] == {} and summary["energy_j"] is None
-    assert summary["notes"] == [sampler.note]
+    assert summary.samples == 0 and summary.gpus == {} and summary.energy_j is None
+    assert summary.notes == [sampler.note]
 
 
 def test_clock_event_bits_decode_to_names():
@@ -65,17 +65,17 @@ def test_a_window_reduces_to_clocks_power_energy_and_reasons(tmp_path):
                                                         gpu(1, 300.0, None, 1755, 0x40 if second == 5 else 0)]})
     path.write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"time": 1')
     summary = summarize_gpu_samples(path, (100.0, 104.0), output_tokens=1000)
-    gpu0, gpu1 = summary["gpus"]["0"], summary["gpus"]["1"]
-    assert summary["samples"] == 5
-    assert gpu0["energy_j"] == pytest.approx(2000) and gpu0["energy_source"] == "energy counter"
-    assert gpu1["energy_j"] == pytest.approx(1200) and gpu1["energy_source"] == "power integral"
-    assert gpu0["sm_mhz"] == {"mean": 1960, "min": 1940, "max": 1980}
-    assert gpu0["clock_events"] == ["sw_power_cap"]  # gpu_idle at t=100 does not count
-    assert gpu1["clock_events"] == []  # hw_thermal_slowdown came after the window
-    assert summary["clock_events"] == ["sw_power_cap"]
-    assert summary["energy_j"] == pytest.approx(3200)
-    assert summary["j_per_output_token"] == pytest.approx(3.2)
-    assert summary["power_w_mean_total"] == pytest.approx(800)
+    gpu0, gpu1 = summary.gpus["0"], summary.gpus["1"]
+    assert summary.samples == 5
+    assert gpu0.energy_j == pytest.approx(2000) and gpu0.energy_source == "energy counter"
+    assert gpu1.energy_j == pytest.approx(1200) and gpu1.energy_source == "power integral"
+    assert gpu0.sm_mhz.model_dump() == {"mean": 1960, "min": 1940, "max": 1980}
+    assert gpu0.clock_events == ["sw_power_cap"]  # gpu_idle at t=100 does not count
+    assert gpu1.clock_events == []  # hw_thermal_slowdown came after the window
+    assert summary.clock_events == ["sw_power_cap"]
+    assert summary.energy_j == pytest.approx(3200)
+    assert summary.j_per_output_token == pytest.approx(3.2)
+    assert summary.power_w_mean_total == pytest.approx(800)
 
 
 def matmul_load(seconds: float) -> int:
@@ -114,19 +114,19 @@ def test_a_real_gpu_load_moves_power_energy_and_clocks(tmp_path):
     flops = steps * 2 * 8192**3
     # A token-equivalent: one output token of a 37B-active-parameter MoE costs about 2 * 37e9 FLOPs.
     load_summary = summarize_gpu_samples(path, loaded, output_tokens=int(flops / (2 * 37e9)))
-    idle_gpu, load_gpu = idle_summary["gpus"][str(index)], load_summary["gpus"][str(index)]
-    figures = {"idle_power_w": idle_gpu["power_w"], "load_power_w": load_gpu["power_w"], "power_limit_w": load_gpu["power_limit_w"],
-               "idle_sm_mhz": idle_gpu["sm_mhz"], "load_sm_mhz": load_gpu["sm_mhz"], "load_mem_mhz": load_gpu["mem_mhz"],
-               "load_temp_c": load_gpu["temp_c"], "load_util_gpu_pct": load_gpu["util_gpu_pct"],
-               "idle_energy_j": idle_gpu["energy_j"], "load_energy_j": load_gpu["energy_j"], "energy_source": load_gpu["energy_source"],
+    idle_gpu, load_gpu = idle_summary.gpus[str(index)], load_summary.gpus[str(index)]
+    figures = {"idle_power_w": idle_gpu.power_w, "load_power_w": load_gpu.power_w, "power_limit_w": load_gpu.power_limit_w,
+               "idle_sm_mhz": idle_gpu.sm_mhz, "load_sm_mhz": load_gpu.sm_mhz, "load_mem_mhz": load_gpu.mem_mhz,
+               "load_temp_c": load_gpu.temp_c, "load_util_gpu_pct": load_gpu.util_gpu_pct,
+               "idle_energy_j": idle_gpu.energy_j, "load_energy_j": load_gpu.energy_j, "energy_source": load_gpu.energy_source,
                "load_seconds": loaded[1] - loaded[0], "tflops": flops / (loaded[1] - loaded[0]) / 1e12,
-               "j_per_token_equivalent": load_summary["j_per_output_token"], "token_equivalents": load_summary["output_tokens"],
-               "clock_events_under_load": load_gpu["clock_events"], "samples_under_load": load_gpu["samples"]}
-    print("GPU TELEMETRY " + json.dumps(figures))
-    assert load_gpu["samples"] >= 15
-    assert load_gpu["power_w"]["mean"] > idle_gpu["power_w"]["mean"] + 50
-    assert load_gpu["energy_source"] == "energy counter" and load_gpu["energy_j"] > idle_gpu["energy_j"] > 0
+               "j_per_token_equivalent": load_summary.j_per_output_token, "token_equivalents": load_summary.output_tokens,
+               "clock_events_under_load": load_gpu.clock_events, "samples_under_load": load_gpu.samples}
+    print("GPU TELEMETRY " + json.dumps(figures, default=lambda record: record.model_dump()))
+    assert load_gpu.samples >= 15
+    assert load_gpu.power_w.mean > idle_gpu.power_w.mean + 50
+    assert load_gpu.energy_source == "energy counter" and load_gpu.energy_j > idle_gpu.energy_j > 0
     # The counter's joules agree with the mean power times the time it covered.
-    assert load_gpu["energy_j"] == pytest.approx(load_gpu["power_w"]["mean"] * (loaded[1] - loaded[0]), rel=0.15)
-    assert load_gpu["sm_mhz"]["min"] > 0 and load_gpu["mem_mhz"]["min"] > 0
-    assert load_gpu["util_gpu_pct"]["mean"] > 80
+    assert load_gpu.energy_j == pytest.approx(load_gpu.power_w.mean * (loaded[1] - loaded[0]), rel=0.15)
+    assert load_gpu.sm_mhz.min > 0 and load_gpu.mem_mhz.min > 0
+    assert load_gpu.util_gpu_pct.mean > 80

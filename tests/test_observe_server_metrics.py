@@ -68,15 +68,15 @@ def test_scraping_the_timed_server_recovers_its_token_rate_and_concurrency(timed
     # Every stream decodes from started + TTFT to started + TTFT + (TOKENS - 1) * ITL: clip a margin off both ends.
     window = (started + TTFT + 0.5, started + TTFT + (TOKENS - 1) * ITL - 0.5)
     summary = summarize_server_metrics(out, window)
-    print(json.dumps(summary, indent=1))
-    assert summary["engine"] == "vllm"
-    assert summary["scrapes"] >= 0.8 * (window[1] - window[0]) / 0.25
-    metrics = summary["metrics"]
+    print(summary.model_dump_json(indent=1))
+    assert summary.engine == "vllm"
+    assert summary.scrapes >= 0.8 * (window[1] - window[0]) / 0.25
+    metrics = summary.metrics
     truth = USERS / ITL
-    assert abs(metrics["generation_tokens_per_s"]["rate"] - truth) <= 0.03 * truth, metrics["generation_tokens_per_s"]
-    assert metrics["running_requests"]["mean"] == pytest.approx(USERS)
-    assert metrics["running_requests"]["max"] == USERS
-    assert metrics["waiting_requests"]["mean"] == 0
+    assert abs(metrics["generation_tokens_per_s"].rate - truth) <= 0.03 * truth, metrics["generation_tokens_per_s"]
+    assert metrics["running_requests"].mean == pytest.approx(USERS)
+    assert metrics["running_requests"].max == USERS
+    assert metrics["waiting_requests"].mean == 0
     assert metrics["kv_cache_usage"] is None  # not on the timed server's page
     # One line per scrape, each a complete JSON object with a time and samples.
     lines = [json.loads(line) for line in out.read_text().splitlines()]
@@ -109,7 +109,7 @@ def test_a_server_without_the_endpoint_is_noted_once(tmp_path):
     assert "HTTP 404" in scraper.note
     assert len((tmp_path / "m.jsonl").read_text().splitlines()) == 1
     summary = summarize_server_metrics(tmp_path / "m.jsonl")
-    assert summary["engine"] is None and summary["notes"] == [scraper.note]
+    assert summary.engine is None and summary.notes == [scraper.note]
 
 
 def test_connection_refused_is_noted_once_while_scraping_goes_on(tmp_path):
@@ -147,14 +147,14 @@ def test_an_sglang_page_reduces_to_rates_gauges_histograms_and_ratios(tmp_path):
         pages.append((1000.0 + second, generate_latest(registry)))
     write_scrapes(tmp_path / "m.jsonl", pages)
     summary = summarize_server_metrics(tmp_path / "m.jsonl", (1000.0, 1010.0))
-    metrics = summary["metrics"]
-    assert summary["engine"] == "sglang" and summary["scrapes"] == 11
-    assert metrics["generation_tokens_per_s"]["rate"] == pytest.approx(400)
-    assert metrics["running_requests"]["mean"] == pytest.approx(20 + 5 / 11)  # ranks add up
-    assert metrics["running_requests"]["max"] == 21
-    assert metrics["kv_cache_usage"]["max"] == pytest.approx(0.5)  # the fullest rank
-    assert metrics["prefix_cache_hit_rate"]["value"] == pytest.approx(0.3)
-    assert metrics["ttft_s"]["mean"] == pytest.approx(0.3)  # ten observations after the first scrape: 5 x 0.2 + 5 x 0.4
+    metrics = summary.metrics
+    assert summary.engine == "sglang" and summary.scrapes == 11
+    assert metrics["generation_tokens_per_s"].rate == pytest.approx(400)
+    assert metrics["running_requests"].mean == pytest.approx(20 + 5 / 11)  # ranks add up
+    assert metrics["running_requests"].max == 21
+    assert metrics["kv_cache_usage"].max == pytest.approx(0.5)  # the fullest rank
+    assert metrics["prefix_cache_hit_rate"].value == pytest.approx(0.3)
+    assert metrics["ttft_s"].mean == pytest.approx(0.3)  # ten observations after the first scrape: 5 x 0.2 + 5 x 0.4
     assert metrics["spec_accept_length"] is None  # speculative decoding off: not exposed
 
 
@@ -169,10 +169,10 @@ def test_a_vllm_counter_restart_and_speculative_acceptance(tmp_path):
         Counter("vllm:spec_decode_num_accepted_tokens", "", registry=registry).inc(accepted)
         pages.append((2000.0 + second, generate_latest(registry)))
     write_scrapes(tmp_path / "m.jsonl", pages)
-    metrics = summarize_server_metrics(tmp_path / "m.jsonl")["metrics"]
-    assert metrics["generation_tokens_per_s"]["increase"] == 250
-    assert metrics["spec_accept_rate"]["value"] == pytest.approx(2 / 3)
-    assert metrics["spec_accept_length"]["value"] == pytest.approx(3.0)
+    metrics = summarize_server_metrics(tmp_path / "m.jsonl").metrics
+    assert metrics["generation_tokens_per_s"].increase == 250
+    assert metrics["spec_accept_rate"].value == pytest.approx(2 / 3)
+    assert metrics["spec_accept_length"].value == pytest.approx(3.0)
 
 
 def test_the_name_table_covers_both_engines_with_the_same_headline_metrics():

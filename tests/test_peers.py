@@ -14,12 +14,12 @@ from test_loadtest_metrics import ITL, PROMPTS, TTFT, FixedPrompts, scenario, st
 from rig.boot.base import BootRecord
 from rig.compare.arms import parse_arm
 from rig.compare.model import BootEntry, ComparePlan, RunResult
+from rig.deploy.recipe import load
 from rig.errors import RigError
 from rig.load.peers import export_run, import_file
 from rig.load.records import read_records
 from rig.load.runner import LoadTarget, run_scenario
 from rig.load.summary import RunSummary
-from rig.recipe import load
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +41,8 @@ def measured(tmp_path_factory):
 
 
 def _window_done(run: Path, summary: RunSummary):
-    w = summary.metrics["window"]
-    return [r for r in read_records(run) if r.complete and w["start"] <= r.t_send <= w["end"]]
+    w = summary.metrics.window
+    return [r for r in read_records(run) if r.complete and w.start <= r.t_send <= w.end]
 
 
 # Loaders written from the peers' documentation: vLLM's result JSON (benchmarks/serve.py's
@@ -79,7 +79,7 @@ def test_vllm_export_reads_back_with_vllms_definitions(measured, tmp_path):
     data = load_vllm(path)
     done = _window_done(run, summary)
     assert data["completed"] == len(done) == len(data["ttfts"]) >= 4 and data["failed"] == 0
-    assert data["median_ttft_ms"] == pytest.approx(1000 * summary.metrics["ttft_s"]["p50"])
+    assert data["median_ttft_ms"] == pytest.approx(1000 * summary.metrics.ttft_s.p50)
     # ITL gaps are bimodal (19.4 / 20.6 ms) on this box with or without this change: the mean is the truth
     assert within(data["median_ttft_ms"] / 1000, TTFT) and within(data["mean_itl_ms"] / 1000, ITL)
     # vLLM's TPOT: (latency - ttft) / (output_len - 1), per request
@@ -87,7 +87,7 @@ def test_vllm_export_reads_back_with_vllms_definitions(measured, tmp_path):
     assert data["mean_tpot_ms"] == pytest.approx(1000 * np.mean(tpots)) and within(data["mean_tpot_ms"] / 1000, ITL)
     assert data["output_throughput"] == pytest.approx(data["total_output_tokens"] / data["duration"])
     assert data["total_output_tokens"] == sum(data["output_lens"]) == 21 * len(done)
-    assert data["median_e2el_ms"] == pytest.approx(1000 * summary.metrics["e2e_s"]["p50"])
+    assert data["median_e2el_ms"] == pytest.approx(1000 * summary.metrics.e2e_s.p50)
     assert data["rig_boot_id"] == "peers" and data["rig_usable"] == (not summary.problems())
 
 
@@ -99,7 +99,7 @@ def test_aiperf_export_reads_back_with_aiperfs_fields(measured, tmp_path):
     assert len(good) == len(_window_done(run, summary))
     ttfts = [r["metrics"]["time_to_first_token"]["value"] for r in good]
     assert all(r["metrics"]["time_to_first_token"]["unit"] == "ms" for r in good)
-    assert np.median(ttfts) == pytest.approx(1000 * summary.metrics["ttft_s"]["p50"])
+    assert np.median(ttfts) == pytest.approx(1000 * summary.metrics.ttft_s.p50)
     assert aggregate["time_to_first_token"]["p50"] == pytest.approx(np.median(ttfts))
     assert aggregate["request_latency"]["count"] == len(good)
     for r in good:  # latency = ttft + the chunk gaps (the stream's last output chunk)
@@ -115,12 +115,12 @@ def test_import_of_an_export_gives_the_same_request_figures(measured, tmp_path, 
     paths = export_run(run, fmt, tmp_path / "export")
     import_file(paths[0], "prose-c1", tmp_path / "imported", progress=False)
     imported = RunSummary.read(tmp_path / "imported")
-    assert imported.imported["tool"] == fmt and imported.imported["sha256"]
+    assert imported.imported.tool == fmt and imported.imported.sha256
     for key in ("ttft_s", "itl_s", "e2e_s"):
-        assert imported.metrics[key]["p50"] == pytest.approx(summary.metrics[key]["p50"], rel=1e-6), key
+        assert getattr(imported.metrics, key).p50 == pytest.approx(getattr(summary.metrics, key).p50, rel=1e-6), key
     assert imported.headline() == pytest.approx(summary.headline(), rel=1e-6)  # token-weighted decode tok/s
-    assert imported.metrics["requests"]["completed"] == summary.metrics["requests"]["completed"]
-    assert not imported.problems() and "not check" in imported.client["note"]  # says so, does not pass the check
+    assert imported.metrics.requests.completed == summary.metrics.requests.completed
+    assert not imported.problems() and "not check" in imported.client.note  # says so, does not pass the check
     with pytest.raises(RigError):
         export_run(tmp_path / "imported", "vllm", tmp_path / "again")  # an imported run is not re-exported as rig's
 
@@ -137,8 +137,9 @@ def _comparison(root: Path) -> Path:
         if (block, arm.name) == (2, "before"):
             continue
         entry = BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1, boot_id=f"b{index}",
-                          rounds=[{"prose-c1": RunResult("prose-c1", str(out / f"r{index}"),
-                                                         {"user_decode_tok_s": figures[arm.name].pop(0), "ttft_p50_ms": 100.0}, [])}])
+                          rounds=[{"prose-c1": RunResult(scenario="prose-c1", dir=str(out / f"r{index}"),
+                                                         figures={"user_decode_tok_s": figures[arm.name].pop(0), "ttft_p50_ms": 100.0},
+                                                         problems=[])}])
         entry.write(out)
     return out
 

@@ -15,12 +15,9 @@ import pytest
 from conftest import free_port
 
 from rig.compare.arms import Arm
-from rig.compare.model import BootEntry, ComparePlan
+from rig.compare.model import BootEntry, BootQuality, ComparePlan, Generation, Score
 from rig.compare.quality import (
-    BootQuality,
-    Generation,
     Probe,
-    Score,
     _kl_shared,
     analyze_quality,
     collect,
@@ -40,7 +37,8 @@ def _score(values: np.ndarray) -> BootQuality:
     """A boot whose reference scores are `values` (probe x position); top-1 = the scored token."""
     quality = BootQuality(scoring="vllm-prompt-logprobs")
     for index, row in enumerate(values):
-        quality.scores[f"p{index}"] = Score([float(v) for v in row], [{1: float(v), 2: float(v) - 1.0} for v in row], f"seq{index}")
+        quality.scores[f"p{index}"] = Score(logprobs=[float(v) for v in row], top=[{1: float(v), 2: float(v) - 1.0} for v in row],
+                                            sequence=f"seq{index}")
     return quality
 
 
@@ -66,7 +64,7 @@ def test_drift_verdict_holds_its_5_percent_with_nothing_changed(noise):
     for _ in range(trials):
         baseline = {j: _score(truth + draw(rng, truth.shape)) for j in range(6)}
         arm = {j: _score(truth + draw(rng, truth.shape)) for j in range(6)}
-        moved += drift_verdict(baseline, arm)["verdict"] == "outputs moved"
+        moved += drift_verdict(baseline, arm).verdict == "outputs moved"
     rate = moved / trials
     print(f"{noise}: false 'moved' {100 * rate:.1f}% of {trials} at 6 pairs")
     assert rate <= 0.05 + 2.5 * math.sqrt(0.05 * 0.95 / trials)
@@ -78,42 +76,43 @@ def test_drift_verdict_finds_a_real_change_says_when_it_cannot_and_is_exact_on_a
     noisy = {j: _score(truth + rng.normal(0, 0.002, truth.shape)) for j in range(6)}
     shifted = {j: _score(truth + 0.02 + rng.normal(0, 0.002, truth.shape)) for j in range(6)}
     result = drift_verdict(noisy, shifted)
-    assert result["verdict"] == "outputs moved" and result["p"] <= 0.05, result
-    assert result["arm"]["mean_abs_dlogprob"] == pytest.approx(0.02, rel=0.25)
+    assert result.verdict == "outputs moved" and result.p <= 0.05, result
+    assert result.arm.mean_abs_dlogprob == pytest.approx(0.02, rel=0.25)
     two = drift_verdict({j: noisy[j] for j in range(2)}, {j: shifted[j] for j in range(2)})
-    assert two["verdict"].startswith("not enough boots: 6 pairs"), two
+    assert two.verdict.startswith("not enough boots: 6 pairs"), two
     # a bitwise-reproducible engine (vLLM on the H200s): every baseline boot identical, exact verdicts
     same = {j: _score(truth) for j in range(2)}
-    assert drift_verdict(same, {j: _score(truth) for j in range(2)})["verdict"] == "bitwise identical"
-    assert drift_verdict(same, {j: _score(truth + 1e-4) for j in range(2)})["verdict"] == "outputs moved"
-    assert drift_verdict({0: _score(truth)}, {0: _score(truth)})["verdict"].startswith("no noise floor")
+    assert drift_verdict(same, {j: _score(truth) for j in range(2)}).verdict == "bitwise identical"
+    assert drift_verdict(same, {j: _score(truth + 1e-4) for j in range(2)}).verdict == "outputs moved"
+    assert drift_verdict({0: _score(truth)}, {0: _score(truth)}).verdict.startswith("no noise floor")
     # scores of a different token sequence are never compared
     other = _score(truth)
     for score in other.scores.values():
         score.sequence = "another"
-    assert drift_verdict(same, {0: other, 1: other})["verdict"] == "not measured"
+    assert drift_verdict(same, {0: other, 1: other}).verdict == "not measured"
 
 
 def test_coherence_flags_nothing_with_nothing_changed_and_a_real_change_at_8_pairs():
-    from rig.compare.quality import coherence_report
+    from rig.compare.quality import BootCoherence, coherence_report
 
     rng = np.random.default_rng(5)
 
-    def boot(share: float) -> dict:
+    def boot(share: float) -> BootCoherence:
         n = 100
-        return {"foreign_script_share": rng.binomial(n, share) / n, "empty_share": rng.binomial(n, 0.01) / n,
-                "cut_share": rng.binomial(n, 0.02) / n, "repetition": float(rng.normal(0.1, 0.01))}
+        return BootCoherence(outputs=n, with_text=n, foreign_script_share=rng.binomial(n, share) / n,
+                             empty_share=rng.binomial(n, 0.01) / n, cut_share=rng.binomial(n, 0.02) / n,
+                             repetition=float(rng.normal(0.1, 0.01)))
 
     trials, flagged = 300, 0
     for _ in range(trials):
         report = coherence_report({"a": {j: boot(0.02) for j in range(8)}, "b": {j: boot(0.02) for j in range(8)}}, "a")
-        flagged += bool(report["b"]["changed"])
+        flagged += bool(report["b"].changed)
     print(f"coherence: false 'changed' {100 * flagged / trials:.1f}% of {trials} at 8 pairs")
     assert flagged / trials <= 0.05 + 2.5 * math.sqrt(0.05 * 0.95 / trials)
     report = coherence_report({"a": {j: boot(0.0) for j in range(8)}, "b": {j: boot(0.4) for j in range(8)}}, "a")
-    assert "foreign_script_share" in report["b"]["changed"]
+    assert "foreign_script_share" in report["b"].changed
     few = coherence_report({"a": {j: boot(0.0) for j in range(2)}, "b": {j: boot(0.9) for j in range(2)}}, "a")
-    assert few["b"]["changed"] == [] and few["b"]["needs_pairs"] == 8
+    assert few["b"].changed == [] and few["b"].needs_pairs == 8
 
 
 def test_kl_over_shared_tokens_and_other_bucket():
@@ -126,15 +125,17 @@ def test_kl_over_shared_tokens_and_other_bucket():
 
 
 def test_first_divergence_and_near_ties():
-    ref = Generation([1], [5, 6, 7, 8], "x", [{5: -0.1, 9: -2}, {6: -0.1, 3: -2}, {7: -0.5, 4: -0.6}, {8: -0.1}])
-    same = Generation([1], [5, 6, 7, 8], "x")
-    assert first_divergence(ref, same) == {"index": None, "near_tie": None}
-    late = Generation([1], [5, 6, 4, 2], "y", [{5: -0.1}, {6: -0.1}, {4: -0.55, 7: -0.6}, {2: -0.1}])
-    assert first_divergence(ref, late) == {"index": 2, "near_tie": True}
-    early = Generation([1], [9, 6, 7, 8], "z", [{9: -0.1, 1: -3}, {}, {}, {}])
-    assert first_divergence(ref, early) == {"index": 0, "near_tie": False}
-    text_only = first_divergence(Generation(None, None, "abcd"), Generation(None, None, "abXd"), encode=lambda t: list(t.encode()))
-    assert text_only == {"index": 2, "near_tie": None}
+    ref = Generation(prompt_ids=[1], output_ids=[5, 6, 7, 8], text="x",
+                     top=[{5: -0.1, 9: -2}, {6: -0.1, 3: -2}, {7: -0.5, 4: -0.6}, {8: -0.1}])
+    same = Generation(prompt_ids=[1], output_ids=[5, 6, 7, 8], text="x")
+    assert first_divergence(ref, same).model_dump() == {"index": None, "near_tie": None}
+    late = Generation(prompt_ids=[1], output_ids=[5, 6, 4, 2], text="y", top=[{5: -0.1}, {6: -0.1}, {4: -0.55, 7: -0.6}, {2: -0.1}])
+    assert first_divergence(ref, late).model_dump() == {"index": 2, "near_tie": True}
+    early = Generation(prompt_ids=[1], output_ids=[9, 6, 7, 8], text="z", top=[{9: -0.1, 1: -3}, {}, {}, {}])
+    assert first_divergence(ref, early).model_dump() == {"index": 0, "near_tie": False}
+    text_only = first_divergence(Generation(prompt_ids=None, output_ids=None, text="abcd"),
+                                 Generation(prompt_ids=None, output_ids=None, text="abXd"), encode=lambda t: list(t.encode()))
+    assert text_only.model_dump() == {"index": 2, "near_tie": None}
 
 
 def test_holm_scripts_repetition():
@@ -186,21 +187,21 @@ def test_scoring_protocol_finds_a_numerics_change_and_not_identical_arms(toy_ser
     boots = {"base": {0: reference, 1: collect(base[1], "toy", "vllm", PROBES, 24, refs)},
              "same": {j: collect(url, "toy", "vllm", PROBES, 24, refs) for j, url in enumerate(same)},
              "nudged": {j: collect(url, "toy", "vllm", PROBES, 24, refs) for j, url in enumerate(nudged)}}
-    assert drift(boots["base"][0], boots["base"][1])["mean_abs_dlogprob"] == 0.0
-    assert drift_verdict(boots["base"], boots["same"])["verdict"] == "bitwise identical"
+    assert drift(boots["base"][0], boots["base"][1]).mean_abs_dlogprob == 0.0
+    assert drift_verdict(boots["base"], boots["same"]).verdict == "bitwise identical"
     moved = drift_verdict(boots["base"], boots["nudged"])
-    assert moved["verdict"] == "outputs moved" and 0 < moved["arm"]["mean_abs_dlogprob"] < 0.2
-    assert moved["arm"]["kl"] > 0 and moved["noise"]["mean_abs_dlogprob"] == 0.0
-    assert moved["arm"]["decode_mean_abs_dlogprob"] is not None and moved["method"].startswith("exact: the baseline reproduces")
+    assert moved.verdict == "outputs moved" and 0 < moved.arm.mean_abs_dlogprob < 0.2
+    assert moved.arm.kl > 0 and moved.noise.mean_abs_dlogprob == 0.0
+    assert moved.arm.decode_mean_abs_dlogprob is not None and moved.method.startswith("exact: the baseline reproduces")
 
     # the same boots through the comparison's analysis and its report line
-    plan = ComparePlan(recipe="tiny-cpu", arms=[Arm("base"), Arm("same"), Arm("nudged")], control=None, boots=2, rounds=1,
+    plan = ComparePlan(recipe="tiny-cpu", arms=[Arm(name="base"), Arm(name="same"), Arm(name="nudged")], control=None, boots=2, rounds=1,
                        scenarios=["prose-c1"], small=True)
-    entries = [BootEntry(index=i, block=j, arm=arm, spec=arm, control=False, attempt=1, quality=q.to_json())
+    entries = [BootEntry(index=i, block=j, arm=arm, spec=arm, control=False, attempt=1, quality=q)
                for i, (arm, j, q) in enumerate((arm, j, q) for arm, per in boots.items() for j, q in per.items())]
     quality = analyze_quality(plan, entries)
-    assert quality["drift"]["same"]["verdict"] == "bitwise identical"
-    assert quality["drift"]["nudged"]["verdict"] == "outputs moved"
-    assert quality["divergence"]["same"]["diverged"] == 0
+    assert quality.drift["same"].verdict == "bitwise identical"
+    assert quality.drift["nudged"].verdict == "outputs moved"
+    assert quality.divergence["same"].diverged == 0
     assert "outputs moved: prefill mean |dlogprob|" in quality_line(quality, "nudged")
     assert "bitwise identical" in quality_line(quality, "same")

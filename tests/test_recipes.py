@@ -8,8 +8,8 @@ import pytest
 import yaml
 from conftest import REPO, rig_cli
 
+from rig.deploy.recipe import all_recipe_paths, load, parse_recipe
 from rig.errors import RigError
-from rig.recipe import all_recipe_paths, load, parse_recipe
 
 
 def test_every_recipe_validates():

@@ -12,9 +12,9 @@ import pytest
 import yaml
 from conftest import REPO, rig_cli, tool
 
-from rig.lab import LAB_REGISTRY
-from rig.recipe import all_recipe_paths, parse_recipe
-from rig.render import rendered_files
+from rig.deploy.pins import LAB_REGISTRY
+from rig.deploy.recipe import all_recipe_paths, parse_recipe
+from rig.deploy.render import rendered_files
 
 COMPOSE_FILES = sorted((REPO / "compose").glob("*.yaml"))
 DOCKERFILES = sorted((REPO / "docker").glob("*/Dockerfile"))
@@ -38,7 +38,7 @@ def test_rendered_files_are_fresh():
 
 
 def test_stale_file_is_detected(tmp_path, monkeypatch):
-    import rig.render as render
+    import rig.deploy.render as render
 
     recipe = parse_recipe(REPO / "recipes" / "tiny-cpu.yaml")
     path = render.dockerfile_path(recipe)
@@ -164,7 +164,7 @@ def test_make_build_takes_the_recipe_positionally_or_by_variable():
 
 
 def test_pin_writes_digests_into_the_recipe(tmp_path):
-    from rig.pin import write_digests
+    from rig.deploy.pin import write_digests
 
     source = (REPO / "recipes" / "mia-tp4.yaml").read_text()
     path = tmp_path / "mia-tp4.yaml"

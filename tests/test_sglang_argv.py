@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from rig.deploy.recipe import all_recipe_paths, parse_recipe
 from rig.drift import engine_release, fetch_wheel
 from rig.engine_args import launch_args, sglang_grammar
 from rig.engines import ENGINES, Launch, server_argv
 from rig.errors import RigError
-from rig.recipe import all_recipe_paths, parse_recipe
 
 # The newest SGLang whose pins fit the H200s (torch 2.11.0, Python 3.12): benchmarks/sglang-feasibility.md.
 H200_RELEASE = "0.5.17"

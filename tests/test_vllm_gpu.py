@@ -17,7 +17,7 @@ import pytest
 from conftest import REPO, rig_cli
 
 from rig.boot.process import group_members
-from rig.recipe import parse_recipe
+from rig.deploy.recipe import parse_recipe
 
 pytestmark = [pytest.mark.gpu, pytest.mark.e2e]
 PLANTED = "sk-gpu-test-planted-4f1c"

@@ -16,13 +16,23 @@ from scipy import stats
 from test_loadtest_metrics import start_timed_server
 
 from rig.boot.base import BootRecord
-from rig.load.metrics import Window, arrival_problems, arrival_stats, arrival_window
+from rig.deploy.recipe import load
+from rig.load.metrics import arrival_problems, arrival_stats, arrival_window
+from rig.load.prompts import TokenCounter
 from rig.load.records import RequestRecord, read_records
 from rig.load.runner import LoadTarget, run_scenario
-from rig.load.scenarios import TokenCounter, load_scenario
+from rig.load.scenarios import load_scenario
 from rig.load.sse import StreamScan
-from rig.load.workload import OutputLengths, arrivals_in, gamma_offsets, gamma_schedule
-from rig.recipe import load
+from rig.load.summary import Window
+from rig.load.workload import (
+    LognormalLengths,
+    OutputLengths,
+    TraceLengths,
+    UniformLengths,
+    arrivals_in,
+    gamma_offsets,
+    gamma_schedule,
+)
 
 # --- the schedule -----------------------------------------------------------------------------
 
@@ -50,8 +60,8 @@ def test_the_goodness_of_fit_test_is_calibrated_on_the_normalised_schedule():
     def p_value(burstiness: float, seed: int) -> float:
         offsets, factor = gamma_schedule(10.0, burstiness, 200, seed)
         records = _arrival_records(0.0, offsets, 0.0)
-        window = Window(0.0, offsets[-1], 0.0, offsets[-1], True, "test")
-        return arrival_stats(records, window, offsets, 0.0, 10.0, 1.0, False, 8, factor)["gaps"]["ks_p"]
+        window = Window(start=0.0, end=offsets[-1], run_start=0.0, run_end=offsets[-1], steady=True, opened_by="test")
+        return arrival_stats(records, window, offsets, 0.0, 10.0, 1.0, False, 8, factor).gaps.ks_p
 
     rejected_true = sum(p_value(1.0, seed) < 0.05 for seed in range(400))
     rejected_regular = sum(p_value(4.0, seed) < 0.05 for seed in range(100))
@@ -69,14 +79,14 @@ def test_output_lengths_follow_their_distribution():
     rng = random.Random(1)
     fixed = OutputLengths(None, 64)
     assert {fixed.draw(rng) for _ in range(10)} == {64}
-    uniform = OutputLengths({"distribution": "uniform", "min": 4, "max": 9}, 64)
+    uniform = OutputLengths(UniformLengths(distribution="uniform", min=4, max=9), 64)
     assert {uniform.draw(rng) for _ in range(500)} == set(range(4, 10))
-    lognormal = OutputLengths({"distribution": "lognormal", "median": 100, "sigma": 0.5}, 10_000)
+    lognormal = OutputLengths(LognormalLengths(distribution="lognormal", median=100, sigma=0.5), 10_000)
     draws = [lognormal.draw(rng) for _ in range(20_000)]
     assert np.median(draws) == pytest.approx(100, rel=0.03) and np.std(np.log(draws)) == pytest.approx(0.5, rel=0.05)
-    capped = OutputLengths({"distribution": "lognormal", "median": 100, "sigma": 2.0}, 120)
+    capped = OutputLengths(LognormalLengths(distribution="lognormal", median=100, sigma=2.0), 120)
     assert max(capped.draw(rng) for _ in range(2000)) == 120
-    trace = OutputLengths({"distribution": "trace"}, 50)
+    trace = OutputLengths(TraceLengths(distribution="trace"), 50)
     assert trace.draw(rng, 17) == 17 and trace.draw(rng, 500) == 50
 
 
@@ -175,19 +185,19 @@ def test_open_loop_window_opens_after_one_lifetime_and_closes_at_the_last_arriva
     assert window.steady and window.start == pytest.approx(1000.3) and window.end == pytest.approx(1000.0 + offsets[-1])
     arrivals = arrival_stats(records, window, offsets, 1000.0, 10.0, 1.0, capped=False, pool=8,
                              factor=gamma_schedule(10.0, 1.0, 300, 5)[1])
-    assert arrivals["unsent"] == 0 and arrivals["queued"] == 0 and arrivals["achieved_rate"] == pytest.approx(10.0, rel=0.05)
-    assert arrivals["gaps"]["ks_p"] > 0.01 and arrival_problems(arrivals) == []
+    assert arrivals.unsent == 0 and arrivals.queued == 0 and arrivals.achieved_rate == pytest.approx(10.0, rel=0.05)
+    assert arrivals.gaps.ks_p > 0.01 and arrival_problems(arrivals) == []
 
 
 def test_an_uncapped_pool_that_ran_dry_and_late_sends_make_the_client_invalid():
     offsets = gamma_offsets(10.0, 1.0, 300, 5)
     records = _arrival_records(1000.0, offsets, 0.012, queued_every=10)
-    window = Window(1000.5, 1000.0 + offsets[-1], 1000.0, 1031.0, True, "test")
+    window = Window(start=1000.5, end=1000.0 + offsets[-1], run_start=1000.0, run_end=1031.0, steady=True, opened_by="test")
     arrivals = arrival_stats(records[:-20], window, offsets, 1000.0, 10.0, 1.0, capped=False, pool=8)
     problems = " / ".join(arrival_problems(arrivals))
     assert "waited for a free user" in problems and "never sent" in problems and "late at p99" in problems
     capped = arrival_stats(records, window, offsets, 1000.0, 10.0, 1.0, capped=True, pool=8)
-    assert capped["queued"] > 0 and not any("pool of" in p for p in arrival_problems(capped))  # the cap's queue is the scenario's
+    assert capped.queued > 0 and not any("pool of" in p for p in arrival_problems(capped))  # the cap's queue is the scenario's
 
 
 def test_a_schedule_that_never_started_is_not_steady():
@@ -219,7 +229,7 @@ def _counter() -> TokenCounter:
 
 
 def _invalid_is_named(summary) -> bool:
-    return not summary.client["valid"] and bool(summary.client["reasons"]) and any("client INVALID" in p for p in summary.problems())
+    return not summary.client.valid and bool(summary.client.reasons) and any("client INVALID" in p for p in summary.problems())
 
 
 def test_open_loop_on_the_timed_server_delivers_its_schedule(timed_target, tmp_path):
@@ -231,17 +241,17 @@ def test_open_loop_on_the_timed_server_delivers_its_schedule(timed_target, tmp_p
         arrivals={"rate": 10.0, "burstiness": 1.0, "drain_s": 10.0}, duration_s=20.0, max_tokens=4,
         output_lengths={"distribution": "uniform", "min": 2, "max": 4})
     summary = run_scenario(target, scenario, tmp_path / "run", counter=_counter(), progress=False)
-    arrivals = summary.metrics["arrivals"]
-    assert arrivals["scheduled"] >= 180 and summary.metrics["window"]["steady"]
-    if not summary.client["valid"]:
+    arrivals = summary.metrics.arrivals
+    assert arrivals.scheduled >= 180 and summary.metrics.window.steady
+    if not summary.client.valid:
         assert _invalid_is_named(summary), summary.client
         return
-    assert abs(arrivals["achieved_vs_target"] - 1) <= 0.05, arrivals
-    assert arrivals["gaps"]["ks_p"] > 0.01, arrivals["gaps"]
-    assert arrivals["unsent"] == 0 and arrivals["queued"] == 0
-    assert summary.metrics["output_lengths"]["exact_share"] == 1.0
-    assert 2 <= summary.metrics["output_lengths"]["requested"]["p10"] <= summary.metrics["output_lengths"]["requested"]["p90"] <= 4
-    assert summary.headline() == pytest.approx(summary.metrics["e2e_s"]["p50"] * 1000) and not summary.problems()
+    assert abs(arrivals.achieved_vs_target - 1) <= 0.05, arrivals
+    assert arrivals.gaps.ks_p > 0.01, arrivals.gaps
+    assert arrivals.unsent == 0 and arrivals.queued == 0
+    assert summary.metrics.output_lengths.exact_share == 1.0
+    assert 2 <= summary.metrics.output_lengths.requested.p10 <= summary.metrics.output_lengths.requested.p90 <= 4
+    assert summary.headline() == pytest.approx(summary.metrics.e2e_s.p50 * 1000) and not summary.problems()
 
 
 def test_a_distributed_open_loop_sends_the_one_schedule_once(timed_target, tmp_path):
@@ -251,7 +261,7 @@ def test_a_distributed_open_loop_sends_the_one_schedule_once(timed_target, tmp_p
     summary = run_scenario(target, scenario, tmp_path / "run", workers=2, counter=_counter(), progress=False)
     records = read_records(tmp_path / "run")
     assert sorted(r.arrival for r in records) == list(range(60)), sorted(r.arrival for r in records)
-    assert len({r.process for r in records}) == 2 and summary.provenance["client"]["user_class"] == "ArrivalUser"
+    assert len({r.process for r in records}) == 2 and summary.provenance.client.user_class == "ArrivalUser"
     events = [json.loads(line)["event"] for line in (tmp_path / "run" / "window.jsonl").read_text().splitlines()]
     assert "drained" in events  # the run ended when the schedule was done, not at its time limit
 
@@ -262,27 +272,27 @@ def test_trace_replay_keeps_its_timestamps_within_the_client_lag(timed_target, t
     target, _ = timed_target
     scenario = load_scenario("trace-replay").scaled(True)
     summary = run_scenario(target, scenario, tmp_path / "run", counter=_counter(), progress=False)
-    arrivals, client = summary.metrics["arrivals"], summary.client
-    if not client["valid"]:
+    arrivals, client = summary.metrics.arrivals, summary.client
+    if not client.valid:
         assert _invalid_is_named(summary), client
         return
-    assert arrivals["scheduled"] == arrivals["sent"] == 80 and arrivals["unsent"] == 0
+    assert arrivals.scheduled == arrivals.sent == 80 and arrivals.unsent == 0
     records = read_records(tmp_path / "run")
     lateness = sorted(r.t_send - r.t_scheduled for r in records if not r.queued)
-    assert 1000 * lateness[-1] <= client["lag_max_ms"] + 2.0, (1000 * lateness[-1], client)
-    assert 1000 * np.percentile(lateness, 99) <= max(client["lag_p99_ms"], 1.0) + 1.0
-    assert summary.metrics["tokens"]["cached_share"] > 0.2  # equal hash ids are equal text
+    assert 1000 * lateness[-1] <= client.lag_max_ms + 2.0, (1000 * lateness[-1], client)
+    assert 1000 * np.percentile(lateness, 99) <= max(client.lag_p99_ms, 1.0) + 1.0
+    assert summary.metrics.tokens.cached_share > 0.2  # equal hash ids are equal text
     assert {r.max_tokens for r in records} <= set(range(1, 25)) and len({r.max_tokens for r in records}) > 5
-    assert summary.scenario["trace"]["sha256"] and summary.metrics["window"]["opened_by"].startswith("trace replay")
+    assert summary.scenario.trace.sha256 and summary.metrics.window.opened_by.startswith("trace replay")
 
 
 def test_multi_turn_cached_share_grows_turn_by_turn(timed_target, tmp_path):
     target, _ = timed_target
     scenario = load_scenario("multi-turn").scaled(True).with_changes(duration_s=8.0)
     summary = run_scenario(target, scenario, tmp_path / "run", counter=_counter(), progress=False)
-    turns = summary.metrics["conversation"]["turns"]
-    shares = [turns[str(k)]["cached_share"] for k in range(4)]
-    prompts = [turns[str(k)]["prompt_tokens_mean"] for k in range(4)]
+    turns = summary.metrics.conversation.turns
+    shares = [turns[str(k)].cached_share for k in range(4)]
+    prompts = [turns[str(k)].prompt_tokens_mean for k in range(4)]
     assert shares[0] < 0.1 and all(a < b for a, b in zip(shares, shares[1:])), shares
     assert all(a < b for a, b in zip(prompts, prompts[1:])), prompts  # the history grows
     # Each turn's prompt is the previous prompt, its reply (12 tokens) and the new message, once.
@@ -298,7 +308,7 @@ def test_multi_turn_cached_share_grows_turn_by_turn(timed_target, tmp_path):
                 growth = turns_of[k].prompt_tokens - turns_of[k - 1].prompt_tokens - turns_of[k - 1].usage_tokens
                 assert 0 < growth <= 40, growth  # one new user message, never the history twice
                 checked += 1
-    assert checked >= 4 and summary.metrics["conversation"]["conversations_ended_by_error"] == 0
+    assert checked >= 4 and summary.metrics.conversation.conversations_ended_by_error == 0
 
 
 def test_the_timed_server_caches_whole_blocks_of_prompts_and_replies():

@@ -27,20 +27,20 @@ def test_open_loop_on_tiny_cpu_meets_its_rate_with_poisson_gaps(tiny, tmp_path):
         arrivals={"rate": 8.0, "burstiness": 1.0, "drain_s": 30.0}, duration_s=60.0, max_tokens=6,
         output_lengths={"distribution": "uniform", "min": 2, "max": 6})
     summary = run_scenario(target, scenario, tmp_path / "run", progress=False)
-    arrivals = summary.metrics["arrivals"]
-    assert summary.metrics["window"]["steady"] and arrivals["scheduled"] >= 440, arrivals
-    if not summary.client["valid"]:
-        assert summary.client["reasons"] and any("client INVALID" in p for p in summary.problems()), summary.client
+    arrivals = summary.metrics.arrivals
+    assert summary.metrics.window.steady and arrivals.scheduled >= 440, arrivals
+    if not summary.client.valid:
+        assert summary.client.reasons and any("client INVALID" in p for p in summary.problems()), summary.client
         return
-    assert abs(arrivals["achieved_vs_target"] - 1) <= 0.05, arrivals
-    assert arrivals["unsent"] == 0 and arrivals["queued"] == 0, arrivals
-    assert arrivals["gaps"]["ks_p"] > 0.01, arrivals["gaps"]
+    assert abs(arrivals.achieved_vs_target - 1) <= 0.05, arrivals
+    assert arrivals.unsent == 0 and arrivals.queued == 0, arrivals
+    assert arrivals.gaps.ks_p > 0.01, arrivals.gaps
     # The same test by hand, from the raw records, against the exponential with the target rate.
-    window = summary.metrics["window"]
-    sends = sorted(r.t_send for r in read_records(tmp_path / "run") if window["start"] <= r.t_scheduled <= window["end"])
+    window = summary.metrics.window
+    sends = sorted(r.t_send for r in read_records(tmp_path / "run") if window.start <= r.t_scheduled <= window.end)
     factor = gamma_schedule(8.0, 1.0, 480, scenario.seed)[1]
     assert stats.kstest(np.diff(sends) / factor, "expon", args=(0, 1 / 8.0)).pvalue > 0.01
-    assert not summary.problems() and summary.metrics["requests"]["error_rate"] == 0
+    assert not summary.problems() and summary.metrics.requests.error_rate == 0
 
 
 def test_sweep_on_tiny_cpu_writes_the_table_the_png_and_a_knee(tiny, tmp_path):

@@ -10,10 +10,10 @@ tensors carry the expert count first). Every rank must agree; a shape the engine
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from rig.audit.shapes import Gemm
 from rig.boot.checks import read_manifests
+from rig.typed import Typed
 
 INSTRUMENT = "gemm_shapes"
 
@@ -62,7 +62,18 @@ def _matches(parameters: dict[str, list[int]], gemm: Gemm) -> list[tuple[str, tu
     return found
 
 
-def compare_shapes(gemms: list[Gemm], ranks: dict[int, dict[str, list[int]]]) -> list[dict[str, Any]]:
+class ShapeCheck(Typed):
+    """One derived GEMM against the shapes every rank of a boot allocated."""
+
+    family: str
+    layer: str
+    audit: tuple[int, int]  # N x K, derived
+    engine: list[tuple[int, int]]  # the distinct shapes the engine's matching tensors have
+    ranks: list[int]
+    verdict: str  # agrees | DIFFERS | not found
+
+
+def compare_shapes(gemms: list[Gemm], ranks: dict[int, dict[str, list[int]]]) -> list[ShapeCheck]:
     """One row per derived GEMM: 'agrees' (every rank's every matching tensor is N x K), 'DIFFERS'
     (with the shapes the engine has) or 'not found' (fused, renamed or absent)."""
     rows = []
@@ -79,15 +90,15 @@ def compare_shapes(gemms: list[Gemm], ranks: dict[int, dict[str, list[int]]]) ->
             verdict = "agrees"
         else:
             verdict = "DIFFERS"
-        rows.append({"family": gemm.family, "layer": gemm.layer, "audit": [gemm.n, gemm.k],
-                     "engine": sorted([list(shape) for shape in seen]), "ranks": sorted(ranks), "verdict": verdict})
+        rows.append(ShapeCheck(family=gemm.family, layer=gemm.layer, audit=(gemm.n, gemm.k), engine=sorted(seen),
+                               ranks=sorted(ranks), verdict=verdict))
     return rows
 
 
-def markdown(rows: list[dict[str, Any]], boot: str) -> str:
+def markdown(rows: list[ShapeCheck], boot: str) -> str:
     lines = [f"### The engine's own shapes (boot {boot})", "",
              "| family | layer | audit N x K | engine N x K (every rank) | verdict |", "| --- | --- | --- | --- | --- |"]
     for row in rows:
-        engine = ", ".join(f"{n}x{k}" for n, k in row["engine"]) or "-"
-        lines.append(f"| {row['family']} | {row['layer']} | {row['audit'][0]}x{row['audit'][1]} | {engine} | {row['verdict']} |")
+        engine = ", ".join(f"{n}x{k}" for n, k in row.engine) or "-"
+        lines.append(f"| {row.family} | {row.layer} | {row.audit[0]}x{row.audit[1]} | {engine} | {row.verdict} |")
     return "\n".join(lines)

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from rig.boot.base import BootDriver, BootFailed, BootRecord, current_boot
-from rig.boot.compose import ComposeDriver
-from rig.boot.native import NativeDriver
-from rig.recipe import Resolved
+from rig.boot import compose, native
+from rig.boot.base import BootDriver, BootFailed, BootRecord, current_boot, driver_named
+from rig.deploy.recipe import Resolved
 
-__all__ = ["BootDriver", "BootFailed", "BootRecord", "current_boot", "driver_for", "driver_named"]
-
-
-def driver_named(name: str) -> BootDriver:
-    return NativeDriver() if name == "native" else ComposeDriver()
+__all__ = ["BootDriver", "BootFailed", "BootRecord", "compose", "current_boot", "driver_for", "driver_named", "native"]
 
 
 def driver_for(resolved: Resolved, override: str | None = None) -> BootDriver:

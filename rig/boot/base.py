@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import secrets
@@ -11,19 +10,21 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from rig import client, grammar
 from rig.atomic import write_text_atomic
+from rig.deploy.recipe import REPO_ROOT, Resolved, check_overlay
+from rig.deploy.render import COMPOSE_DIR
+from rig.engines import Engine
 from rig.errors import RigError
-from rig.recipe import REPO_ROOT, Resolved, check_overlay
-from rig.render import COMPOSE_DIR
+from rig.observe.fingerprint import CacheFiles, Fingerprint, host_fingerprint, manifest_hashes
 from rig.secrets import redact_for
 from rig.strict_yaml import read_regular
+from rig.typed import Typed
 
 RESULTS_DIR = Path(os.environ.get("RIG_RESULTS_DIR", REPO_ROOT / "results"))
 BOOTS_DIR = RESULTS_DIR / "boots"
@@ -37,10 +38,35 @@ class BootFailed(Exception):
     """A boot that did not become healthy; the server has been stopped and its log kept."""
 
 
-@dataclass
-class BootRecord:
-    # Read back strictly: a state file that was truncated, extended or edited is refused, not trusted.
-    __pydantic_config__ = ConfigDict(strict=True, extra="forbid")
+class BootImage(Typed):
+    """The image a boot ran: the container's (compose), the recipe's base (native), or the identity
+    rig read from a server it did not start (attach)."""
+
+    id: str | None = None
+    tags: list[str] | None = None
+    digests: list[str] | None = None
+    labels: dict[str, str] | None = None
+    base: str | None = None
+    identity: str | None = None
+
+
+class CacheDir(Typed):
+    path: str
+    files: int
+    bytes: int
+
+
+class CacheState(Typed):
+    """The engine's compile and kernel caches when a boot started (engine_env.cache_state)."""
+
+    state: Literal["cold", "partial", "warm"] | None = None
+    dirs: dict[str, CacheDir] = Field(default_factory=dict)
+    log: Literal["reused", "compiled"] | None = None  # what the engine's own log says the boot did (after healthy)
+
+
+class BootRecord(Typed):
+    """One boot (results/boots/<id>/boot.json) and, while it is up, its recipe's state file. Read
+    back strictly: a state file that was truncated, extended or edited is refused, not trusted."""
 
     boot_id: str
     ref: str
@@ -51,27 +77,34 @@ class BootRecord:
     boot_dir: str
     log_path: str
     manifest_dir: str
-    overlay: dict[str, str] = field(default_factory=dict)
+    overlay: dict[str, str] = Field(default_factory=dict)
     started: float = 0.0
     healthy_after_s: float | None = None
     stopped: float | None = None
-    status: str = "booting"
+    status: Literal["booting", "healthy", "failed", "stopped", "attached"] = "booting"  # attached: a server rig did not start
     served_model: str | None = None
     pid: int | None = None
     # The kernel's identity of `pid` (rig/boot/process.py): a pid alone is reused after exit.
     pid_start_ticks: int | None = None
     kernel_boot_time: int | None = None
     compose_project: str | None = None
-    compose_files: list[str] = field(default_factory=list)
-    image: dict[str, Any] = field(default_factory=dict)
+    compose_files: list[str] = Field(default_factory=list)
+    image: BootImage = Field(default_factory=BootImage)
     # The host as this boot found it (rig.observe.fingerprint): comparisons check boots against it.
-    fingerprint: dict[str, Any] = field(default_factory=dict)
+    fingerprint: Fingerprint | None = None
     # The engine's compile caches when the boot started (rig/boot/engine_env.py cache_state).
-    compile_cache: dict[str, Any] = field(default_factory=dict)
+    compile_cache: CacheState = Field(default_factory=CacheState)
     error: str | None = None
+    # Why `down` signalled nothing: the recorded pid names another process now (a stale state).
+    not_signalled: str | None = None
+
+    @field_validator("fingerprint", mode="before")
+    @classmethod
+    def _none_before_healthy(cls, value: Any) -> Any:
+        return None if value == {} else value  # records written before fingerprints were typed said {}
 
     def save(self) -> None:
-        write_text_atomic(Path(self.boot_dir) / "boot.json", json.dumps(asdict(self), indent=1))
+        write_text_atomic(Path(self.boot_dir) / "boot.json", self.model_dump_json(indent=1))
 
     @classmethod
     def load(cls, path: Path) -> BootRecord:
@@ -83,7 +116,7 @@ class BootRecord:
         text = read_regular(path, RECORD_MAX_BYTES, _shown(path),
                             missing=("no such boot record", "list boots with `rig status` or under results/boots/"))
         try:
-            record = _RECORD.validate_json(text)
+            record = cls.model_validate_json(text)
         except ValidationError as error:
             first = error.errors()[0]
             field = ".".join(str(part) for part in first["loc"]) or "(file)"
@@ -117,9 +150,6 @@ class BootRecord:
     def log_text(self) -> str:
         path = Path(self.log_path)
         return path.read_text(errors="replace") if path.exists() else ""
-
-
-_RECORD = TypeAdapter(BootRecord)
 
 
 def _shown(path: Path) -> str:
@@ -161,7 +191,7 @@ def claim(record: BootRecord) -> None:
     path = state_path(record.recipe)
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = path.with_name(f".{path.name}.{record.boot_id}")
-    staging.write_text(json.dumps(asdict(record), indent=1))
+    staging.write_text(record.model_dump_json(indent=1))
     try:
         os.link(staging, path)
     except FileExistsError:
@@ -174,8 +204,6 @@ def claim(record: BootRecord) -> None:
 def refuse_if_up(recipe_name: str) -> None:
     """`rig up` while the recorded server of this recipe is alive would orphan it: refuse. A state
     file whose server is gone (or whose pid now names another process) is reported and removed."""
-    from rig.boot import driver_named
-
     record = current_boot(recipe_name)
     if record is None:
         return
@@ -224,7 +252,7 @@ def current_boot(recipe_name: str) -> BootRecord | None:
 
 
 def remember(record: BootRecord) -> None:
-    write_text_atomic(state_path(record.recipe), json.dumps(asdict(record), indent=1))
+    write_text_atomic(state_path(record.recipe), record.model_dump_json(indent=1))
     record.save()
 
 
@@ -232,6 +260,8 @@ def forget(record: BootRecord) -> None:
     """Release the recipe's state, only if it is still this boot's (another boot may hold it now)."""
     path = state_path(record.recipe)
     try:
+        import json
+
         current = json.loads(path.read_text()).get("boot_id")
     except (OSError, ValueError, AttributeError):
         current = None
@@ -295,8 +325,23 @@ def served_model(base_url: str) -> str | None:
         return None
 
 
-def await_healthy(driver: BootDriver, record: BootRecord, serving: Any, progress: bool) -> BootRecord:
-    """Wait for health; a boot that does not get there (or is interrupted) is stopped and marked failed."""
+def compile_log_state(engine: Engine, log_text: str) -> str | None:
+    """What the boot did, by the engine's own log: "reused" (every compilation came from its cache),
+    "compiled" (something was compiled), or None when the engine logs neither (eager mode)."""
+    import re
+
+    if engine.compile_log is None:
+        return None
+    hit, miss = (re.compile(pattern) for pattern in engine.compile_log)
+    if miss.search(log_text):
+        return "compiled"
+    return "reused" if hit.search(log_text) else None
+
+
+def await_healthy(driver: BootDriver, record: BootRecord, serving: Any, progress: bool,
+                  engine_name: str | None = None) -> BootRecord:
+    """Wait for health; a boot that does not get there (or is interrupted) is stopped and marked failed.
+    Once healthy, the engine's own log says whether it reused or compiled (`engine_name` given)."""
     try:
         wait_healthy(record, serving.health, serving.boot_timeout_s, lambda: driver.alive(record), progress)
     except (BootFailed, KeyboardInterrupt) as error:  # SIGTERM/SIGHUP arrive as KeyboardInterrupt (rig/cli.py)
@@ -305,27 +350,23 @@ def await_healthy(driver: BootDriver, record: BootRecord, serving: Any, progress
         raise
     record.status = "healthy"
     record.served_model = served_model(record.base_url)
-    if record.compile_cache:  # what the engine's log says the boot really reused or compiled
-        from rig.boot.engine_env import compile_log_state
+    if engine_name is not None and record.compile_cache.state is not None:
         from rig.engines import ENGINES
-        from rig.recipe import load
 
-        engine = ENGINES[load(record.ref).recipe.engine.name]
-        record.compile_cache["log"] = compile_log_state(engine, record.log_text())
+        record.compile_cache.log = compile_log_state(ENGINES[engine_name], record.log_text())
     record.fingerprint = boot_fingerprint(record)
     remember(record)
     return record
 
 
-def boot_fingerprint(record: BootRecord) -> dict[str, Any]:
+def boot_fingerprint(record: BootRecord) -> Fingerprint:
     """Driver, GPUs, power limits, clocks policy, PCIe, NUMA, NCCL environment, the image that runs
     and the adapter manifests' hashes, taken once the boot is healthy."""
-    from rig.observe.fingerprint import host_fingerprint, manifest_hashes
-
-    return host_fingerprint({"image_id": record.image.get("id"), "image_digests": record.image.get("digests"),
-                             "adapter_manifests": manifest_hashes(record.manifest_dir),
-                             "compile_cache": {"state": record.compile_cache.get("state"), "log": record.compile_cache.get("log"),
-                                               **{name: d["files"] for name, d in record.compile_cache.get("dirs", {}).items()}}})
+    cache = record.compile_cache
+    return host_fingerprint(image_id=record.image.id, image_digests=record.image.digests,
+                            adapter_manifests=manifest_hashes(record.manifest_dir),
+                            compile_cache=CacheFiles(state=cache.state, log=cache.log,
+                                                     files={name: d.files for name, d in cache.dirs.items()}))
 
 
 class BootDriver(Protocol):
@@ -337,3 +378,14 @@ class BootDriver(Protocol):
     def down(self, record: BootRecord) -> None: ...
 
     def alive(self, record: BootRecord) -> str | None: ...
+
+
+# Every driver, by the name a boot record keeps: rig.boot.compose and rig.boot.native register
+# theirs as they load (the rig.boot package loads both), so code here can stop a boot recorded
+# by either without importing the drivers that import it.
+DRIVERS: dict[str, Callable[[], BootDriver]] = {}
+DEFAULT_DRIVER = "compose"
+
+
+def driver_named(name: str) -> BootDriver:
+    return DRIVERS.get(name, DRIVERS[DEFAULT_DRIVER])()

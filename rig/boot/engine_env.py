@@ -18,11 +18,11 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
+from rig.boot.base import CacheDir, CacheState
+from rig.deploy.recipe import REPO_ROOT, Resolved
 from rig.engines import ENGINES, Engine
 from rig.errors import RigError
-from rig.recipe import REPO_ROOT, Resolved
 
 ADAPTER_SOURCE = REPO_ROOT / "adapter"
 API_KEY_ENV = "RIG_API_KEY"
@@ -85,20 +85,7 @@ def cache_dirs(engine: Engine, environ: dict[str, str]) -> dict[str, Path]:
             for name, default in engine.compile_caches}
 
 
-def compile_log_state(engine: Engine, log_text: str) -> str | None:
-    """What the boot did, by the engine's own log: "reused" (every compilation came from its cache),
-    "compiled" (something was compiled), or None when the engine logs neither (eager mode)."""
-    import re
-
-    if engine.compile_log is None:
-        return None
-    hit, miss = (re.compile(pattern) for pattern in engine.compile_log)
-    if miss.search(log_text):
-        return "compiled"
-    return "reused" if hit.search(log_text) else None
-
-
-def cache_state(engine: Engine, environ: dict[str, str]) -> dict[str, Any]:
+def cache_state(engine: Engine, environ: dict[str, str]) -> CacheState:
     """What the compile caches held when the boot started: a warm boot skips compilation and
     autotuning (vLLM's second boot took half the first's time), so boot times and first requests
     are comparable only between boots in the same state."""
@@ -112,14 +99,14 @@ def cache_state(engine: Engine, environ: dict[str, str]) -> dict[str, Any]:
                     size += os.lstat(os.path.join(root, file_name)).st_size
                 except OSError:
                     continue
-        dirs[name] = {"path": str(path), "files": files, "bytes": size}
+        dirs[name] = CacheDir(path=str(path), files=files, bytes=size)
     if not dirs:
-        return {}
-    filled = [bool(d["files"]) for d in dirs.values()]
+        return CacheState()
+    filled = [bool(d.files) for d in dirs.values()]
     # partial: on the H200s the first boots found vLLM's compile cache filled but Triton's nearly
     # empty, and their first request took 1.1-1.6 s against 55-64 ms once every cache held files.
     state = "warm" if all(filled) else ("partial" if any(filled) else "cold")
-    return {"state": state, "dirs": dirs}
+    return CacheState(state=state, dirs=dirs)
 
 
 def fresh_caches(engine: Engine, root: Path) -> dict[str, str]:

@@ -5,6 +5,7 @@ and a stop that leaves no process behind."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -15,12 +16,14 @@ from pathlib import Path
 from rig.atomic import write_text_atomic
 from rig.boot import engine_env
 from rig.boot import process as kernel
-from rig.boot.base import BootFailed, BootRecord, await_healthy, forget, new_boot, refuse_if_up, remember
+from rig.boot.base import DRIVERS, BootFailed, BootRecord, await_healthy, forget, new_boot, refuse_if_up, remember
+from rig.deploy.recipe import REPO_ROOT, Resolved
 from rig.engines import ENGINES, server_argv
 from rig.errors import RigError
-from rig.recipe import REPO_ROOT, Resolved
 from rig.tinymodel import ensure_tiny_model
 
+# The optional extra that holds the CPU demo server (transformers serve) and the model generator (torch).
+CPU_DEMO_EXTRA = "cpu-demo"
 CACHE_DIR = Path(os.environ.get("RIG_CACHE_DIR", Path.home() / ".cache" / "rig"))
 STOP_GRACE_S = 10.0
 
@@ -43,7 +46,12 @@ class NativeDriver:
 
     def model_path(self, resolved: Resolved) -> str:
         if resolved.recipe.model.source == "generated":
-            return str(ensure_tiny_model(CACHE_DIR / "models", resolved.recipe.model.generate or ""))
+            try:
+                return str(ensure_tiny_model(CACHE_DIR / "models", resolved.recipe.model.generate or ""))
+            except ImportError as error:  # torch and transformers are the cpu-demo extra, not rig's core
+                raise RigError(f"recipes/{resolved.recipe.name}.yaml", "model.generate",
+                               f"generating this model needs {error.name or 'torch and transformers'}, which is not installed",
+                               f"pip install 'rig[{CPU_DEMO_EXTRA}]' (make setup installs it)") from None
         return resolved.recipe.model.path
 
     def argv(self, resolved: Resolved, model_path: str, port: int) -> list[str]:
@@ -65,6 +73,11 @@ class NativeDriver:
                "RIG_ADAPTER_MANIFEST_DIR": record.manifest_dir, "RIG_BOOT_ID": record.boot_id,
                "RIG_ENGINE": resolved.recipe.engine.name}
         native = resolved.recipe.native
+        if native is None and importlib.util.find_spec(engine.package) is None:
+            raise RigError(f"recipes/{resolved.recipe.name}.yaml", "engine.name",
+                           f"{engine.name} is not installed in rig's environment ({sys.executable})",
+                           f"pip install 'rig[{CPU_DEMO_EXTRA}]'" if engine.name == "transformers" else
+                           f"install {engine.package} there, or name the engine's environment in the recipe's native section")
         if native is not None:
             interpreter = Path(native.interpreter())
             if not os.access(interpreter, os.X_OK):
@@ -118,7 +131,7 @@ class NativeDriver:
             record.status, record.error = "failed", f"interrupted while starting ({str(error) or type(error).__name__})"
             self.down(record)
             raise
-        return await_healthy(self, record, serving, progress)
+        return await_healthy(self, record, serving, progress, resolved.recipe.engine.name)
 
     def _verdict(self, record: BootRecord) -> tuple[kernel.Verdict, str]:
         if record.pid is None:
@@ -151,6 +164,7 @@ class NativeDriver:
             verdict, why = self._verdict(record)
             if verdict == "other":
                 print(f"rig: boot {record.boot_id}: {why}; not signalling it, dropping the stale state", file=sys.stderr)
+                record.not_signalled = why
                 record.error = f"stale state: {why}" + (f"; before that: {record.error}" if record.error else "")
             else:  # ours, or a leader gone with its group perhaps left: a live group's id is never reused
                 survivors = _stop_group(record.pid)
@@ -164,6 +178,9 @@ class NativeDriver:
         if record.status != "failed":
             record.status = "stopped"
         forget(record)
+
+
+DRIVERS[NativeDriver.name] = NativeDriver
 
 
 def _reap(pid: int) -> None:

@@ -3,25 +3,35 @@ boot order that cancels drift."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from pydantic import Field, ValidationInfo, model_validator
 
+from rig.deploy.recipe import AdapterUse, Resolved, Variant, check_overlay, check_semantics, load, parse_recipe, recipe_path
 from rig.errors import RigError
-from rig.grammar import secret_looking
-from rig.recipe import AdapterUse, Resolved, Variant, check_overlay, check_semantics, load, parse_recipe, recipe_path
-
-IMAGE_TAG_VARIABLE = "RIG_IMAGE_TAG"
+from rig.grammar import IMAGE_TAG_VARIABLE, secret_looking
+from rig.typed import STORED, Spec
 
 
-@dataclass(frozen=True)
-class Arm:
+class Arm(Spec):
     """`NAME:K=V[,K=V]` (environment overlay), `NAME:@variant[,K=V..]` (recipe variant) or `NAME:image=TAG`."""
 
     name: str
     variant: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
     image_tag: str | None = None
     spec: str = ""
+
+    @model_validator(mode="after")
+    def _matches_its_spec(self, info: ValidationInfo) -> Arm:
+        """An arm read back from a plan is parsed again from its spec, through the same grammar as
+        the command line (a plan is a file on disk; its fields are not trusted on their own)."""
+        if info.context == STORED:
+            try:
+                arm = parse_arm(self.spec)
+            except RigError as error:
+                raise ValueError(error.problem) from None
+            if arm != self:
+                raise ValueError(f"arm {self.spec!r} does not match its spec")
+        return self
 
     def base(self, recipe_name: str) -> Resolved:
         """The recipe (variant) this arm boots; its rendered compose file is what compose runs."""
@@ -79,24 +89,6 @@ class Arm:
                            f"{error.fix} (or drop it from this arm)") from None
         return overlaid.variant(synthetic)
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Arm:
-        """An arm read back from a plan: parsed again from its spec, through the same grammar as
-        the command line (a plan is a file on disk; its fields are not trusted on their own)."""
-        spec = data.get("spec") if isinstance(data, dict) else None
-        if not isinstance(spec, str):
-            raise ValueError("an arm without its spec")
-        try:
-            arm = parse_arm(spec)
-        except RigError as error:
-            raise ValueError(error.problem) from None
-        if asdict(arm) != data:
-            raise ValueError(f"arm {spec!r} does not match its spec")
-        return arm
-
 
 def parse_arm(spec: str) -> Arm:
     """One line per malformed arm; names, keys, values and tags are checked against their grammar
@@ -123,8 +115,8 @@ def parse_arm(spec: str) -> Arm:
         try:
             grammar.tag(tag)
         except ValueError as error:
-            raise refuse(str(error), "name a tag built by `rig build` (RIG_IMAGE_TAG)") from None
-        return Arm(name, variant=variant, image_tag=tag, spec=spec)
+            raise refuse(str(error), f"name a tag built by `rig build` ({IMAGE_TAG_VARIABLE})") from None
+        return Arm(name=name, variant=variant, image_tag=tag, spec=spec)
     env: dict[str, str] = {}
     image_tag = None
     for pair in filter(None, rest.split(",")):
@@ -141,10 +133,10 @@ def parse_arm(spec: str) -> Arm:
             try:
                 image_tag = grammar.tag(value)
             except ValueError as error:
-                raise refuse(str(error), "name a tag built by `rig build` (RIG_IMAGE_TAG)") from None
+                raise refuse(str(error), f"name a tag built by `rig build` ({IMAGE_TAG_VARIABLE})") from None
             continue
         env[key] = value
-    return Arm(name, variant=variant, env=env, image_tag=image_tag, spec=spec)
+    return Arm(name=name, variant=variant, env=env, image_tag=image_tag, spec=spec)
 
 
 def check_arms(recipe_name: str, arms: list[Arm]) -> dict[str, Resolved]:

@@ -2,39 +2,20 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from rig.atomic import write_text_atomic
 from rig.compare.arms import check_arms, parse_arm
+from rig.compare.design import DEFAULT_BOOTS, DEFAULT_ROUNDS
 from rig.compare.goodput import parse_slos
-from rig.compare.markdown import markdown
 from rig.compare.model import ComparePlan
-from rig.compare.plot import plot
+from rig.compare.output import write_report
 from rig.compare.report import Analysis, analyze
 from rig.compare.run import compare_root, run_compare
 from rig.compare.stats import MIN_PAIRS_FOR_TARGET
+from rig.deploy.recipe import load, split_ref
 from rig.errors import RigError
-from rig.load.command import default_small
 from rig.load.scenarios import load_scenario
-from rig.recipe import load, split_ref
-
-# Boot pairs per comparison. From the calibration table (tests/test_compare_calibration.py):
-# 4 pairs is the smallest design whose wrong-signed verdicts stay well under 1% at boot sd 3%
-# (2 pairs: 1.4%, 3: 0.8%, 4: 0.15%) while false verdicts stay at the stated 5%; with quiet
-# boots (sd 1%) its intervals reach a precision of about 2.3%. Use --target to plan for a precision.
-DEFAULT_BOOTS = 4
-DEFAULT_ROUNDS = 3
-
-
-def write_report(out: Path, analysis: Analysis) -> str:
-    write_text_atomic(out / "compare.json", json.dumps(analysis.to_json(), indent=1, default=str))
-    text = markdown(analysis)
-    write_text_atomic(out / "compare.md", text)
-    write_text_atomic(out / "boot-log-diff.txt", "\n".join(
-        f"== only in {arm} ==\n" + "\n".join(lines) for arm, lines in analysis.boot_log_diff.items()) + "\n")
-    plot(analysis, out / "compare.png")
-    return text
+from rig.load.session import default_small
 
 
 def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, rounds: int, scenarios: list[str] | None,

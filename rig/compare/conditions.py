@@ -5,9 +5,19 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 from rig.compare.model import BootEntry
+from rig.observe.fingerprint import FingerprintDifference, fingerprint_differences, voiding_differences
+from rig.typed import Typed
+
+
+class FingerprintReport(Typed):
+    """How the boots' fingerprints differ, and which differences void the comparison."""
+
+    boots: int
+    differences: list[FingerprintDifference]
+    voiding: list[FingerprintDifference]  # condition differences not accepted with --accept-fingerprint
+    accepted: list[str]
 
 _VOLATILE = [
     (re.compile(r"\b\d{1,3}(\.\d{1,3}){3}:\d+"), "<ip>:<port>"),
@@ -41,11 +51,9 @@ def boot_log_diff(entries: list[BootEntry], arms: list[str]) -> dict[str, list[s
     return {arm: sorted(lines - set().union(*[per_arm[o] for o in arms if o != arm]))[:50] for arm, lines in per_arm.items()}
 
 
-def fingerprint_report(entries: list[BootEntry], accepted: list[str]) -> dict[str, Any]:
-    from rig.observe.fingerprint import fingerprint_differences, voiding_differences
-
+def fingerprint_report(entries: list[BootEntry], accepted: list[str]) -> FingerprintReport:
     fingerprints = {f"{e.index:02d}-{e.arm}": e.fingerprint for e in entries if e.fingerprint and not e.voided}
-    differences = fingerprint_differences(fingerprints) if len(fingerprints) > 1 else []
+    differences = fingerprint_differences(fingerprints) if len(fingerprints) > 1 else []  # type: ignore[arg-type]
     voiding = voiding_differences(differences, accepted)
-    return {"boots": len(fingerprints), "differences": differences, "voiding": voiding, "accepted": accepted}
+    return FingerprintReport(boots=len(fingerprints), differences=differences, voiding=voiding, accepted=accepted)
 

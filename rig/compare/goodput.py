@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rig.errors import RigError
 from rig.load.metrics import chunk_token_counts, completed_in_window, run_tokens_per_chunk
 from rig.load.records import RequestRecord
 from rig.load.summary import RunSummary
+from rig.typed import Typed
 
 SLO_KEYS = {"ttft": "time to first token", "tpot": "time per output token", "e2e": "end-to-end latency"}
 _UNITS = {"ms": 0.001, "s": 1.0}
@@ -33,17 +32,27 @@ def parse_slos(text: str | None) -> dict[str, float] | None:
     return slos
 
 
-def goodput(records: list[RequestRecord], summary: RunSummary, slos: dict[str, float]) -> dict[str, Any]:
+class Goodput(Typed):
+    """A round's goodput over its window's completed requests."""
+
+    slos_s: dict[str, float]
+    requests_per_s: float
+    met: int
+    completed: int
+    share: float | None
+
+
+def goodput(records: list[RequestRecord], summary: RunSummary, slos: dict[str, float]) -> Goodput:
     """A round's goodput over its window's completed requests (the ones its latencies cover)."""
-    window = summary.metrics["window"]
+    window = summary.metrics.window
     ratio = run_tokens_per_chunk(records)
     met = total = 0
-    for r in completed_in_window(records, window["start"], window["end"]):
+    for r in completed_in_window(records, window.start, window.end):
         total += 1
         counts = chunk_token_counts(r, ratio)
         decoded = sum(counts) - counts[0]
         observed = {"ttft": r.t_first - r.t_send, "e2e": r.t_last - r.t_send,  # type: ignore[operator]
                     "tpot": (r.t_last - r.t_first) / decoded if decoded > 0 else 0.0}  # type: ignore[operator]
         met += all(observed[key] <= limit for key, limit in slos.items())
-    return {"slos_s": slos, "requests_per_s": met / window["seconds"], "met": met, "completed": total,
-            "share": met / total if total else None}
+    return Goodput(slos_s=slos, requests_per_s=met / window.seconds, met=met, completed=total,
+                   share=met / total if total else None)

@@ -4,14 +4,44 @@ and the load tests' own temperature-0 outputs compared across arms."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from rig.compare.model import BootEntry
 from rig.load.records import read_records
 from rig.load.scenarios import load_scenario
+from rig.typed import Typed
 
 
-def greedy_report(entries: list[BootEntry], arms: list[str], control: str | None) -> dict[str, Any]:
+class ControlCheck(Typed):
+    """Whether the control arm (known to change greedy output) was told apart from the baseline."""
+
+    arm: str
+    differing_prompts: list[str]
+    compared_with_boots: int | None = None
+    discriminates: bool | None  # None: not measured
+    note: str | None
+
+
+class GreedyIdentity(Typed):
+    """Greedy identity at c=1: within each arm first (reproducibility), then across arms."""
+
+    prompts: list[str]
+    status: str
+    identical_within_arm: dict[str, dict[str, bool]]  # arm -> prompt -> every boot gave one output
+    identical_across_arms: dict[str, bool]
+    boots_per_arm: dict[str, int]
+    control: ControlCheck | None = None
+
+
+class BatchingIdentity(Typed):
+    """The load tests' temperature-0 outputs for the same prompt and nonce, across arms."""
+
+    compared_prompts: int
+    identical: int
+    differing: int
+    arms: list[str]
+
+
+def greedy_report(entries: list[BootEntry], arms: list[str], control: str | None) -> GreedyIdentity:
     """Identity proves something only where the server reproduces itself: within-arm identity first
     (else inconclusive), then across arms; the control is compared per prompt against every boot
     of the baseline, and discriminates only if the baseline was reproducible."""
@@ -37,23 +67,23 @@ def greedy_report(entries: list[BootEntry], arms: list[str], control: str | None
         status = "identical"
     else:
         status = f"CHANGED: {sum(not v for v in across.values())}/{len(prompts)} prompts differ between arms"
-    result: dict[str, Any] = {"prompts": prompts, "status": status, "identical_within_arm": within,
-                              "identical_across_arms": across, "boots_per_arm": {arm: sum(e.arm == arm for e in main) for arm in arms}}
+    result = GreedyIdentity(prompts=prompts, status=status, identical_within_arm=within, identical_across_arms=across,
+                            boots_per_arm={arm: sum(e.arm == arm for e in main) for arm in arms})
     controls = [e for e in usable if e.control]
     baseline = [e for e in main if e.arm == arms[0]]
     if control and controls and baseline:
         differing = [p for p in prompts if all(controls[0].greedy.get(p) != b.greedy.get(p) for b in baseline)]
         baseline_reproducible = all(within.get(arms[0], {}).values())
-        result["control"] = {"arm": control, "differing_prompts": differing, "compared_with_boots": len(baseline),
-                             "discriminates": bool(differing) and baseline_reproducible,
-                             "note": None if baseline_reproducible else "the baseline is not reproducible within its boots"}
+        result.control = ControlCheck(arm=control, differing_prompts=differing, compared_with_boots=len(baseline),
+                                      discriminates=bool(differing) and baseline_reproducible,
+                                      note=None if baseline_reproducible else "the baseline is not reproducible within its boots")
     elif control:
-        result["control"] = {"arm": control, "differing_prompts": [], "discriminates": None,
-                             "note": "the control boot (or every baseline boot) was voided"}
+        result.control = ControlCheck(arm=control, differing_prompts=[], discriminates=None,
+                                      note="the control boot (or every baseline boot) was voided")
     return result
 
 
-def batching_identity(entries: list[BootEntry], arms: list[str]) -> dict[str, Any]:
+def batching_identity(entries: list[BootEntry], arms: list[str]) -> BatchingIdentity:
     """The load tests' own outputs at temperature 0: the same prompt (name and nonce, which repeat
     across arms round by round) compared across arms. Batch composition may legitimately change
     greedy output, so this is reported beside the c=1 identity, not as a verdict."""
@@ -74,6 +104,5 @@ def batching_identity(entries: list[BootEntry], arms: list[str]) -> dict[str, An
                         by_key.setdefault(key, {}).setdefault(entry.arm, set()).add(record.text_sha256)
     shared = {k: v for k, v in by_key.items() if len(v) >= 2}
     identical = sum(1 for v in shared.values() if len(set().union(*v.values())) == 1)
-    return {"compared_prompts": len(shared), "identical": identical, "differing": len(shared) - identical,
-            "arms": arms}
+    return BatchingIdentity(compared_prompts=len(shared), identical=identical, differing=len(shared) - identical, arms=arms)
 

@@ -47,17 +47,17 @@ def comparison_line(scenario: str, label: str, c: Comparison) -> str:
 
 def _header(analysis: Analysis) -> list[str]:
     plan = analysis.plan
-    arms = [a["name"] for a in plan["arms"]]
-    planned = analysis.boots["planned"] - (1 if plan["control"] else 0)
+    arms = [a.name for a in plan.arms]
+    planned = analysis.boots.planned - (1 if plan.control else 0)
     headlines = len(analysis.scenarios) * (len(arms) - 1)
     family = analysis.family
-    lines = [f"# rig compare {plan['recipe']}: {' vs '.join(arms)}",
-             f"{plan['boots']} boot pair(s) (ABBA), {plan['rounds']} rounds per boot, each scenario's first run after every boot "
-             f"discarded; {analysis.boots['used']} of {planned} boots used. Headline: paired t interval on the boot-pair log "
+    lines = [f"# rig compare {plan.recipe}: {' vs '.join(arms)}",
+             f"{plan.boots} boot pair(s) (ABBA), {plan.rounds} rounds per boot, each scenario's first run after every boot "
+             f"discarded; {analysis.boots.used} of {planned} boots used. Headline: paired t interval on the boot-pair log "
              f"ratios (the boot is the unit of replication), {100 * CONFIDENCE:.0f}% for each of the {headlines} headline "
              f"comparison(s) (each, with nothing changed, prints a verdict {100 - 100 * CONFIDENCE:.0f}% of the time). "
              "Secondary figures (latency percentiles"
-             + (", goodput as a paired difference in req/s" if plan["slos"] else "")
+             + (", goodput as a paired difference in req/s" if plan.slos else "")
              + f"): {family.size} interval(s), each at {100 * family.confidence:.4g}% (Bonferroni: with nothing changed, any "
              f"of them prints a verdict at most {100 * family.alpha:.0f}% of the time). Percentiles: each boot's requests "
              f"pooled over its usable rounds; a boot with fewer samples than bracket the percentile with 95% confidence is "
@@ -69,7 +69,7 @@ def _header(analysis: Analysis) -> list[str]:
 
 
 def _figures(analysis: Analysis) -> list[str]:
-    arms = [a["name"] for a in analysis.plan["arms"]]
+    arms = [a.name for a in analysis.plan.arms]
     lines = ["```"]
     for name, result in analysis.scenarios.items():
         lines += [comparison_line(name, f"{arms[0]} -> {arm}", c) for arm, c in result.vs.items()]
@@ -79,61 +79,61 @@ def _figures(analysis: Analysis) -> list[str]:
         if result.goodput:
             lines += [comparison_line(name, f"  goodput {arm}", c) for arm, c in result.goodput.items()]
     lines.append("```")
-    if analysis.plan["slos"]:
-        lines.append(f"Goodput: requests per second meeting every SLO {analysis.plan['slos']} (seconds).")
+    if analysis.plan.slos:
+        lines.append(f"Goodput: requests per second meeting every SLO {analysis.plan.slos} (seconds).")
     return lines
 
 
 def _target_section(analysis: Analysis) -> list[str]:
-    return [f"\n{analysis.target['status']}."] if analysis.target else []
+    return [f"\n{analysis.target.status}."] if analysis.target else []
 
 
 def _greedy(analysis: Analysis) -> list[str]:
     greedy = analysis.greedy
-    if not greedy["prompts"]:
+    if not greedy.prompts:
         return []
-    n = len(greedy["prompts"])
-    across = sum(greedy["identical_across_arms"].values())
-    lines = [f"\nGreedy identity (temperature 0, c=1, {n} prompts): {greedy['status']}; across arms {across}/{n}; "
-             + "; ".join(f"within {arm} {sum(v.values())}/{n} over {greedy['boots_per_arm'][arm]} boots"
-                         for arm, v in greedy["identical_within_arm"].items())]
-    control = greedy.get("control")
+    n = len(greedy.prompts)
+    across = sum(greedy.identical_across_arms.values())
+    lines = [f"\nGreedy identity (temperature 0, c=1, {n} prompts): {greedy.status}; across arms {across}/{n}; "
+             + "; ".join(f"within {arm} {sum(v.values())}/{n} over {greedy.boots_per_arm[arm]} boots"
+                         for arm, v in greedy.identical_within_arm.items())]
+    control = greedy.control
     if control:
-        if control["discriminates"] is None:
-            lines.append(f"Control {control['arm']}: not measured ({control.get('note')}).")
-        elif control["discriminates"]:
-            lines.append(f"Control {control['arm']}: {len(control['differing_prompts'])}/{n} prompts differ from every "
+        if control.discriminates is None:
+            lines.append(f"Control {control.arm}: not measured ({control.note}).")
+        elif control.discriminates:
+            lines.append(f"Control {control.arm}: {len(control.differing_prompts)}/{n} prompts differ from every "
                          f"baseline boot: the check discriminates.")
         else:
-            lines.append(f"Control {control['arm']}: the check does NOT discriminate "
-                         f"({len(control['differing_prompts'])}/{n} differ; {control.get('note') or 'same outputs'}).")
+            lines.append(f"Control {control.arm}: the check does NOT discriminate "
+                         f"({len(control.differing_prompts)}/{n} differ; {control.note or 'same outputs'}).")
     return lines
 
 
 def _batching(analysis: Analysis) -> list[str]:
     batching = analysis.batching
-    if not batching["compared_prompts"]:
+    if not batching.compared_prompts:
         return []
     return [f"Identity under batching (load-test outputs, same prompt and nonce across arms): "
-            f"{batching['identical']}/{batching['compared_prompts']} identical (batch composition may change them)."]
+            f"{batching.identical}/{batching.compared_prompts} identical (batch composition may change them)."]
 
 
 def _boots(analysis: Analysis) -> list[str]:
-    lines = [f"\nImported boot {i['index']} ({i['arm']}, block {i['block']}): {i['spec']} ({i['boot_id']}): measured by "
-             "another tool; rig did not check its client, boot or warmup." for i in analysis.boots.get("imported", [])]
-    lines += [f"\nVoided boot {v['index']} ({v['arm']}, attempt {v['attempt']}): " + "; ".join(v["problems"])[:500]
-             for v in analysis.boots["voided"]]
-    lines += [f"\nRounds left out of boot {e['index']} ({e['arm']}): " + "; ".join(e["rounds"])[:500]
-              for e in analysis.boots["exclusions"]]
+    lines = [f"\nImported boot {i.index} ({i.arm}, block {i.block}): {i.spec} ({i.boot_id}): measured by "
+             "another tool; rig did not check its client, boot or warmup." for i in analysis.boots.imported]
+    lines += [f"\nVoided boot {v.index} ({v.arm}, attempt {v.attempt}): " + "; ".join(v.problems)[:500]
+              for v in analysis.boots.voided]
+    lines += [f"\nRounds left out of boot {e.index} ({e.arm}): " + "; ".join(e.rounds)[:500]
+              for e in analysis.boots.exclusions]
     return lines
 
 
 def _conditions(analysis: Analysis) -> list[str]:
     lines = []
-    differences = analysis.fingerprints["differences"]
+    differences = analysis.fingerprints.differences
     if differences:
         lines.append("\nFingerprint differences between boots: " + "; ".join(
-            f"{d['field']} ({d['class']})" for d in differences[:20]))
+            f"{d.field} ({d.kind})" for d in differences[:20]))
     healthy = [f"{k} {v:.1f}s" for k, v in analysis.boot_to_healthy_s.items() if v]
     if healthy:
         lines.append("\nBoot to healthy: " + ", ".join(healthy))
@@ -148,11 +148,11 @@ def _quality(analysis: Analysis) -> list[str]:
     quality = analysis.quality
     if not quality:
         return []
-    arms = [a["name"] for a in analysis.plan["arms"]]
+    arms = [a.name for a in analysis.plan.arms]
     lines = ["\nQuality beside speed (teacher-forced scores of the baseline's greedy continuations; the noise floor "
              "is the drift between baseline boots; coherence differences under Holm across the arm's figures):"]
     lines += [f"- {arm}: {quality_line(quality, arm)}" for arm in arms[1:]]
-    lines += [f"- note: {note}" for note in quality.get("notes") or []]
+    lines += [f"- note: {note}" for note in quality.notes]
     return lines
 
 

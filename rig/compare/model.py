@@ -6,25 +6,29 @@ record -> run summary (rig.load) -> RunResult -> BootEntry (boots/NN-arm.json) -
 
 from __future__ import annotations
 
-import json
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+
+from pydantic import Field, JsonValue, model_validator
 
 from rig.atomic import write_text_atomic
+from rig.boot.checks import BootCheck
 from rig.compare.arms import Arm, boot_order
+from rig.compare.goodput import Goodput
 from rig.compare.percentiles import LatencyHistogram
-from rig.strict_yaml import load_json_file
+from rig.observe.fingerprint import Fingerprint
+from rig.typed import Typed, Versioned
 
-COMPARE_SCHEMA = 3
+COMPARE_SCHEMA = 4
 PLAN_MAX_BYTES = 1 << 20
 ENTRY_MAX_BYTES = 16 << 20
 IMPORTED_INDEX = 100  # boots imported from another tool (rig import --compare) are numbered from here
 
 
-@dataclass
-class ComparePlan:
+class ComparePlan(Versioned):
+    """plan.json: what a comparison runs; `--resume` reads it back."""
+
+    schema_version: int = Field(COMPARE_SCHEMA, alias="schema")
     recipe: str
     arms: list[Arm]
     control: Arm | None
@@ -39,66 +43,92 @@ class ComparePlan:
     first_stage: int | None = None  # --target: pairs of Stein's first stage (they alone estimate the sd)
     planned_pairs: int | None = None  # --target: the pairs the first stage's sd asks for, capped at max_boots
     slos: dict[str, float] | None = None  # goodput SLOs in seconds: ttft, tpot, e2e (vLLM's --goodput)
-    accept_fingerprint: list[str] = field(default_factory=list)  # fingerprint fields allowed to differ (globs)
+    accept_fingerprint: list[str] = Field(default_factory=list)  # fingerprint fields allowed to differ (globs)
     cold_caches: bool = False  # every boot starts with empty compile/kernel caches of its own
-    created: float = field(default_factory=time.time)
-    schema: int = COMPARE_SCHEMA
+    created: float = Field(default_factory=time.time)
+
+    # (block, arm) of every boot in the order they run: derived, written for readers of plan.json,
+    # recomputed when the plan is built or read and before it is written (--target adds pairs).
+    boot_sequence: list[tuple[int, str]] = Field(default_factory=list, alias="order")
+
+    @model_validator(mode="after")
+    def _derive(self) -> ComparePlan:
+        self.boot_sequence = [(block, arm.name) for block, arm in self.order()]
+        return self
 
     def order(self) -> list[tuple[int, Arm]]:
         """The control (if any) boots first, so its index stays put when --target adds pairs."""
         return ([(0, self.control)] if self.control else []) + boot_order(self.arms, self.boots)
 
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["order"] = [(block, arm.name) for block, arm in self.order()]
-        return data
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ComparePlan:
-        if data.get("schema") != COMPARE_SCHEMA:
-            raise ValueError(f"plan schema {data.get('schema')} is not {COMPARE_SCHEMA}")
-        data = {k: v for k, v in data.items() if k != "order"}
-        data["arms"] = [Arm.from_json(a) for a in data["arms"]]
-        data["control"] = Arm.from_json(data["control"]) if data["control"] else None
-        return cls(**data)
-
     def write(self, out: Path) -> None:
-        write_text_atomic(out / "plan.json", json.dumps(self.to_json(), indent=1))
+        self._derive()
+        write_text_atomic(out / "plan.json", self.json_text())
 
     @classmethod
     def read(cls, out: Path) -> ComparePlan:
         """The plan of a comparison directory (`--resume` names it): read like any input file."""
-        return cls.from_json(load_json_file(out / "plan.json", PLAN_MAX_BYTES))
+        return cls.read_file(out / "plan.json", PLAN_MAX_BYTES)
 
 
-@dataclass
-class RunResult:
+class RunResult(Typed):
     """One scenario run inside one round of one boot."""
 
     scenario: str
     dir: str
     figures: dict[str, float | None]  # RunSummary.figures(): the headline
     problems: list[str]  # RunSummary.problems(): empty = usable
-    goodput: dict[str, Any] | None = None  # requests/s meeting the SLOs, when SLOs were given
+    goodput: Goodput | None = None  # requests/s meeting the SLOs, when SLOs were given
     # Per-request latencies of the window (ms), by rig.load.summary.LATENCY_SAMPLES name: a boot's
     # percentiles are read from its usable rounds pooled (rig.compare.percentiles).
-    latency: dict[str, LatencyHistogram] = field(default_factory=dict)
+    latency: dict[str, LatencyHistogram] = Field(default_factory=dict)
 
     @property
     def usable(self) -> bool:
         return not self.problems
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RunResult:
-        data = dict(data)
-        data["latency"] = {name: LatencyHistogram(**h) for name, h in (data.get("latency") or {}).items()}
-        return cls(**data)
+
+class Generation(Typed):
+    """A greedy continuation: token ids where the engine returns them, its text, and per position
+    the top-k (token id -> logprob) where the engine returns logprobs."""
+
+    prompt_ids: list[int] | None
+    output_ids: list[int] | None
+    text: str
+    top: list[dict[int, float]] | None = None
 
 
-@dataclass
-class BootEntry:
+class Score(Typed):
+    """The reference continuation scored teacher-forced: per position the logprob of the reference
+    token and the top-k (token id -> logprob); `sequence` names the scored token sequence, so scores
+    of two different sequences are never compared."""
+
+    logprobs: list[float]
+    top: list[dict[int, float]]
+    sequence: str = ""
+
+
+class BootQuality(Typed):
+    """One boot's greedy continuations of the probe set and its scores of the reference continuation
+    (rig.compare.quality.collect)."""
+
+    scoring: str | None  # the engine's protocol, None when it cannot score
+    generations: dict[str, Generation] = Field(default_factory=dict)
+    scores: dict[str, Score] = Field(default_factory=dict)
+    note: str | None = None
+
+
+class QualityReference(Versioned):
+    """quality-reference.json: the first baseline boot's greedy continuations, which every boot of
+    the comparison scores."""
+
+    schema_version: int = Field(COMPARE_SCHEMA, alias="schema")
+    generations: dict[str, Generation]
+
+
+class BootEntry(Versioned):
     """One boot of one arm: its checks, its rounds, its greedy outputs."""
 
+    schema_version: int = Field(COMPARE_SCHEMA, alias="schema")
     index: int  # position in the boot order
     block: int  # ABBA block: the pair this boot belongs to
     arm: str
@@ -107,17 +137,17 @@ class BootEntry:
     attempt: int  # 1 + earlier attempts of this boot that did not finish (interrupted)
     boot_id: str | None = None
     voided: bool = False
-    problems: list[str] = field(default_factory=list)
-    rounds: list[dict[str, RunResult]] = field(default_factory=list)  # round -> scenario -> result
-    greedy: dict[str, str] = field(default_factory=dict)  # prompt -> sha256 of the c=1 temperature-0 output
-    check: dict[str, Any] | None = None
+    problems: list[str] = Field(default_factory=list)
+    rounds: list[dict[str, RunResult]] = Field(default_factory=list)  # round -> scenario -> result
+    greedy: dict[str, str] = Field(default_factory=dict)  # prompt -> sha256 of the c=1 temperature-0 output
+    check: BootCheck | None = None
     healthy_after_s: float | None = None
     log_path: str | None = None
-    adapter_stats: dict[str, Any] = field(default_factory=dict)
-    fingerprint: dict[str, Any] = field(default_factory=dict)
+    # adapter -> its runtime statistics, as the adapter's manifest (rig_adapters, in the engine) wrote them
+    adapter_stats: dict[str, JsonValue] = Field(default_factory=dict)
+    fingerprint: Fingerprint | None = None
     started: float | None = None
-    quality: dict[str, Any] | None = None  # rig.compare.quality.BootQuality: continuations and reference scores
-    schema: int = COMPARE_SCHEMA
+    quality: BootQuality | None = None  # continuations and reference scores
 
     def usable_results(self, scenario: str) -> list[RunResult]:
         """This scenario's usable rounds, in round order."""
@@ -130,25 +160,13 @@ class BootEntry:
         return [f"round {index} {name}: {'; '.join(result.problems)}"
                 for index, round_results in enumerate(self.rounds) for name, result in round_results.items() if result.problems]
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> BootEntry:
-        if data.get("schema") != COMPARE_SCHEMA:
-            raise ValueError(f"boot entry schema {data.get('schema')} is not {COMPARE_SCHEMA}")
-        data = dict(data)
-        data["rounds"] = [{name: RunResult.from_json(result) for name, result in round_results.items()}
-                          for round_results in data["rounds"]]
-        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
-
     @staticmethod
     def path(out: Path, index: int, arm: str) -> Path:
         return out / "boots" / f"{index:02d}-{arm}.json"
 
     def write(self, out: Path) -> None:
-        write_text_atomic(self.path(out, self.index, self.arm), json.dumps(self.to_json(), indent=1, default=str))
+        write_text_atomic(self.path(out, self.index, self.arm), self.json_text())
 
     @classmethod
     def read(cls, path: Path) -> BootEntry:
-        return cls.from_json(load_json_file(path, ENTRY_MAX_BYTES))
+        return cls.read_file(path, ENTRY_MAX_BYTES)

@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 import numpy as np
+from pydantic import Field
+
+from rig.typed import Typed
 
 CONFIDENCE = 0.95
 BIN_RATIO = 1.001
@@ -49,13 +51,12 @@ def percentile_label(quantile: float) -> str:
     return f"p{100 * quantile:g}"
 
 
-@dataclass
-class LatencyHistogram:
+class LatencyHistogram(Typed):
     """Counts of samples (milliseconds) in log bins: bin i holds [BIN_RATIO^i, BIN_RATIO^(i+1)).
     Samples at or below zero (two chunks read at the same instant) are counted in `zeros`."""
 
-    bins: list[int] = field(default_factory=list)  # bin indices, ascending
-    counts: list[int] = field(default_factory=list)
+    bins: list[int] = Field(default_factory=list)  # bin indices, ascending
+    counts: list[int] = Field(default_factory=list)
     zeros: int = 0
 
     @classmethod
@@ -101,8 +102,7 @@ class LatencyHistogram:
         return value
 
 
-@dataclass
-class PooledPercentile:
+class PooledPercentile(Typed):
     """One boot's percentile of a latency, from its usable rounds pooled."""
 
     quantile: float

@@ -47,7 +47,7 @@ def plot(analysis: Analysis, path: Path) -> None:
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    arms = [a["name"] for a in analysis.plan["arms"]]
+    arms = [a.name for a in analysis.plan.arms]
     colours = {arm: f"C{i}" for i, arm in enumerate(arms)}
     scenarios = analysis.scenarios
     rows_per_scenario = max(len(effect_rows(result, arms[0])) for result in scenarios.values()) if scenarios else 1
@@ -57,15 +57,15 @@ def plot(analysis: Analysis, path: Path) -> None:
     for (left, right), (name, result) in zip(axes, scenarios.items()):
         labels = []
         for x, boot in enumerate(analysis.timeline):
-            values = [v for v in boot["rounds"].get(name, []) if v is not None]
-            colour = "0.6" if boot["control"] else colours.get(boot["arm"], "0.4")
+            values = [v for v in boot.rounds.get(name, []) if v is not None]
+            colour = "0.6" if boot.control else colours.get(boot.arm, "0.4")
             if values:
                 left.bar(x, float(np.mean(values)), color=colour, alpha=0.35, width=0.7)
                 left.scatter([x] * len(values), values, color=colour, s=18, zorder=3)
-            if boot["voided"]:
+            if boot.voided:
                 left.text(x, 0.04, "voided", rotation=90, ha="center", va="bottom", fontsize=8, color="red",
                           transform=left.get_xaxis_transform())
-            labels.append(f"{boot['index']}\n{boot['arm']}")
+            labels.append(f"{boot.index}\n{boot.arm}")
         left.set_xticks(range(len(labels)), labels, fontsize=7)
         left.set_xlabel("boots in time order (index, arm)")
         left.set_ylabel(result.unit)
@@ -91,7 +91,7 @@ def plot(analysis: Analysis, path: Path) -> None:
         right.set_xlabel(f"delta % (symlog; headline 95%, others {100 * analysis.family.confidence:.4g}% each)\n"
                          "grey: the delta's noise (its interval centred on 0)")
         quality = analysis.quality
-        arm_names = [a["name"] for a in analysis.plan["arms"]]
+        arm_names = [a.name for a in analysis.plan.arms]
         right.set_title("effect: headline, latency, goodput" + "".join(
             f"\n{arm}: {quality_short(quality, arm)}" for arm in arm_names[1:]) if quality else
             "effect: headline, latency, goodput", fontsize=7 if quality else None)

@@ -23,18 +23,24 @@ from __future__ import annotations
 import math
 import unicodedata
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import yaml
+from pydantic import Field
 from scipy import stats
 
 from rig import client
+from rig.compare.model import BootEntry, BootQuality, ComparePlan, Generation, Score
 from rig.engines import ENGINES
 from rig.load.records import read_records
 from rig.load.scenarios import PROMPT_DIR
+from rig.typed import Typed
+
+Encode = Callable[[str], list[int]]
 
 TOP_K = 5
 PROBE_CHARS = 240  # each prompt-set probe is this long a cut of the set's text
@@ -59,57 +65,6 @@ def probes(prompt_sets: list[str]) -> list[Probe]:
     return chosen
 
 
-@dataclass
-class Generation:
-    """A greedy continuation: token ids where the engine returns them, its text, and per position
-    the top-k (token id -> logprob) where the engine returns logprobs."""
-
-    prompt_ids: list[int] | None
-    output_ids: list[int] | None
-    text: str
-    top: list[dict[int, float]] | None = None
-
-
-@dataclass
-class Score:
-    """The reference continuation scored teacher-forced: per position the logprob of the reference
-    token and the top-k (token id -> logprob); `sequence` names the scored token sequence, so scores
-    of two different sequences are never compared."""
-
-    logprobs: list[float]
-    top: list[dict[int, float]]
-    sequence: str = ""
-
-
-def sequence_digest(generation: Generation) -> str:
-    import hashlib
-
-    ids = list(generation.prompt_ids or []) + [-1] + list(generation.output_ids or [])
-    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:16]
-
-
-@dataclass
-class BootQuality:
-    scoring: str | None  # the engine's protocol, None when it cannot score
-    generations: dict[str, Generation] = field(default_factory=dict)
-    scores: dict[str, Score] = field(default_factory=dict)
-    note: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> BootQuality:
-        def ints(tops: list[dict[Any, float]] | None) -> list[dict[int, float]] | None:
-            return None if tops is None else [{int(k): float(v) for k, v in top.items()} for top in tops]
-
-        return cls(scoring=data.get("scoring"), note=data.get("note"),
-                   generations={k: Generation(v["prompt_ids"], v["output_ids"], v["text"], ints(v.get("top")))
-                                for k, v in (data.get("generations") or {}).items()},
-                   scores={k: Score(v["logprobs"], ints(v["top"]) or [], v.get("sequence", ""))
-                           for k, v in (data.get("scores") or {}).items()})
-
-
 def _token_id(key: str) -> int:
     """vLLM with return_tokens_as_token_ids names a top-logprob entry `token_id:123`."""
     return int(key.rsplit(":", 1)[-1])
@@ -122,7 +77,8 @@ def _vllm_generate(http: Any, base_url: str, model: str, probe: Probe, max_token
     response.raise_for_status()
     choice = response.json()["choices"][0]
     tops = [{_token_id(k): float(v) for k, v in (top or {}).items()} for top in (choice.get("logprobs") or {}).get("top_logprobs") or []]
-    return Generation(choice.get("prompt_token_ids"), choice.get("token_ids"), choice.get("text") or "", tops or None)
+    return Generation(prompt_ids=choice.get("prompt_token_ids"), output_ids=choice.get("token_ids"), text=choice.get("text") or "",
+                      top=tops or None)
 
 
 def _vllm_score(http: Any, base_url: str, model: str, reference: Generation) -> Score:
@@ -137,14 +93,21 @@ def _vllm_score(http: Any, base_url: str, model: str, reference: Generation) -> 
         entry = {int(k): float(v["logprob"]) for k, v in (entries[position] or {}).items()}
         logprobs.append(entry[token])
         tops.append(entry)
-    return Score(logprobs, tops, sequence_digest(reference))
+    return Score(logprobs=logprobs, top=tops, sequence=sequence_digest(reference))
+
+
+def sequence_digest(generation: Generation) -> str:
+    import hashlib
+
+    ids = list(generation.prompt_ids or []) + [-1] + list(generation.output_ids or [])
+    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:16]
 
 
 def _text_generate(http: Any, base_url: str, model: str, probe: Probe, max_tokens: int, pinning: dict[str, Any]) -> Generation:
     body = {"model": model, "prompt": probe.text, "max_tokens": max_tokens, "temperature": 0, **pinning}
     response = http.post(f"{base_url}/v1/completions", json=body, timeout=120)
     response.raise_for_status()
-    return Generation(None, None, response.json()["choices"][0].get("text") or "")
+    return Generation(prompt_ids=None, output_ids=None, text=response.json()["choices"][0].get("text") or "")
 
 
 def collect(base_url: str, model: str, engine: str, chosen: list[Probe], max_tokens: int,
@@ -173,18 +136,33 @@ def collect(base_url: str, model: str, engine: str, chosen: list[Probe], max_tok
 
 # ---- statistics ------------------------------------------------------------------------------
 
-def drift(a: BootQuality, b: BootQuality) -> dict[str, float] | None:
+class DriftFigures(Typed):
     """Between two boots: over the reference scored teacher-forced (prefill), mean |delta logprob| per
-    token, top-1 agreement and KL(b || a); over the common prefix of their own greedy continuations
-    (decode), mean |delta logprob| of the chosen tokens. Only scores of the same token sequence are
-    compared. None when the two boots share no scored sequence."""
+    token, top-1 agreement and KL(b || a) over the shared top-k plus an "other" bucket; over the
+    common prefix of their own greedy continuations (decode), mean |delta logprob| of the chosen tokens."""
+
+    mean_abs_dlogprob: float | None
+    top1_agreement: float | None
+    kl: float | None
+    tokens: int = 0
+    decode_mean_abs_dlogprob: float | None = None
+    decode_tokens: int = 0
+
+    @property
+    def differs(self) -> bool:
+        return bool(self.mean_abs_dlogprob) or bool(self.decode_mean_abs_dlogprob)
+
+
+def drift(a: BootQuality, b: BootQuality) -> DriftFigures | None:
+    """The drift between two boots; only scores of the same token sequence are compared. None when
+    the two boots share no scored sequence."""
     names = sorted(n for n in set(a.scores) & set(b.scores) if a.scores[n].sequence == b.scores[n].sequence)
     deltas, agree, kls = [], [], []
     for name in names:
         for lp_a, lp_b, top_a, top_b in zip(a.scores[name].logprobs, b.scores[name].logprobs, a.scores[name].top,
                                            b.scores[name].top, strict=True):
             deltas.append(abs(lp_a - lp_b))
-            agree.append(max(top_a, key=top_a.get) == max(top_b, key=top_b.get))
+            agree.append(max(top_a, key=top_a.__getitem__) == max(top_b, key=top_b.__getitem__))
             kls.append(_kl_shared(top_b, top_a))
     if not deltas:
         return None
@@ -198,9 +176,9 @@ def drift(a: BootQuality, b: BootQuality) -> dict[str, float] | None:
                 break
             if token_a in top_a and token_b in top_b:
                 decode.append(abs(top_a[token_a] - top_b[token_b]))
-    return {"mean_abs_dlogprob": float(np.mean(deltas)), "top1_agreement": float(np.mean(agree)),
-            "kl": float(np.mean(kls)), "tokens": len(deltas),
-            "decode_mean_abs_dlogprob": float(np.mean(decode)) if decode else None, "decode_tokens": len(decode)}
+    return DriftFigures(mean_abs_dlogprob=float(np.mean(deltas)), top1_agreement=float(np.mean(agree)),
+                        kl=float(np.mean(kls)), tokens=len(deltas),
+                        decode_mean_abs_dlogprob=float(np.mean(decode)) if decode else None, decode_tokens=len(decode))
 
 
 def _kl_shared(p_top: dict[int, float], q_top: dict[int, float]) -> float:
@@ -214,8 +192,7 @@ def _kl_shared(p_top: dict[int, float], q_top: dict[int, float]) -> float:
     return float(sum(pi * math.log(max(pi, floor) / max(qi, floor)) for pi, qi in zip(p, q) if pi > 0))
 
 
-@dataclass
-class Interval:
+class Interval(Typed):
     """A paired estimate over ABBA blocks: mean, 95% t interval (pairs - 1 df), per-block values."""
 
     mean: float | None
@@ -226,12 +203,24 @@ class Interval:
     @classmethod
     def of(cls, values: list[float]) -> Interval:
         if not values:
-            return cls(None, None, 0, [])
+            return cls(mean=None, ci=None, pairs=0, values=[])
         mean = float(np.mean(values))
         if len(values) < 2:
-            return cls(mean, None, len(values), values)
+            return cls(mean=mean, ci=None, pairs=len(values), values=values)
         half = float(stats.t.ppf(0.975, len(values) - 1) * np.std(values, ddof=1) / math.sqrt(len(values)))
-        return cls(mean, (mean - half, mean + half), len(values), values)
+        return cls(mean=mean, ci=(mean - half, mean + half), pairs=len(values), values=values)
+
+
+class DriftVerdict(Typed):
+    verdict: str
+    method: str  # how the verdict was reached: exact on a bitwise-reproducible baseline, or the sign-flip test
+    p: float  # the sign-flip test's one-sided p-value (0/1 for an exact verdict), before Holm across arms
+    excess: Interval  # per block: the arm's drift from baseline boot 0 minus the block's baseline boot's
+    arm: DriftFigures  # means over the arm's blocks (against the same block's baseline boot)
+    noise: DriftFigures  # the baseline's own boot-to-boot drift, means over its pairs of boots
+    tokens: int
+    boots: int
+    baseline_boots: int
 
 
 FLIP_ALPHA = 0.05  # one-sided: "moved" means more drift than the baseline's own
@@ -260,11 +249,15 @@ def min_pairs_for(alpha: float, one_sided: bool) -> int:
     return n
 
 
-def _differs(row: dict[str, Any]) -> bool:
-    return row["mean_abs_dlogprob"] > 0 or bool(row.get("decode_mean_abs_dlogprob"))
+def _means(rows: list[DriftFigures]) -> DriftFigures:
+    return DriftFigures(mean_abs_dlogprob=_mean([r.mean_abs_dlogprob for r in rows]),
+                        top1_agreement=_mean([r.top1_agreement for r in rows]), kl=_mean([r.kl for r in rows]),
+                        tokens=sum(r.tokens for r in rows),
+                        decode_mean_abs_dlogprob=_mean([r.decode_mean_abs_dlogprob for r in rows]),
+                        decode_tokens=sum(r.decode_tokens for r in rows))
 
 
-def drift_verdict(baseline: dict[int, BootQuality], arm: dict[int, BootQuality]) -> dict[str, Any]:
+def drift_verdict(baseline: dict[int, BootQuality], arm: dict[int, BootQuality]) -> DriftVerdict:
     """Did the arm move the outputs more than the baseline moves between its own boots?
 
     - A baseline that reproduces bitwise over all its boots (drift exactly 0, as vLLM did on the
@@ -278,48 +271,41 @@ def drift_verdict(baseline: dict[int, BootQuality], arm: dict[int, BootQuality])
     blocks = sorted(set(baseline) & set(arm))
     order = sorted(baseline)
     arm_rows = [row for j in blocks if (row := drift(arm[j], baseline[j])) is not None]
-    noise_rows = [row for i, j in itertools_pairs(order) if (row := drift(baseline[i], baseline[j])) is not None]
-    keys = ("mean_abs_dlogprob", "top1_agreement", "kl", "decode_mean_abs_dlogprob")
-    result: dict[str, Any] = {"arm": {k: _mean([r.get(k) for r in arm_rows]) for k in keys},
-                              "noise": {k: _mean([r.get(k) for r in noise_rows]) for k in keys},
-                              "tokens": int(sum(r["tokens"] for r in arm_rows)), "boots": len(arm_rows),
-                              "baseline_boots": len(order), "p": 1.0, "excess": asdict(Interval.of([]))}
-    if not arm_rows:
-        result.update(verdict="not measured", method="no arm boot scored the reference")
-    elif len(noise_rows) == 0:
-        result.update(verdict="no noise floor: one usable baseline boot", method="needs two baseline boots")
-    elif not any(_differs(r) for r in noise_rows):
-        moved = all(_differs(r) for r in arm_rows)
-        same = not any(_differs(r) for r in arm_rows)
-        result.update(verdict="outputs moved" if moved else ("bitwise identical" if same else
-                      "mixed: some arm boots differ from the bitwise-reproducible baseline, some do not"),
-                      p=0.0 if moved else 1.0,
-                      method=f"exact: the baseline reproduces bitwise over its {len(order)} boots")
-    else:
+    noise_rows = [row for i, a in enumerate(order) for b in order[i + 1:] if (row := drift(baseline[a], baseline[b])) is not None]
+    verdict, method, p_value, excess = "not measured", "no arm boot scored the reference", 1.0, Interval.of([])
+    if arm_rows and not noise_rows:
+        verdict, method = "no noise floor: one usable baseline boot", "needs two baseline boots"
+    elif arm_rows and not any(r.differs for r in noise_rows):
+        moved = all(r.differs for r in arm_rows)
+        verdict = "outputs moved" if moved else ("bitwise identical" if not any(r.differs for r in arm_rows) else
+                                                 "mixed: some arm boots differ from the bitwise-reproducible baseline, some do not")
+        method, p_value = f"exact: the baseline reproduces bitwise over its {len(order)} boots", 0.0 if moved else 1.0
+    elif arm_rows:
         reference = order[0]
-        excess = []
+        values = []
         for j in blocks:
             if j == reference:
                 continue
             d_arm, d_base = drift(arm[j], baseline[reference]), drift(baseline[j], baseline[reference])
             if d_arm is not None and d_base is not None:
-                excess.append(d_arm["mean_abs_dlogprob"] - d_base["mean_abs_dlogprob"])
+                values.append(d_arm.mean_abs_dlogprob - d_base.mean_abs_dlogprob)  # type: ignore[operator]
         needed = min_pairs_for(FLIP_ALPHA, one_sided=True)
-        p_value = sign_flip_p(excess, one_sided=True)
-        result.update(p=p_value, excess=asdict(Interval.of(excess)),
-                      method=f"exact one-sided sign-flip test over {len(excess)} block(s), against baseline boot 0")
-        if len(excess) < needed:
-            result["verdict"] = f"not enough boots: {needed + 1} pairs separate drift from boot noise at 5%"
+        p_value, excess = sign_flip_p(values, one_sided=True), Interval.of(values)
+        method = f"exact one-sided sign-flip test over {len(values)} block(s), against baseline boot 0"
+        if len(values) < needed:
+            verdict = f"not enough boots: {needed + 1} pairs separate drift from boot noise at 5%"
         else:
-            result["verdict"] = "outputs moved" if p_value <= FLIP_ALPHA else "within boot noise"
-    return result
+            verdict = "outputs moved" if p_value <= FLIP_ALPHA else "within boot noise"
+    return DriftVerdict(verdict=verdict, method=method, p=p_value, excess=excess, arm=_means(arm_rows), noise=_means(noise_rows),
+                        tokens=int(sum(r.tokens for r in arm_rows)), boots=len(arm_rows), baseline_boots=len(order))
 
 
-def itertools_pairs(items: list[int]) -> list[tuple[int, int]]:
-    return [(a, b) for i, a in enumerate(items) for b in items[i + 1:]]
+class Divergence(Typed):
+    index: int | None  # the first differing token (None: identical)
+    near_tie: bool | None  # each side's token was in the other's top-k there (None: unknown)
 
 
-def first_divergence(reference: Generation, other: Generation, encode: Any = None) -> dict[str, Any] | None:
+def first_divergence(reference: Generation, other: Generation, encode: Encode | None = None) -> Divergence | None:
     """The first position where `other`'s greedy output leaves the reference's, and whether each
     side's token there was in the other's top-k (a near-tie) where both returned logprobs."""
     ref_ids, ids = reference.output_ids, other.output_ids
@@ -330,15 +316,27 @@ def first_divergence(reference: Generation, other: Generation, encode: Any = Non
     length = min(len(ref_ids), len(ids))
     index = next((i for i in range(length) if ref_ids[i] != ids[i]), None)
     if index is None and len(ref_ids) == len(ids):
-        return {"index": None, "near_tie": None}
+        return Divergence(index=None, near_tie=None)
     index = length if index is None else index
     near_tie = None
     if reference.top and other.top and index < min(len(reference.top), len(other.top)) and index < length:
         near_tie = ids[index] in reference.top[index] and ref_ids[index] in other.top[index]
-    return {"index": index, "near_tie": near_tie}
+    return Divergence(index=index, near_tie=near_tie)
 
 
-def divergence_report(reference: dict[str, Generation], boots: dict[str, list[BootQuality]], encode: Any = None) -> dict[str, Any]:
+class DivergenceSummary(Typed):
+    compared: int
+    diverged: int
+    first_index: list[int]
+    median_index: float | None
+    at_token_1: int
+    near_ties: int
+    ties_known: int
+    summary: str
+
+
+def divergence_report(reference: dict[str, Generation], boots: dict[str, list[BootQuality]],
+                      encode: Encode | None = None) -> dict[str, DivergenceSummary]:
     """Per arm: how many probes diverge from the reference in each boot, where, and among near-ties."""
     out = {}
     for arm, entries in boots.items():
@@ -349,13 +347,13 @@ def divergence_report(reference: dict[str, Generation], boots: dict[str, list[Bo
                     found = first_divergence(reference[name], generation, encode)
                     if found is not None:
                         rows.append(found)
-        diverged = [r for r in rows if r["index"] is not None]
-        indices = sorted(r["index"] for r in diverged)
-        ties = [r["near_tie"] for r in diverged if r["near_tie"] is not None]
-        out[arm] = {"compared": len(rows), "diverged": len(diverged), "first_index": indices,
-                    "median_index": float(np.median(indices)) if indices else None,
-                    "at_token_1": sum(1 for i in indices if i == 0), "near_ties": sum(ties), "ties_known": len(ties),
-                    "summary": _divergence_summary(len(rows), indices, ties)}
+        diverged = [r for r in rows if r.index is not None]
+        indices = sorted(r.index for r in diverged if r.index is not None)
+        ties = [r.near_tie for r in diverged if r.near_tie is not None]
+        out[arm] = DivergenceSummary(compared=len(rows), diverged=len(diverged), first_index=indices,
+                                     median_index=float(np.median(indices)) if indices else None,
+                                     at_token_1=sum(1 for i in indices if i == 0), near_ties=sum(ties), ties_known=len(ties),
+                                     summary=_divergence_summary(len(rows), indices, ties))
     return out
 
 
@@ -390,7 +388,20 @@ def repetition(text: str, n: int = 4) -> float | None:
     return 1.0 - len(set(grams)) / len(grams)
 
 
-def boot_coherence(run_dirs: list[Path], prompt_scripts: set[str]) -> dict[str, Any]:
+class BootCoherence(Typed):
+    """One boot's load-test outputs (figures: COHERENCE_FIGURES)."""
+
+    outputs: int
+    with_text: int = 0
+    foreign_script_share: float | None = None
+    foreign_scripts: dict[str, int] = Field(default_factory=dict)
+    empty_share: float | None = None
+    cut_share: float | None = None
+    repetition: float | None = None
+    finish_reasons: dict[str, int] = Field(default_factory=dict)
+
+
+def boot_coherence(run_dirs: list[Path], prompt_scripts: set[str]) -> BootCoherence:
     """One boot's load-test outputs: shares of foreign-script, empty and cut outputs, mean repetition,
     finish reasons. Outputs are the texts the load test kept (bounded, `--no-keep-text` opts out)."""
     texts, cut, finish = [], 0, Counter()
@@ -405,7 +416,7 @@ def boot_coherence(run_dirs: list[Path], prompt_scripts: set[str]) -> dict[str, 
             texts.append(record.text)
     kept = [t for t in texts if t is not None]
     if not texts:
-        return {"outputs": 0}
+        return BootCoherence(outputs=0)
     foreign = 0
     for text in kept:
         extra = scripts_of(text) - prompt_scripts
@@ -413,11 +424,11 @@ def boot_coherence(run_dirs: list[Path], prompt_scripts: set[str]) -> dict[str, 
             foreign += 1
             foreign_scripts.update(extra)
     reps = [r for r in (repetition(t) for t in kept) if r is not None]
-    return {"outputs": len(texts), "with_text": len(kept),
-            "foreign_script_share": foreign / len(kept) if kept else None, "foreign_scripts": dict(foreign_scripts),
-            "empty_share": sum(1 for t in kept if not t.strip()) / len(kept) if kept else None,
-            "cut_share": cut / len(texts), "repetition": float(np.mean(reps)) if reps else None,
-            "finish_reasons": dict(finish)}
+    return BootCoherence(outputs=len(texts), with_text=len(kept),
+                         foreign_script_share=foreign / len(kept) if kept else None, foreign_scripts=dict(foreign_scripts),
+                         empty_share=sum(1 for t in kept if not t.strip()) / len(kept) if kept else None,
+                         cut_share=cut / len(texts), repetition=float(np.mean(reps)) if reps else None,
+                         finish_reasons=dict(finish))
 
 
 COHERENCE_FIGURES = ("foreign_script_share", "empty_share", "cut_share", "repetition")
@@ -433,35 +444,50 @@ def holm(p_values: dict[str, float], alpha: float = 0.05) -> dict[str, bool]:
     return {name: rejected.get(name, False) for name in p_values}
 
 
-def coherence_report(per_boot: dict[str, dict[int, dict[str, Any]]], baseline: str) -> dict[str, Any]:
+class ArmCoherence(Typed):
+    means: dict[str, float | None]  # by figure, over the arm's boots
+    finish_reasons: dict[str, int]
+    foreign_scripts: dict[str, int]
+    difference: dict[str, Interval] | None = None  # by figure, against the baseline (None: the baseline itself)
+    p: dict[str, float] | None = None  # by figure: the exact two-sided sign-flip p-value over blocks
+    changed: list[str] | None = None  # figures Holm's procedure over the arm's figures rejects equality for
+    needs_pairs: int | None = None  # below this many pairs no figure can be flagged at all
+
+
+def coherence_report(per_boot: dict[str, dict[int, BootCoherence]], baseline: str) -> dict[str, ArmCoherence]:
     """Per arm and figure: the paired difference from the baseline over blocks, with a descriptive 95%
     interval; "changed" only where an exact two-sided sign-flip test over the blocks, held family-wise
     by Holm over the arm's figures, rejects "nothing changed". Shares of outputs are discrete and
     often tie between blocks, so a t test on them is far from its nominal rate; the sign-flip test is
     exact, and with Holm over four figures it needs 8 pairs before anything can be flagged (said in
     `needs_pairs`)."""
-    out: dict[str, Any] = {}
+    out: dict[str, ArmCoherence] = {}
     base = per_boot.get(baseline, {})
     needed = min_pairs_for(0.05 / len(COHERENCE_FIGURES), one_sided=False)  # Holm's first step over the figures
+
+    def figure_of(boot: BootCoherence, figure: str) -> float | None:
+        return getattr(boot, figure)
+
     for arm, boots in per_boot.items():
-        means = {figure: _mean([b.get(figure) for b in boots.values()]) for figure in COHERENCE_FIGURES}
-        entry: dict[str, Any] = {
-            "means": means,
-            "finish_reasons": dict(sum((Counter(b.get("finish_reasons") or {}) for b in boots.values()), Counter())),
-            "foreign_scripts": dict(sum((Counter(b.get("foreign_scripts") or {}) for b in boots.values()), Counter()))}
+        means = {figure: _mean([figure_of(b, figure) for b in boots.values()]) for figure in COHERENCE_FIGURES}
+        entry = ArmCoherence(
+            means=means,
+            finish_reasons=dict(sum((Counter(b.finish_reasons) for b in boots.values()), Counter())),
+            foreign_scripts=dict(sum((Counter(b.foreign_scripts) for b in boots.values()), Counter())))
         if arm != baseline:
             diffs, p_values = {}, {}
             for figure in COHERENCE_FIGURES:
-                values = [boots[j][figure] - base[j][figure] for j in sorted(set(boots) & set(base))
-                          if boots[j].get(figure) is not None and base[j].get(figure) is not None]
-                diffs[figure] = asdict(Interval.of(values))
+                values = [figure_of(boots[j], figure) - figure_of(base[j], figure)  # type: ignore[operator]
+                          for j in sorted(set(boots) & set(base))
+                          if figure_of(boots[j], figure) is not None and figure_of(base[j], figure) is not None]
+                diffs[figure] = Interval.of(values)
                 if values:
                     p_values[figure] = sign_flip_p(values, one_sided=False)
             changed = holm(p_values)
-            entry["difference"] = diffs
-            entry["p"] = p_values
-            entry["changed"] = [figure for figure, flag in changed.items() if flag]
-            entry["needs_pairs"] = needed
+            entry.difference = diffs
+            entry.p = p_values
+            entry.changed = [figure for figure, flag in changed.items() if flag]
+            entry.needs_pairs = needed
         out[arm] = entry
     return out
 
@@ -473,7 +499,20 @@ def _mean(values: list[Any]) -> float | None:
 
 # ---- the comparison's quality section ----------------------------------------------------------
 
-def analyze_quality(plan: Any, entries: list[Any], encode: Any = None) -> dict[str, Any]:
+class QualityReport(Typed):
+    """The comparison's quality section (analyze_quality)."""
+
+    scoring: str | None
+    notes: list[str]
+    reference_arm: str
+    drift: dict[str, DriftVerdict]  # arm -> its drift against the baseline
+    baseline_noise: DriftFigures | None  # the baseline's own boot-to-boot drift
+    divergence: dict[str, DivergenceSummary]
+    coherence: dict[str, ArmCoherence]
+    prompt_scripts: list[str]
+
+
+def analyze_quality(plan: ComparePlan, entries: list[BootEntry], encode: Encode | None = None) -> QualityReport:
     """Per arm: logprob drift against the baseline with its noise floor and verdict, where greedy
     outputs diverge from the reference, and coherence under load; `encode` re-tokenises text for
     engines that return no token ids."""
@@ -485,80 +524,76 @@ def analyze_quality(plan: Any, entries: list[Any], encode: Any = None) -> dict[s
     boots: dict[str, dict[int, BootQuality]] = {}
     for entry in sorted(usable, key=lambda e: e.index):
         if entry.quality:
-            boots.setdefault(entry.arm, {})[entry.block] = BootQuality.from_json(entry.quality)
+            boots.setdefault(entry.arm, {})[entry.block] = entry.quality
     # the control (one boot, known to change outputs) shows that the divergence check discriminates
-    controls = {e.arm: [BootQuality.from_json(e.quality)] for e in entries if e.control and not e.voided and e.quality}
+    controls = {e.arm: [e.quality] for e in entries if e.control and not e.voided and e.quality}
     reference_boot = next(iter(boots.get(baseline, {}).values()), None)
     scoring = next((q.scoring for arm_boots in boots.values() for q in arm_boots.values()), None)
     notes = sorted({q.note for arm_boots in boots.values() for q in arm_boots.values() if q.note})
     drift_by_arm = {arm: drift_verdict(boots.get(baseline, {}), boots.get(arm, {})) for arm in arms[1:]} if scoring else {}
     # several arms: "moved" holds its 5% over all of them together (Holm on the statistical verdicts)
-    statistical = {arm: d["p"] for arm, d in drift_by_arm.items() if d["method"].startswith("exact one-sided")
-                   and d["verdict"] in ("outputs moved", "within boot noise")}
+    statistical = {arm: d.p for arm, d in drift_by_arm.items()
+                   if d.method.startswith("exact one-sided") and d.verdict in ("outputs moved", "within boot noise")}
     for arm, rejected in holm(statistical, FLIP_ALPHA).items():
-        drift_by_arm[arm]["verdict"] = "outputs moved" if rejected else "within boot noise"
-    # the baseline's own boot-to-boot drift, the floor every arm is held against
-    floor = next(iter(drift_by_arm.values()))["noise"] if drift_by_arm else None
+        drift_by_arm[arm].verdict = "outputs moved" if rejected else "within boot noise"
     divergence = divergence_report(reference_boot.generations, {**{arm: list(b.values()) for arm, b in boots.items()},
                                                                 **controls}, encode) if reference_boot else {}
-    text_only = reference_boot is not None and any(g.output_ids is None for g in reference_boot.generations.values())
-    if text_only and encode is None:
+    if reference_boot is not None and encode is None and any(g.output_ids is None for g in reference_boot.generations.values()):
         notes.append("the served tokenizer could not be loaded here: greedy divergence is not located (only identity)")
     prompt_scripts: set[str] = set()
     for name in plan.scenarios:
         prompt_scripts |= scripts_of((PROMPT_DIR / f"{load_scenario(name).prompt_set}.txt").read_text())
-    per_boot: dict[str, dict[int, dict[str, Any]]] = {}
+    per_boot: dict[str, dict[int, BootCoherence]] = {}
     for entry in usable:
         dirs = [Path(r.dir) for round_results in entry.rounds for r in round_results.values() if r.usable]
         if dirs:
             per_boot.setdefault(entry.arm, {})[entry.block] = boot_coherence(dirs, prompt_scripts)
-    return {"scoring": scoring, "notes": notes, "reference_arm": baseline, "drift": drift_by_arm,
-            "baseline_noise": floor, "divergence": divergence,
-            "coherence": coherence_report(per_boot, baseline) if per_boot else {},
-            "prompt_scripts": sorted(prompt_scripts)}
+    floor = next(iter(drift_by_arm.values())).noise if drift_by_arm else None  # the baseline's own boot-to-boot drift
+    return QualityReport(scoring=scoring, notes=notes, reference_arm=baseline, drift=drift_by_arm,
+                         baseline_noise=floor, divergence=divergence,
+                         coherence=coherence_report(per_boot, baseline) if per_boot else {},
+                         prompt_scripts=sorted(prompt_scripts))
 
 
-def quality_line(quality: dict[str, Any], arm: str) -> str:
+def quality_line(quality: QualityReport, arm: str) -> str:
     """One line per arm, beside the throughput verdict."""
     parts = []
-    drift_result = (quality.get("drift") or {}).get(arm)
-    if drift_result and drift_result["arm"]["mean_abs_dlogprob"] is not None:
-        arm_row, noise_row = drift_result["arm"], drift_result["noise"]
-        noise = noise_row.get("mean_abs_dlogprob")
-        decode = arm_row.get("decode_mean_abs_dlogprob")
-        parts.append(f"{drift_result['verdict']}: prefill mean |dlogprob| {arm_row['mean_abs_dlogprob']:.3g} vs boot noise "
-                     f"{'-' if noise is None else f'{noise:.3g}'}"
-                     + (f", decode {decode:.3g}" if decode is not None else "")
-                     + f", top-1 agreement {100 * arm_row['top1_agreement']:.1f}%, KL {arm_row['kl']:.2g} "
-                     f"({drift_result['method']})")
-    elif quality.get("scoring") is None:
+    drift_result = quality.drift.get(arm)
+    if drift_result and drift_result.arm.mean_abs_dlogprob is not None:
+        noise = drift_result.noise.mean_abs_dlogprob
+        decode = drift_result.arm.decode_mean_abs_dlogprob
+        parts.append(f"{drift_result.verdict}: prefill mean |dlogprob| {drift_result.arm.mean_abs_dlogprob:.3g} vs boot noise "
+                     f"{'-' if noise is None else f'{noise:.3g}'}" + (f", decode {decode:.3g}" if decode is not None else "")
+                     + f", top-1 agreement {100 * (drift_result.arm.top1_agreement or 0):.1f}%, KL {drift_result.arm.kl or 0:.2g} "
+                     f"({drift_result.method})")
+    elif quality.scoring is None:
         parts.append("logprob drift not measured (the engine returns no logprobs)")
-    divergence = (quality.get("divergence") or {}).get(arm)
+    divergence = quality.divergence.get(arm)
     if divergence:
-        parts.append(f"greedy: {divergence['summary']}")
-    coherence = (quality.get("coherence") or {}).get(arm)
-    if coherence and "changed" in coherence:
-        foreign = coherence["means"].get("foreign_script_share")
-        pairs = max((d["pairs"] for d in coherence["difference"].values()), default=0)
+        parts.append(f"greedy: {divergence.summary}")
+    coherence = quality.coherence.get(arm)
+    if coherence and coherence.changed is not None:
+        foreign = coherence.means.get("foreign_script_share")
         share = f"foreign-script share {'-' if foreign is None else f'{100 * foreign:.1f}%'}"
-        if coherence["changed"]:
-            parts.append("coherence CHANGED (" + ", ".join(coherence["changed"]) + f"; {share})")
-        elif pairs < coherence["needs_pairs"]:
-            parts.append(f"coherence: no change can be flagged below {coherence['needs_pairs']} pairs ({share})")
+        pairs = max((d.pairs for d in (coherence.difference or {}).values()), default=0)
+        if coherence.changed:
+            parts.append("coherence CHANGED (" + ", ".join(coherence.changed) + f"; {share})")
+        elif coherence.needs_pairs is not None and pairs < coherence.needs_pairs:
+            parts.append(f"coherence: no change can be flagged below {coherence.needs_pairs} pairs ({share})")
         else:
             parts.append(f"coherence unchanged ({share})")
     return "; ".join(parts) or "not measured"
 
 
-def quality_short(quality: dict[str, Any], arm: str) -> str:
+def quality_short(quality: QualityReport, arm: str) -> str:
     """The quality line shortened for the plot: verdict, drift and its floor, greedy divergence."""
-    drift_result = (quality.get("drift") or {}).get(arm)
+    drift_result = quality.drift.get(arm)
     parts = []
-    if drift_result and drift_result["arm"]["mean_abs_dlogprob"] is not None:
-        noise = drift_result["noise"].get("mean_abs_dlogprob")
-        parts.append(f"{drift_result['verdict'][:30]}: |dlogprob| {drift_result['arm']['mean_abs_dlogprob']:.3g} "
-                     f"(floor {'-' if noise is None else f'{noise:.2g}'}), top-1 {100 * drift_result['arm']['top1_agreement']:.1f}%")
-    divergence = (quality.get("divergence") or {}).get(arm)
-    if divergence and divergence["compared"]:
-        parts.append(f"greedy {divergence['diverged']}/{divergence['compared']} differ")
+    if drift_result and drift_result.arm.mean_abs_dlogprob is not None:
+        noise = drift_result.noise.mean_abs_dlogprob
+        parts.append(f"{drift_result.verdict[:30]}: |dlogprob| {drift_result.arm.mean_abs_dlogprob:.3g} "
+                     f"(floor {'-' if noise is None else f'{noise:.2g}'}), top-1 {100 * (drift_result.arm.top1_agreement or 0):.1f}%")
+    divergence = quality.divergence.get(arm)
+    if divergence and divergence.compared:
+        parts.append(f"greedy {divergence.diverged}/{divergence.compared} differ")
     return "; ".join(parts) or "quality not measured"

@@ -10,14 +10,15 @@ them (rig.compare.percentiles).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
-from rig.compare.conditions import boot_log_diff, fingerprint_report
-from rig.compare.identity import batching_identity, greedy_report
+from pydantic import Field
+
+from rig.compare.conditions import FingerprintReport, boot_log_diff, fingerprint_report
+from rig.compare.identity import BatchingIdentity, GreedyIdentity, batching_identity, greedy_report
 from rig.compare.model import COMPARE_SCHEMA, BootEntry, ComparePlan
 from rig.compare.percentiles import min_count, percentile_label, pooled_percentile
-from rig.compare.quality import analyze_quality
+from rig.compare.quality import Encode, QualityReport, analyze_quality
 from rig.compare.stats import (
     CONFIDENCE,
     DEFAULT_TARGET_PCT,
@@ -34,6 +35,7 @@ from rig.compare.stats import (
 )
 from rig.load.scenarios import load_scenario
 from rig.load.summary import HEADLINE, LATENCY, Figure, LatencyFigure
+from rig.typed import Typed, Versioned
 
 ArmBoots = dict[str, dict[int, list[float]]]  # arm -> ABBA block -> the boot's usable figures
 GOODPUT = "goodput_req_s"
@@ -68,8 +70,7 @@ class ScenarioFigures:
     goodput: ArmBoots | None  # None: no SLOs were given
 
 
-@dataclass
-class ScenarioResult:
+class ScenarioResult(Typed):
     kind: str
     unit: str
     headline: str
@@ -79,8 +80,7 @@ class ScenarioResult:
     boots: ArmBoots  # usable headline figures
 
 
-@dataclass
-class SecondaryFamily:
+class SecondaryFamily(Typed):
     """Every secondary verdict the report prints, judged together."""
 
     size: int  # secondary comparisons with an interval, over every scenario and arm
@@ -89,33 +89,86 @@ class SecondaryFamily:
     method: str
 
 
-@dataclass
-class Analysis:
-    plan: dict[str, Any]
-    boots: dict[str, Any]  # planned, used, voided (with reasons), exclusions (rounds left out, with reasons)
+class VoidedBoot(Typed):
+    index: int
+    arm: str
+    attempt: int
+    problems: list[str]
+
+
+class ExcludedRounds(Typed):
+    index: int
+    arm: str
+    rounds: list[str]  # "round N scenario: why"
+
+
+class ImportedBoot(Typed):
+    index: int
+    arm: str
+    block: int
+    spec: str
+    boot_id: str | None
+
+
+class BootTally(Typed):
+    """Boots planned and used, the voided ones and the rounds left out (with reasons), the imported ones."""
+
+    planned: int
+    used: int
+    voided: list[VoidedBoot]
+    exclusions: list[ExcludedRounds]
+    imported: list[ImportedBoot]
+
+
+class TargetReport(Typed):
+    """--target: whether the widest headline precision reached the target, and after how many pairs."""
+
+    target_pct: float
+    widest_precision_pct: float | None
+    pairs: int
+    first_stage: int | None
+    planned_pairs: int | None
+    max_boots: int | None
+    met: bool
+    status: str
+
+
+class TimelineBoot(Typed):
+    """A boot in time order, for the plot: its rounds' headline figures (None: not usable)."""
+
+    index: int
+    arm: str
+    block: int
+    voided: bool
+    control: bool
+    rounds: dict[str, list[float | None]]  # scenario -> each round's headline
+
+
+class Analysis(Versioned):
+    """compare.json."""
+
+    schema_version: int = Field(COMPARE_SCHEMA, alias="schema")
+    plan: ComparePlan
+    boots: BootTally
     boot_to_healthy_s: dict[str, float | None]
     scenarios: dict[str, ScenarioResult]
     family: SecondaryFamily
-    greedy: dict[str, Any]
-    batching: dict[str, Any]
-    fingerprints: dict[str, Any]
+    greedy: GreedyIdentity
+    batching: BatchingIdentity
+    fingerprints: FingerprintReport
     boot_log_diff: dict[str, list[str]]
-    target: dict[str, Any] | None
+    target: TargetReport | None
     void: str | None = None  # why no verdict stands (an unaccepted fingerprint difference)
-    quality: dict[str, Any] = field(default_factory=dict)  # rig.compare.quality.analyze_quality: outputs moved or not
-    schema: int = COMPARE_SCHEMA
-    timeline: list[dict[str, Any]] = field(default_factory=list)  # boots in time order, for the plot
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    quality: QualityReport | None = None  # outputs moved or not
+    timeline: list[TimelineBoot] = Field(default_factory=list)  # boots in time order, for the plot
 
 
-def _encoder(plan: ComparePlan) -> Any:
+def _encoder(plan: ComparePlan) -> Encode | None:
     """The served tokenizer, to locate divergence in engines that return text only (None if unavailable)."""
     try:
-        from rig.load.command import model_dir_for
-        from rig.load.scenarios import TokenCounter
-        from rig.recipe import load
+        from rig.deploy.recipe import load
+        from rig.load.prompts import TokenCounter
+        from rig.load.session import model_dir_for
 
         counter = TokenCounter(model_dir_for(load(plan.recipe)))
     except Exception:  # noqa: BLE001 - the divergence is then reported for engines with token ids only
@@ -140,7 +193,7 @@ def goodput_boots(entries: list[BootEntry], scenario: str) -> ArmBoots:
     """Each usable round's goodput, zeros kept: a round where no request met the SLOs measured 0."""
     boots: ArmBoots = {}
     for entry in _measured(entries):
-        values = [float(r.goodput["requests_per_s"]) for r in entry.usable_results(scenario) if r.goodput]
+        values = [float(r.goodput.requests_per_s) for r in entry.usable_results(scenario) if r.goodput]
         if values:
             boots.setdefault(entry.arm, {})[entry.block] = values
     return boots
@@ -244,20 +297,21 @@ def widest_precision(plan: ComparePlan, entries: list[BootEntry]) -> float | Non
     return None if not widths or any(w is None for w in widths) else max(widths)  # type: ignore[type-var]
 
 
-def target_report(plan: ComparePlan, entries: list[BootEntry]) -> dict[str, Any] | None:
+def target_report(plan: ComparePlan, entries: list[BootEntry]) -> TargetReport | None:
     if plan.target_pct is None:
         return None
     widest = widest_precision(plan, entries)
     met = target_met(widest, plan.target_pct)
     shown = "unknown" if widest is None else f"{widest:.2f}%"
-    return {"target_pct": plan.target_pct, "widest_precision_pct": widest, "pairs": plan.boots,
-            "first_stage": plan.first_stage, "planned_pairs": plan.planned_pairs, "max_boots": plan.max_boots, "met": met,
-            "status": (f"target met: the widest headline precision is {shown} <= {plan.target_pct:g}% after {plan.boots} pair(s)"
+    return TargetReport(
+        target_pct=plan.target_pct, widest_precision_pct=widest, pairs=plan.boots, first_stage=plan.first_stage,
+        planned_pairs=plan.planned_pairs, max_boots=plan.max_boots, met=met,
+        status=(f"target met: the widest headline precision is {shown} <= {plan.target_pct:g}% after {plan.boots} pair(s)"
                        if met else
                        f"limit reached: the widest headline precision is {shown} > {plan.target_pct:g}% after {plan.boots} "
                        f"pair(s) (--max-boots {plan.max_boots}; Stein's first stage of {plan.first_stage} pairs asked for "
                        f"{plan.planned_pairs})")
-            + " (precision: each interval's ends lie within a factor 1 + precision of its estimate)"}
+            + " (precision: each interval's ends lie within a factor 1 + precision of its estimate)")
 
 
 def analyze(plan: ComparePlan, entries: list[BootEntry]) -> Analysis:
@@ -267,16 +321,17 @@ def analyze(plan: ComparePlan, entries: list[BootEntry]) -> Analysis:
     scenarios = {name: scenario_result(plan, figures[name], family) for name in plan.scenarios}
     fingerprints = fingerprint_report(entries, plan.accept_fingerprint)
     void = None
-    if fingerprints["voiding"]:
-        fields = ", ".join(sorted({d["field"] for d in fingerprints["voiding"]}))
+    if fingerprints.voiding:
+        fields = ", ".join(sorted({d.field for d in fingerprints.voiding}))
         void = f"the boots ran under different conditions ({fields}); accept with --accept-fingerprint FIELD if intended"
     return Analysis(
-        plan=plan.to_json(),
-        boots={"planned": len(plan.order()), "used": len(_measured(entries)),
-               "voided": [{"index": e.index, "arm": e.arm, "attempt": e.attempt, "problems": e.problems} for e in entries if e.voided],
-               "exclusions": [{"index": e.index, "arm": e.arm, "rounds": e.exclusions()} for e in entries if e.exclusions()],
-               "imported": [{"index": e.index, "arm": e.arm, "block": e.block, "spec": e.spec, "boot_id": e.boot_id}
-                            for e in entries if e.spec.startswith("imported:")]},
+        plan=plan,
+        boots=BootTally(planned=len(plan.order()), used=len(_measured(entries)),
+                        voided=[VoidedBoot(index=e.index, arm=e.arm, attempt=e.attempt, problems=e.problems)
+                                for e in entries if e.voided],
+                        exclusions=[ExcludedRounds(index=e.index, arm=e.arm, rounds=e.exclusions()) for e in entries if e.exclusions()],
+                        imported=[ImportedBoot(index=e.index, arm=e.arm, block=e.block, spec=e.spec, boot_id=e.boot_id)
+                                  for e in entries if e.spec.startswith("imported:")]),
         boot_to_healthy_s={f"{e.index:02d}-{e.arm}": e.healthy_after_s for e in entries},
         scenarios=scenarios,
         family=family,
@@ -287,8 +342,8 @@ def analyze(plan: ComparePlan, entries: list[BootEntry]) -> Analysis:
         target=target_report(plan, entries),
         void=void,
         quality=analyze_quality(plan, entries, _encoder(plan)),
-        timeline=[{"index": e.index, "arm": e.arm, "block": e.block, "voided": e.voided, "control": e.control,
-                   "rounds": {name: [r[name].figures.get(scenarios[name].headline) if r[name].usable else None
-                                     for r in e.rounds if name in r] for name in plan.scenarios}}
+        timeline=[TimelineBoot(index=e.index, arm=e.arm, block=e.block, voided=e.voided, control=e.control,
+                               rounds={name: [r[name].figures.get(scenarios[name].headline) if r[name].usable else None
+                                              for r in e.rounds if name in r] for name in plan.scenarios})
                   for e in sorted(entries, key=lambda e: (e.started or 0, e.index))],
     )

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 from rig.atomic import write_text_atomic
@@ -21,16 +19,18 @@ from rig.boot.checks import check_boot, read_manifests
 from rig.chat import stream_chat
 from rig.compare.arms import Arm
 from rig.compare.goodput import goodput
-from rig.compare.model import IMPORTED_INDEX, BootEntry, ComparePlan, RunResult
+from rig.compare.model import ENTRY_MAX_BYTES, IMPORTED_INDEX, BootEntry, BootQuality, ComparePlan, QualityReference, RunResult
 from rig.compare.percentiles import LatencyHistogram
+from rig.deploy.recipe import Resolved
 from rig.errors import RigError
-from rig.load.command import Interrupted, model_dir_for, run_scenarios
 from rig.load.metrics import completed_in_window, latency_samples, run_tokens_per_chunk
 from rig.load.records import RequestRecord, read_records
 from rig.load.runner import LoadTarget
 from rig.load.scenarios import greedy_prompts, load_scenario
+from rig.load.session import Interrupted, model_dir_for, run_scenarios
 from rig.load.summary import LATENCY_SAMPLES, RunSummary
-from rig.recipe import Resolved
+from rig.load.wire import BootMarker
+from rig.typed import StoredRecordError
 
 
 def greedy_identity(base_url: str, model: str, small: bool) -> dict[str, str]:
@@ -38,37 +38,36 @@ def greedy_identity(base_url: str, model: str, small: bool) -> dict[str, str]:
     prompts, max_tokens = greedy_prompts(small)
     hashes = {}
     for prompt in prompts:
-        text = stream_chat(base_url, model, prompt["text"], max_tokens, out=io.StringIO())["text"]
-        hashes[prompt["name"]] = hashlib.sha256(text.encode()).hexdigest()
+        text = stream_chat(base_url, model, prompt.text, max_tokens, out=io.StringIO()).text
+        hashes[prompt.name] = hashlib.sha256(text.encode()).hexdigest()
     return hashes
 
 
 QUALITY_REFERENCE = "quality-reference.json"
 
 
-def boot_quality(plan: ComparePlan, out: Path, resolved: Resolved, record: BootRecord, baseline: bool) -> dict:
+def boot_quality(plan: ComparePlan, out: Path, resolved: Resolved, record: BootRecord, baseline: bool) -> BootQuality:
     """This boot's greedy continuations of the probe set and its scores of the comparison's reference
     continuation; the first baseline boot's continuations become that reference."""
-    from rig.compare.quality import Generation, collect, probes
+    from rig.compare.quality import collect, probes
 
     path = out / QUALITY_REFERENCE
-    reference = None
-    if path.exists():
-        reference = {name: Generation(**value) for name, value in json.loads(path.read_text()).items()}
+    reference = QualityReference.read_file(path, ENTRY_MAX_BYTES).generations if path.exists() else None
     chosen = probes([load_scenario(name).prompt_set for name in plan.scenarios])
     _, max_tokens = greedy_prompts(plan.small)
     quality = collect(record.base_url, record.served_model or "", resolved.recipe.engine.name, chosen, max_tokens, reference,
                       defines_reference=baseline)
     if reference is None and baseline:
-        write_text_atomic(path, json.dumps({name: asdict(g) | {"top": None} for name, g in quality.generations.items()}))
-    return quality.to_json()
+        generations = {name: g.model_copy(update={"top": None}) for name, g in quality.generations.items()}
+        write_text_atomic(path, QualityReference(generations=generations).json_text(indent=None))
+    return quality
 
 
 def run_result(summary: RunSummary, records: list[RequestRecord], out_dir: Path, slos: dict[str, float] | None) -> RunResult:
     """What a comparison keeps of one round: its headline, why it may not be used, its goodput,
     and its window's per-request latencies (ms) for the boot's pooled percentiles."""
-    window = summary.metrics["window"]
-    samples = latency_samples(completed_in_window(records, window["start"], window["end"]), run_tokens_per_chunk(records))
+    window = summary.metrics.window
+    samples = latency_samples(completed_in_window(records, window.start, window.end), run_tokens_per_chunk(records))
     latency = {name: LatencyHistogram.of(1000 * value for value in getattr(samples, name)) for name in LATENCY_SAMPLES}
     return RunResult(scenario=summary.name, dir=str(out_dir), figures=summary.figures(), problems=summary.problems(),
                      goodput=goodput(records, summary, slos) if slos else None, latency=latency)
@@ -91,9 +90,9 @@ def stop_leftover(out: Path, index: int, arm: Arm, recipe: str) -> str | None:
     if not marker.exists():
         return None
     try:
-        data = json.loads(marker.read_text())
-        boot_id, since = data.get("boot_id"), float(data.get("since", 0.0))
-    except (ValueError, TypeError, AttributeError):
+        found = BootMarker.parse(marker.read_bytes(), str(marker))
+        boot_id, since = found.boot_id, found.since
+    except StoredRecordError:  # a marker of another schema or a damaged one: stop nothing but this recipe's later boots
         boot_id, since = None, float("inf")
     note = None
     for path in sorted(boot_base.STATE_DIR.glob("*.json")):
@@ -118,19 +117,19 @@ def run_boot(plan: ComparePlan, index: int, block: int, arm: Arm, out: Path, pro
                       attempt=attempt, started=time.time())
     marker = _in_progress(out, index, arm)
     since = time.time()
-    write_text_atomic(marker, json.dumps({"attempt": attempt, "boot_id": None, "since": since}))
+    write_text_atomic(marker, BootMarker(attempt=attempt, boot_id=None, since=since).json_text())
     try:
         record = driver.up(base, overlay=arm.overlay(), progress=progress, cold_caches=plan.cold_caches)
     except BootFailed as error:
         entry.voided, entry.problems = True, [str(error)]
         marker.unlink(missing_ok=True)
         return entry
-    write_text_atomic(marker, json.dumps({"attempt": attempt, "boot_id": record.boot_id, "since": since}))
+    write_text_atomic(marker, BootMarker(attempt=attempt, boot_id=record.boot_id, since=since).json_text())
     entry.boot_id, entry.healthy_after_s, entry.log_path = record.boot_id, record.healthy_after_s, record.log_path
     entry.fingerprint = record.fingerprint
     try:
         check = check_boot(record, resolved, arm.overlay())
-        entry.check = check.to_json()
+        entry.check = check
         if not check.ok:
             entry.voided, entry.problems = True, check.problems
             return entry
@@ -146,10 +145,10 @@ def run_boot(plan: ComparePlan, index: int, block: int, arm: Arm, out: Path, pro
         entry.quality = boot_quality(plan, out, resolved, record, baseline=arm is plan.arms[0] and not entry.control)
         # Evidence that the adapters ran on their targets exists only once the model has served.
         after = check_boot(record, resolved, arm.overlay(), after_load=True)
-        entry.check = after.to_json()
+        entry.check = after
         if not after.ok:
             entry.voided, entry.problems = True, after.problems
-        entry.adapter_stats = {name: adapter.get("stats") for manifest in read_manifests(record.manifest_dir)
+        entry.adapter_stats = {name: adapter["stats"] for manifest in read_manifests(record.manifest_dir)
                                for name, adapter in manifest.get("adapters", {}).items() if adapter.get("stats")}
     except Exception as error:  # noqa: BLE001 - whatever broke after the boot voids this boot, not the comparison
         entry.voided, entry.problems = True, [str(error) if isinstance(error, RigError) else f"{type(error).__name__}: {error}"]

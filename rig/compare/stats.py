@@ -36,12 +36,14 @@ boots shrink the uncertainty instead of raising a floor.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
+from pydantic import Field
 from scipy import stats as scipy_stats
+
+from rig.typed import Typed
 
 CONFIDENCE = 0.95
 FAMILY_ALPHA = 0.05  # family-wise false-verdict rate of a report's secondary figures
@@ -108,8 +110,7 @@ def pairs_needed(sd_diff: float, target_pct: float, confidence: float = CONFIDEN
     return low
 
 
-@dataclass
-class NoiseComponents:
+class NoiseComponents(Typed):
     """Standard deviations estimated from every usable boot, in `unit`: percent (of the log figure)
     for a ratio comparison, the figure's own unit for a difference."""
 
@@ -151,8 +152,7 @@ def noise_components(boots: dict[str, list[list[float]]], scale: str = RATIO, un
     )
 
 
-@dataclass
-class SampleSupport:
+class SampleSupport(Typed):
     """A percentile figure: the samples behind each boot's figure and the boots refused for too few."""
 
     percentile: str  # "p99"
@@ -168,8 +168,7 @@ class SampleSupport:
         return (min(counts), max(counts)) if counts else None
 
 
-@dataclass
-class Comparison:
+class Comparison(Typed):
     """One figure, baseline arm vs one other arm."""
 
     figure: str
@@ -191,7 +190,7 @@ class Comparison:
     decided: bool  # the interval excludes zero: the verdict names a direction
     verdict: str  # the direction in the figure's words, or why there is none
     method: str
-    excluded: list[str] = field(default_factory=list)  # values that could not enter, with the reason
+    excluded: list[str] = Field(default_factory=list)  # values that could not enter, with the reason
     support: SampleSupport | None = None  # percentile figures only
 
 

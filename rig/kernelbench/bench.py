@@ -6,12 +6,14 @@ import math
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+from pydantic import Field
 
 from rig.kernelbench.backends import Backend, Prepared
+from rig.typed import Typed
 
 DEFAULT_L2_BYTES = 50 * 2**20
 
@@ -27,8 +29,16 @@ class Variant:
         return f"{self.backend.name} K={self.k_alloc}"
 
 
-@dataclass
-class Row:
+class BitwiseCheck(Typed):
+    """Two outputs compared bit by bit (None: they cannot be compared; `note` says why)."""
+
+    elements: int
+    differing: int | None
+    max_abs_diff: float | None
+    note: str | None = None
+
+
+class Row(Typed):
     label: str
     backend: str
     role: str
@@ -43,7 +53,7 @@ class Row:
     ms_per_step: float | None = None
     unavailable: str | None = None
     vs_baseline_pct: float | None = None
-    samples_us: list[float] = field(default_factory=list)
+    samples_us: list[float] = Field(default_factory=list)
 
 
 def l2_bytes(device: torch.device) -> int:
@@ -73,14 +83,14 @@ def spread(values: list[float]) -> tuple[float, float]:
     return low, high
 
 
-def bitwise(a: torch.Tensor, b: torch.Tensor) -> dict[str, Any]:
+def bitwise(a: torch.Tensor, b: torch.Tensor) -> BitwiseCheck:
     """Elements whose bits differ, and the largest absolute difference."""
     a, b = a.detach().cpu(), b.detach().cpu()
     if a.shape != b.shape or a.dtype != b.dtype:
-        return {"elements": a.numel(), "differing": None, "max_abs_diff": None, "note": f"{a.shape}/{a.dtype} vs {b.shape}/{b.dtype}"}
+        return BitwiseCheck(elements=a.numel(), differing=None, max_abs_diff=None, note=f"{a.shape}/{a.dtype} vs {b.shape}/{b.dtype}")
     view = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}.get(a.dtype)
     differing = int((a.view(view) != b.view(view)).sum()) if view is not None else int((a != b).sum())
-    return {"elements": a.numel(), "differing": differing, "max_abs_diff": float((a.float() - b.float()).abs().max())}
+    return BitwiseCheck(elements=a.numel(), differing=differing, max_abs_diff=float((a.float() - b.float()).abs().max()))
 
 
 class Timer:
@@ -122,7 +132,7 @@ class Timer:
 
 
 def run_shape(variants: list[Variant], m: int, n: int, k: int, device: torch.device, rounds: int = 20,
-              calls_per_step: int = 1, graphs: bool = True, l2: int | None = None) -> tuple[list[Row], dict[str, Any]]:
+              calls_per_step: int = 1, graphs: bool = True, l2: int | None = None) -> tuple[list[Row], dict[str, BitwiseCheck]]:
     """Measure every variant of one (M, N, K); the first available variant is the baseline."""
     l2 = l2 or l2_bytes(device)
     rows: list[Row] = []
@@ -132,7 +142,8 @@ def run_shape(variants: list[Variant], m: int, n: int, k: int, device: torch.dev
     for variant in variants:
         why = variant.backend.unavailable(device)
         probe_copies = 1
-        row = Row(variant.label, variant.backend.name, variant.role, m, n, k, variant.k_alloc, probe_copies, unavailable=why)
+        row = Row(label=variant.label, backend=variant.backend.name, role=variant.role, m=m, n=n, k=k, k_alloc=variant.k_alloc,
+                  copies=probe_copies, unavailable=why)
         rows.append(row)
         if why:
             continue
@@ -162,10 +173,10 @@ def run_shape(variants: list[Variant], m: int, n: int, k: int, device: torch.dev
     return rows, checks
 
 
-def lossless_checks(variants: list[Variant], outputs: dict[str, torch.Tensor]) -> dict[str, Any]:
+def lossless_checks(variants: list[Variant], outputs: dict[str, torch.Tensor]) -> dict[str, BitwiseCheck]:
     """Each padded output against the same backend unpadded (padding alone must change no bit),
     and the candidate against the production row (what the fix serves instead)."""
-    checks: dict[str, Any] = {}
+    checks: dict[str, BitwiseCheck] = {}
     production = next((v for v in variants if v.role == "production" and v.label in outputs), None)
     for variant in variants:
         if variant.label not in outputs:
@@ -178,6 +189,3 @@ def lossless_checks(variants: list[Variant], outputs: dict[str, torch.Tensor]) -
             checks[f"{variant.label} vs {production.label} (production)"] = bitwise(outputs[variant.label], outputs[production.label])
     return checks
 
-
-def to_json(rows: list[Row]) -> list[dict[str, Any]]:
-    return [asdict(r) for r in rows]

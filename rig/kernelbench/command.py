@@ -6,15 +6,14 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from rig.kernelbench.backends import BACKENDS, backend
-from rig.kernelbench.bench import Row, Variant, run_shape, to_json
+from rig.kernelbench.bench import BitwiseCheck, Row, Variant, run_shape
+from rig.typed import Typed
 
 ROLE_TEXT = {"production": "(production)", "candidate": "(candidate, padded)", "control": "(control: padding alone)",
              "unpadded": "", "padded": "(padded)"}
@@ -42,15 +41,40 @@ def format_row(row: Row) -> str:
             f"{row.ms_per_step:7.3f} ms/step  {delta}")
 
 
+class DeviceFacts(Typed):
+    device: str
+    capability: tuple[int, int] | None
+    torch: str
+    cuda: str | None
+    time: float
+
+
+class ShapeResult(Typed):
+    m: int
+    rows: list[Row]
+    lossless: dict[str, BitwiseCheck]
+
+
+class KernelbenchReport(Typed):
+    """kernelbench.json."""
+
+    n: int
+    k: int
+    pad_k: int
+    calls_per_step: int
+    rounds: int
+    device: DeviceFacts
+    shapes: list[ShapeResult]
+
+
 def kernelbench(n: int, k: int, pad_k: int, ms: list[int], backends: list[str], production: str, candidate: str | None,
-                calls_per_step: int, rounds: int, out: Path | None, device_name: str | None = None) -> dict[str, Any]:
+                calls_per_step: int, rounds: int, out: Path | None, device_name: str | None = None) -> KernelbenchReport:
     device = torch.device(device_name or ("cuda" if torch.cuda.is_available() else "cpu"))
-    facts = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-             "capability": list(torch.cuda.get_device_capability(device)) if device.type == "cuda" else None,
-             "torch": torch.__version__, "cuda": torch.version.cuda, "time": time.time()}
-    report: dict[str, Any] = {"n": n, "k": k, "pad_k": pad_k, "calls_per_step": calls_per_step, "rounds": rounds,
-                              "device": facts, "shapes": []}
-    print(f"# kernelbench N={n} K={k} -> {pad_k} on {facts['device']} (torch {facts['torch']}), "
+    facts = DeviceFacts(device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+                        capability=tuple(torch.cuda.get_device_capability(device)) if device.type == "cuda" else None,
+                        torch=str(torch.__version__), cuda=torch.version.cuda, time=time.time())
+    report = KernelbenchReport(n=n, k=k, pad_k=pad_k, calls_per_step=calls_per_step, rounds=rounds, device=facts, shapes=[])
+    print(f"# kernelbench N={n} K={k} -> {pad_k} on {facts.device} (torch {facts.torch}), "
           f"{rounds} interleaved rounds, median [p10-p90], {calls_per_step} calls/step")
     for m in ms:
         rows, checks = run_shape(build_variants(backends, production, candidate, k, pad_k), m, n, k, device, rounds, calls_per_step)
@@ -58,12 +82,12 @@ def kernelbench(n: int, k: int, pad_k: int, ms: list[int], backends: list[str], 
         for row in rows:
             print("  " + format_row(row))
         for name, check in checks.items():
-            print(f"  lossless {name}: {check['differing']} of {check['elements']} elements differ bitwise, "
-                  f"max |diff| {check['max_abs_diff']:.3e}" if check["differing"] is not None else f"  lossless {name}: {check}")
-        report["shapes"].append({"m": m, "rows": to_json(rows), "lossless": checks})
+            print(f"  lossless {name}: {check.differing} of {check.elements} elements differ bitwise, "
+                  f"max |diff| {check.max_abs_diff or 0:.3e}" if check.differing is not None else f"  lossless {name}: {check.model_dump()}")
+        report.shapes.append(ShapeResult(m=m, rows=rows, lossless=checks))
     if out:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "kernelbench.json").write_text(json.dumps(report, indent=1))
+        (out / "kernelbench.json").write_text(report.model_dump_json(indent=1))
     return report
 
 

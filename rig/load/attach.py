@@ -15,10 +15,10 @@ import urllib.parse
 from typing import Any
 
 from rig.boot import base as boot_base
-from rig.boot.base import BootRecord, http_get_json
+from rig.boot.base import BootImage, BootRecord, http_get_json
+from rig.deploy.recipe import Resolved, load
 from rig.engines import ENGINES
 from rig.errors import RigError
-from rig.recipe import Resolved, load
 
 
 def _port(url: str) -> tuple[str, int]:
@@ -114,5 +114,5 @@ def attach(url: str, ref: str | None, model: str | None, boot_id: str | None) ->
                         variant=resolved.variant if resolved else None, driver="attached", base_url=base_url,
                         boot_dir=str(boot_dir), log_path=str(boot_dir / "server.log"), manifest_dir=str(boot_dir / "manifests"),
                         started=time.time(), status="attached", served_model=served)
-    record.image = {"identity": identity}
+    record.image = BootImage(identity=identity)
     return resolved, record, engine

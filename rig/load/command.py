@@ -1,150 +1,15 @@
-"""`rig loadtest <recipe>`: boot if needed, discard the first run after the boot, run scenarios."""
+"""`rig loadtest <recipe>`: the command line's handler. Booting or attaching, the warmup rule and the
+runs themselves are rig.load.session's; this prints and writes the series' table."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
-from pydantic import ValidationError
-
 from rig.atomic import write_text_atomic
-from rig.boot import BootRecord, current_boot, driver_for
-from rig.boot.base import BootDriver
-from rig.boot.native import NativeDriver
-from rig.engines import engine
-from rig.errors import RigError
-from rig.load.inputs import validation_line
+from rig.exits import Exit
 from rig.load.report import markdown_table, notes
-from rig.load.runner import LoadTarget, note_run, results_root, run_scenario, settle_estimate, warmup_pending
-from rig.load.scenarios import Scenario, TokenCounter, load_scenario
+from rig.load.runner import results_root
+from rig.load.scenarios import load_scenario
+from rig.load.session import DEFAULT_SCENARIOS, Interrupted, acquire_target, default_small, run_scenarios, scenarios_for
 from rig.load.summary import RunSummary
-from rig.recipe import Resolved, load
-
-DEFAULT_SCENARIOS = ["prose-c1", "code-c1", "c3000"]
-
-
-class Interrupted(KeyboardInterrupt):
-    """Ctrl-C during a run: the interrupted run's summary is written; callers stop and report."""
-
-    def __init__(self, summaries: list[RunSummary]) -> None:
-        super().__init__("interrupted")
-        self.summaries = summaries
-
-
-def model_dir_for(resolved: Resolved | None) -> str | None:
-    """Where the served tokenizer can be read on this host."""
-    if resolved is None:
-        return os.environ.get("RIG_MODEL_DIR")
-    if resolved.recipe.model.source == "generated":
-        return NativeDriver().model_path(resolved)
-    return os.environ.get("RIG_MODEL_DIR")
-
-
-def default_small(resolved: Resolved | None) -> bool:
-    """Scaled-down scenario sizes for CPU servers (tiny-cpu, natively or as a container)."""
-    return resolved is None or not resolved.recipe.gpu
-
-
-def check_cache_reset(target: LoadTarget) -> None:
-    """Before anything runs: the engine's cache-reset route exists on this boot. rig never opens an
-    engine's development routes by itself; a recipe (or arm) that wants the reset sets the
-    variable the engine registry names, in plain sight."""
-    reset = engine(target.engine_name).cache_reset
-    if reset is None or not reset.requires_env or target.resolved is None:
-        return
-    env = {**target.resolved.full_env(), **target.record.overlay}
-    missing = {k: v for k, v in reset.requires_env.items() if env.get(k) != v}
-    if missing:
-        setting = ", ".join(f"{k}={v}" for k, v in missing.items())
-        raise RigError("command line", "--flush-cache", f"{target.engine_name} serves {reset.path} only with {setting} "
-                       f"({reset.why}); this boot was started without it",
-                       f"accept that by adding {setting} to the recipe's env (or the arm), or drop --flush-cache")
-
-
-def flush_prefix_cache(target: LoadTarget) -> str:
-    """POST the engine's cache-reset endpoint (SGLang /flush_cache, vLLM /reset_prefix_cache)."""
-    from rig import client
-
-    reset = engine(target.engine_name).cache_reset
-    if reset is None:
-        return f"{target.engine_name} has no cache-reset endpoint: nothing flushed"
-    with client.session() as http:
-        response = http.post(target.record.base_url + reset.path, timeout=60)
-    if response.status_code >= 400:
-        needs = "".join(f"; {target.engine_name} registers it only with {k}={v} ({reset.why})"
-                        for k, v in reset.requires_env.items()) if response.status_code == 404 else ""
-        raise RigError("command line", "--flush-cache", f"POST {reset.path} answered {response.status_code}{needs}",
-                       "start the server with its cache-reset endpoint enabled, or drop --flush-cache")
-    return f"prefix cache flushed ({reset.path})"
-
-
-def scenarios_for(names: list[str], small: bool, duration_s: float | None = None) -> list[Scenario]:
-    """The named scenarios at the chosen size, each validated (with its data files) before anything
-    boots or is written; a --duration override is held to the same bounds as the file."""
-    scenarios = [load_scenario(name).scaled(small) for name in names]
-    if duration_s is None:
-        return scenarios
-    try:
-        return [s.with_changes(duration_s=float(duration_s)) for s in scenarios]
-    except ValidationError as error:
-        field, message = validation_line(error)
-        raise RigError("command line", "--duration", message, "pass a positive number of seconds, at most a day") from None
-
-
-def run_scenarios(target: LoadTarget, names: list[str], small: bool, workers: int | None, root: Path,
-                  progress: bool = True, warmup: bool = True, duration_s: float | None = None,
-                  remote_workers: int = 0, master_bind: str = "127.0.0.1", flush_cache: bool = False) -> list[RunSummary]:
-    """The warmup rule lives here: each scenario's first complete run after a boot is run, kept,
-    marked and left out of results; the measured run waits for the steady state its warmup timed."""
-    scenarios = scenarios_for(names, small, duration_s)
-    if flush_cache:
-        check_cache_reset(target)
-    counter = TokenCounter(target.model_dir, target.record.base_url, target.record.served_model)
-    summaries: list[RunSummary] = []
-    for scenario in scenarios:
-        passes = ([True] if warmup and warmup_pending(target.record, scenario.name) else []) + [False]
-        for is_warmup in passes:
-            out = root / (f"warmup-{scenario.name}" if is_warmup else scenario.name)
-            if flush_cache:
-                note = flush_prefix_cache(target)
-                if progress:
-                    print(f"{scenario.name}: {note}")
-            summary = run_scenario(target, scenario, out, workers, counter, warmup=is_warmup, progress=progress,
-                                   remote_workers=remote_workers if scenario.distributed else 0, master_bind=master_bind,
-                                   settle_s=settle_estimate(target.record, scenario.name))
-            note_run(target.record, out, summary)
-            summaries.append(summary)
-            if summary.interrupted:
-                raise Interrupted(summaries)
-    return summaries
-
-
-def acquire_target(ref: str | None, url: str | None = None, model: str | None = None,
-                   boot_id: str | None = None) -> tuple[LoadTarget, BootDriver | None]:
-    """The server to measure: with `url` one rig did not start; else the recipe's current boot, or
-    a new boot (then the driver is returned: the caller brings it down)."""
-    driver = None
-    engine_name = None
-    resolved: Resolved | None
-    if url:
-        from rig.load.attach import attach
-
-        resolved, record, engine_name = attach(url, ref, model, boot_id)
-        print(f"attached to {record.base_url}: {engine_name} server, model {record.served_model}, "
-              f"boot {record.boot_id} ({record.image['identity']})")
-    else:
-        if ref is None:
-            raise RigError("command line", "recipe", "no recipe and no --url", "name a recipe, or pass --url URL")
-        resolved = load(ref)
-        current: BootRecord | None = current_boot(resolved.recipe.name)
-        if current is None:
-            driver = driver_for(resolved)
-            record = driver.up(resolved)
-        else:
-            record = current
-            if record.ref != resolved.ref and ":" in ref:
-                print(f"note: {record.ref} is up (boot {record.boot_id}); measuring it, not {resolved.ref}")
-    return LoadTarget(resolved, record, model_dir_for(resolved), engine_name), driver
 
 
 def loadtest(ref: str | None, names: list[str] | None, small: bool | None, workers: int | None, duration_s: float | None = None,
@@ -176,5 +41,5 @@ def loadtest(ref: str | None, names: list[str] | None, small: bool | None, worke
     print("\n" + "\n".join(lines))
     print(f"\nresults: {root}")
     if interrupted:
-        return 130
-    return 4 if any(s.problems() for s in summaries if not s.warmup) else 0
+        return Exit.INTERRUPTED
+    return Exit.UNUSABLE if any(s.problems() for s in summaries if not s.warmup) else Exit.OK

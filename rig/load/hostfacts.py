@@ -7,22 +7,20 @@ import platform
 import shutil
 import subprocess
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
 
+from rig.load.summary import HostFacts
 from rig.observe.fingerprint import cpu_model
 
 
-def host_facts() -> dict[str, Any]:
-    facts: dict[str, Any] = {"hostname": platform.node(), "cpu": cpu_model(), "cpu_count": os.cpu_count(),
-                             "python": platform.python_version(), "platform": platform.platform()}
+def host_facts() -> HostFacts:
+    facts = HostFacts(hostname=platform.node(), cpu=cpu_model(), cpu_count=os.cpu_count(),
+                      python=platform.python_version(), platform=platform.platform())
     try:  # by metadata: importing locust would gevent-monkey-patch this process
-        facts["locust"] = version("locust")
+        facts.locust = version("locust")
     except PackageNotFoundError:
         pass
     if shutil.which("nvidia-smi"):
         result = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
                                 capture_output=True, text=True, check=False)
-        facts["gpus"] = [line.strip() for line in result.stdout.splitlines() if line.strip()]
-    else:
-        facts["gpus"] = []
+        facts.gpus = [line.strip() for line in result.stdout.splitlines() if line.strip()]
     return facts

@@ -25,7 +25,7 @@ Row = TypeVar("Row", bound=BaseModel)
 
 
 def display(path: Path) -> str:
-    from rig.recipe import REPO_ROOT
+    from rig.deploy.recipe import REPO_ROOT
 
     try:
         return str(path.resolve().relative_to(REPO_ROOT))

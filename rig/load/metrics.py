@@ -12,13 +12,28 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from statistics import median
-from typing import Any
 
 import numpy as np
 
 from rig.load.records import RequestRecord
+from rig.load.summary import (
+    ArrivalStats,
+    ClientLag,
+    ClientVerdict,
+    ConversationStats,
+    Distribution,
+    GapFit,
+    Metrics,
+    OutputLengthStats,
+    RateDistribution,
+    RequestCounts,
+    TokenFigures,
+    TurnStats,
+    Window,
+)
+from rig.load.wire import ClientStats
 
 TOKEN_MISMATCH_TOLERANCE = 0.02  # usage vs chunk count, as a fraction
 STALL_THRESHOLD_S = 0.020  # an event-loop wake-up later than this blocked every stream the process reads
@@ -29,52 +44,41 @@ BURST_GAP_FRACTION = 0.1  # an inter-chunk gap under 10% of the run's median ITL
 BURST_MIN_GAPS = 3  # ... three times in a row: chunks the client read from a backlog
 
 
-def describe(values: list[float]) -> dict[str, float | int | None]:
+def _percentiles(values: list[float]) -> dict[str, float | int | None]:
     if not values:
-        return {"n": 0, "mean": None, "p10": None, "p50": None, "p90": None, "p99": None}
+        return {"n": 0}
     array = np.asarray(values, dtype=float)
     return {"n": len(values), "mean": float(array.mean()), "p10": float(np.percentile(array, 10)),
             "p50": float(np.percentile(array, 50)), "p90": float(np.percentile(array, 90)),
             "p99": float(np.percentile(array, 99))}
 
 
-@dataclass(frozen=True)
-class Window:
-    """The measurement window of a run and how it was chosen."""
+def describe(values: list[float]) -> Distribution:
+    return Distribution(**_percentiles(values))
 
-    start: float
-    end: float
-    run_start: float  # users spawned (Locust's spawning_complete), else the first request
-    run_end: float  # Locust began stopping users, else the last request's end
-    steady: bool  # False: no steady state was reached; the figures cover a transient
-    opened_by: str  # why the window opens where it does
 
-    @property
-    def seconds(self) -> float:
-        return max(self.end - self.start, 1e-9)
-
-    @property
-    def kept_fraction(self) -> float:
-        return self.seconds / max(self.run_end - self.run_start, 1e-9)
-
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "seconds": self.seconds, "kept_fraction": self.kept_fraction}
+def describe_rate(values: list[float], token_weighted: float | None) -> RateDistribution:
+    return RateDistribution(**_percentiles(values), token_weighted=token_weighted)
 
 
 LAG_PERIOD_S = 0.01  # the locustfile's lag monitor sleeps this long between samples
 
 
-def responsive_end(clients: list[dict[str, Any]], stopping: float) -> float:
+def responsive_end(clients: list[ClientStats], stopping: float) -> float:
     """Locust blocks its event loop for tens of milliseconds while it starts stopping (measured:
     86 ms before `test_stopping` fired), and no chunk is read meanwhile: the window must close when
     the client was last responsive, not when the stop was announced."""
     end = stopping
     for client in clients:
-        for wake, lag in client.get("lag", []):
+        for wake, lag in client.lag:
             free = wake - lag - LAG_PERIOD_S  # when the sleep that woke late began
             if wake >= stopping and free < stopping:
                 end = min(end, free)
     return end
+
+
+def _window(start: float, end: float, run_start: float, run_end: float, steady: bool, opened_by: str) -> Window:
+    return Window(start=start, end=end, run_start=run_start, run_end=run_end, steady=steady, opened_by=opened_by)
 
 
 def steady_window(records: list[RequestRecord], events: dict[str, float], ramp_s: float = 0.0,
@@ -94,10 +98,10 @@ def steady_window(records: list[RequestRecord], events: dict[str, float], ramp_s
             first_by_user[record.user] = min(first_by_user.get(record.user, record.t_first), record.t_first)
     waiting = {r.user for r in records} - set(first_by_user)
     if users is not None and len({r.user for r in records}) < users:
-        return Window(floor, run_end, run_start, run_end, False,
+        return _window(floor, run_end, run_start, run_end, False,
                       f"only {len({r.user for r in records})} of {users} users sent a request: no steady state")
     if waiting or not first_by_user:
-        return Window(floor, run_end, run_start, run_end, False,
+        return _window(floor, run_end, run_start, run_end, False,
                       f"{len(waiting) or 'no'} user(s) never received a token: no steady state")
     lifetimes = [r.t_last - r.t_send for r in records if r.complete and r.t_last is not None]
     lifetime = median(lifetimes) if lifetimes else 0.0
@@ -105,9 +109,9 @@ def steady_window(records: list[RequestRecord], events: dict[str, float], ramp_s
     reason = (f"every user had its first token (last at +{max(first_by_user.values()) - run_start:.2f} s) "
               + (f"plus one request lifetime ({lifetime:.2f} s)" if lifetimes else "(no request completed: streams outlive the run)"))
     if start >= run_end:
-        return Window(floor, run_end, run_start, run_end, False,
+        return _window(floor, run_end, run_start, run_end, False,
                       f"the run ended before a steady state ({reason}); lengthen the scenario's duration_s")
-    return Window(start, run_end, run_start, run_end, True, reason)
+    return _window(start, run_end, run_start, run_end, True, reason)
 
 
 def run_tokens_per_chunk(records: list[RequestRecord]) -> float:
@@ -172,7 +176,7 @@ def _bursty(record: RequestRecord, gap_limit: float) -> bool:
 
 
 def summarize(records: list[RequestRecord], window: Window,
-              count_tokens: Callable[[str], int] | None = None) -> dict[str, Any]:
+              count_tokens: Callable[[str], int] | None = None) -> Metrics:
     """Per-request statistics over completed requests sent inside the window, aggregate rates from
     every chunk that arrived inside it. With `count_tokens` (the served tokenizer), usage is also
     checked against a re-tokenisation of the streamed text."""
@@ -224,60 +228,58 @@ def summarize(records: list[RequestRecord], window: Window,
             window_prompt_tokens += int(r.prompt_tokens or 0)
     errors = Counter(r.error for r in records if r.error)
     prompt_targets = [float(r.prompt_tokens_target) for r in done if r.prompt_tokens_target]
-    prompt_actual = [float(r.usage["prompt_tokens"]) for r in done if (r.usage or {}).get("prompt_tokens")]
-    return {
-        "window": window.to_json(),
-        "requests": {"total": len(records), "completed": len(done), "errors": dict(errors),
-                     "cut_by_window": errors.get("cut_by_window", 0),
-                     "error_rate": sum(n for k, n in errors.items() if k != "cut_by_window") / max(len(records), 1),
-                     "burst_requests": len(bursts), "burst_request_ids": bursts[:20],
-                     "unique_prompts": len({(r.prompt, r.prompt_nonce) for r in records}) == len(records)
-                     if all(r.prompt_nonce for r in records) else False},
-        "ttft_s": describe(latency.ttft),
-        "itl_s": describe(itl),
-        "tpot_s": describe(latency.tpot),
-        "e2e_s": describe(latency.e2e),
+    prompt_actual = [float(r.prompt_tokens_usage) for r in done if r.prompt_tokens_usage]
+    return Metrics(
+        window=window,
+        requests=RequestCounts(total=len(records), completed=len(done), errors=dict(errors),
+                               cut_by_window=errors.get("cut_by_window", 0),
+                               error_rate=sum(n for k, n in errors.items() if k != "cut_by_window") / max(len(records), 1),
+                               burst_requests=len(bursts), burst_request_ids=bursts[:20],
+                               unique_prompts=len({(r.prompt, r.prompt_nonce) for r in records}) == len(records)
+                               if all(r.prompt_nonce for r in records) else False),
+        ttft_s=describe(latency.ttft),
+        itl_s=describe(itl),
+        tpot_s=describe(latency.tpot),
+        e2e_s=describe(latency.e2e),
         # The decode headline: total decode tokens / total decode time; per request beside it.
-        "user_decode_tok_s": {"token_weighted": decode_tokens / decode_seconds if decode_seconds else None,
-                              **describe(user_rates)},
-        "prefill_tok_s": {"token_weighted": prompt_tokens_total / ttft_total if ttft_total else None,
-                          **describe(prefill_rates)},
-        "output_tok_s": window_tokens / span,
-        "prompt_tok_s": window_prompt_tokens / span,
-        "tokens": {
-            "per_chunk": "continuous usage" if any(r.chunk_tokens is not None for r in records) else "final usage / chunks",
-            "run_tokens_per_chunk": ratio,
-            "usage_vs_chunks_mismatched_requests": len(mismatches),
-            "usage_vs_chunks_mean_difference": float(np.mean(mismatches)) if mismatches else 0.0,
-            "tolerance": TOKEN_MISMATCH_TOLERANCE,
-            "tokenizer_checked": count_tokens is not None,
-            "usage_vs_tokenizer_mismatched_requests": len(tokenizer_differences),
-            "usage_vs_tokenizer_mean_difference": float(np.mean(tokenizer_differences)) if tokenizer_differences else 0.0,
-            "prompt_tokens_target": describe(prompt_targets)["mean"],
-            "prompt_tokens_usage": describe(prompt_actual)["mean"],
+        user_decode_tok_s=describe_rate(user_rates, decode_tokens / decode_seconds if decode_seconds else None),
+        prefill_tok_s=describe_rate(prefill_rates, prompt_tokens_total / ttft_total if ttft_total else None),
+        output_tok_s=window_tokens / span,
+        prompt_tok_s=window_prompt_tokens / span,
+        tokens=TokenFigures(
+            per_chunk="continuous usage" if any(r.chunk_tokens is not None for r in records) else "final usage / chunks",
+            run_tokens_per_chunk=ratio,
+            usage_vs_chunks_mismatched_requests=len(mismatches),
+            usage_vs_chunks_mean_difference=float(np.mean(mismatches)) if mismatches else 0.0,
+            tolerance=TOKEN_MISMATCH_TOLERANCE,
+            tokenizer_checked=count_tokens is not None,
+            usage_vs_tokenizer_mismatched_requests=len(tokenizer_differences),
+            usage_vs_tokenizer_mean_difference=float(np.mean(tokenizer_differences)) if tokenizer_differences else 0.0,
+            prompt_tokens_target=describe(prompt_targets).mean,
+            prompt_tokens_usage=describe(prompt_actual).mean,
             # Share of prompt tokens the server answered from its prefix cache (None: not reported).
-            "cached_share": cached / prompted_with_cache_report if prompted_with_cache_report else None,
-        },
-    }
+            cached_share=cached / prompted_with_cache_report if prompted_with_cache_report else None,
+        ),
+    )
 
 
-def client_lag(client: dict[str, Any], window: Window) -> dict[str, Any]:
+def client_lag(client: ClientStats, window: Window) -> ClientLag:
     """One Locust process's event loop inside the window: lag percentiles, and stalls: every
     wake-up later than STALL_THRESHOLD_S blocked all its streams for that long."""
-    inside = sorted(lag for t, lag in client.get("lag", []) if window.start <= t <= window.end)
+    inside = sorted(lag for t, lag in client.lag if window.start <= t <= window.end)
     stats = describe(inside)
     stalls = [lag for lag in inside if lag > STALL_THRESHOLD_S]
-    return {"process": client.get("process"), "lag_samples": len(inside), "cpu_s": cpu_seconds(client.get("cpu_time") or [], window),
-            "lag_p50_ms": None if stats["p50"] is None else 1000 * stats["p50"],
-            "lag_p99_ms": None if stats["p99"] is None else 1000 * stats["p99"],
-            "lag_max_ms": 1000 * inside[-1] if inside else None,
-            "stalls": len(stalls), "stalled_s": sum(stalls), "stalled_fraction": sum(stalls) / window.seconds,
-            # collections the client ran inside the window (its collector is off there; see the locustfile)
-            "gc_pauses": [pause for pause in client.get("gc_pauses") or [] if window.start <= pause[0] <= window.end],
-            "cpu_percent_mean": client.get("cpu_percent_mean"), "cpu_percent_max": client.get("cpu_percent_max")}
+    return ClientLag(process=client.process, lag_samples=len(inside), cpu_s=cpu_seconds(client.cpu_time, window),
+                     lag_p50_ms=None if stats.p50 is None else 1000 * stats.p50,
+                     lag_p99_ms=None if stats.p99 is None else 1000 * stats.p99,
+                     lag_max_ms=1000 * inside[-1] if inside else None,
+                     stalls=len(stalls), stalled_s=float(sum(stalls)), stalled_fraction=sum(stalls) / window.seconds,
+                     # collections the client ran inside the window (its collector is off there; see the locustfile)
+                     gc_pauses=[pause for pause in client.gc_pauses if window.start <= pause[0] <= window.end],
+                     cpu_percent_mean=client.cpu_percent_mean, cpu_percent_max=client.cpu_percent_max)
 
 
-def cpu_seconds(samples: list[list[float]], window: Window) -> float | None:
+def cpu_seconds(samples: list[tuple[float, float]], window: Window) -> float | None:
     """CPU seconds a client process used inside the window, interpolated between its once-a-second
     samples of cumulative CPU time (None without two samples around the window)."""
     if len(samples) < 2:
@@ -289,29 +291,29 @@ def cpu_seconds(samples: list[list[float]], window: Window) -> float | None:
     return float(np.interp(window.end, times, values) - np.interp(window.start, times, values))
 
 
-def client_verdict(clients: list[dict[str, Any]]) -> dict[str, Any]:
+def client_verdict(clients: list[ClientLag]) -> ClientVerdict:
     """A run whose client was saturated or stalled is invalid: its figures describe the client,
     not the server. Checked for every run, c=1 included. `clients` are client_lag() results."""
     if not clients:
-        return {"valid": False, "reasons": ["no client statistics were written"], "processes": 0}
-    worst_lag = max(c.get("lag_p99_ms") or 0.0 for c in clients)
-    worst_cpu = max((c.get("cpu_percent_mean") or 0.0) for c in clients)
-    worst_stall = max(clients, key=lambda c: c.get("stalled_fraction") or 0.0)
+        return ClientVerdict(valid=False, reasons=["no client statistics were written"], processes=0)
+    worst_lag = max(c.lag_p99_ms or 0.0 for c in clients)
+    worst_cpu = max((c.cpu_percent_mean or 0.0) for c in clients)
+    worst_stall = max(clients, key=lambda c: c.stalled_fraction or 0.0)
     reasons = []
-    if (worst_stall.get("stalled_fraction") or 0.0) > STALL_FRACTION_LIMIT:
-        reasons.append(f"client {worst_stall['process']} stalled {worst_stall['stalls']} time(s), "
-                       f"{1000 * worst_stall['stalled_s']:.0f} ms in all ({100 * worst_stall['stalled_fraction']:.1f}% of the window, "
-                       f"longest {worst_stall['lag_max_ms']:.0f} ms) > {100 * STALL_FRACTION_LIMIT:.0f}%")
+    if (worst_stall.stalled_fraction or 0.0) > STALL_FRACTION_LIMIT:
+        reasons.append(f"client {worst_stall.process} stalled {worst_stall.stalls} time(s), "
+                       f"{1000 * worst_stall.stalled_s:.0f} ms in all ({100 * worst_stall.stalled_fraction:.1f}% of the window, "
+                       f"longest {worst_stall.lag_max_ms:.0f} ms) > {100 * STALL_FRACTION_LIMIT:.0f}%")
     if worst_lag > LAG_P99_LIMIT_MS:
         reasons.append(f"client event-loop lag p99 {worst_lag:.1f} ms > {LAG_P99_LIMIT_MS} ms")
     if worst_cpu > CPU_LIMIT_PERCENT:
         reasons.append(f"a client process averaged {worst_cpu:.0f}% CPU > {CPU_LIMIT_PERCENT:.0f}%")
-    return {"valid": not reasons, "reasons": reasons, "processes": len(clients), "lag_p99_ms": worst_lag,
-            "lag_p50_ms": max(c.get("lag_p50_ms") or 0.0 for c in clients),
-            "lag_max_ms": max(c.get("lag_max_ms") or 0.0 for c in clients),
-            "stalled_fraction": worst_stall.get("stalled_fraction") or 0.0,
-            "cpu_percent_mean_max": worst_cpu, "lag_limit_ms": LAG_P99_LIMIT_MS,
-            "server_clock": "unavailable (OpenAI streams carry only whole-second timestamps)"}
+    return ClientVerdict(valid=not reasons, reasons=reasons, processes=len(clients), lag_p99_ms=worst_lag,
+                         lag_p50_ms=max(c.lag_p50_ms or 0.0 for c in clients),
+                         lag_max_ms=max(c.lag_max_ms or 0.0 for c in clients),
+                         stalled_fraction=worst_stall.stalled_fraction or 0.0,
+                         cpu_percent_mean_max=worst_cpu, lag_limit_ms=LAG_P99_LIMIT_MS,
+                         server_clock="unavailable (OpenAI streams carry only whole-second timestamps)")
 
 
 QUEUED_LIMIT = 0.01  # an uncapped open loop whose arrivals waited for a free user more often: the pool was too small
@@ -329,11 +331,11 @@ def arrival_window(records: list[RequestRecord], events: dict[str, float], last_
     run_end = events.get("stopping", max((r.t_end or r.t_send for r in records), default=0.0))
     if epoch is None:
         start = min((r.t_send for r in records), default=0.0)
-        return Window(start, max(run_end, start), start, max(run_end, start), False,
+        return _window(start, max(run_end, start), start, max(run_end, start), False,
                       "the schedule never started (Locust did not finish spawning its users)")
     if replay:
         end = min(run_end, events.get("drained", run_end))
-        return Window(epoch, max(end, epoch), epoch, max(run_end, epoch), end > epoch,
+        return _window(epoch, max(end, epoch), epoch, max(run_end, epoch), end > epoch,
                       "trace replay: the whole schedule, from its start to the last response")
     lifetimes = [r.t_last - r.t_send for r in records if r.complete and r.t_last is not None]
     settle = median(lifetimes) if lifetimes else 0.0
@@ -342,13 +344,13 @@ def arrival_window(records: list[RequestRecord], events: dict[str, float], last_
     reason = (f"the schedule began, plus {'the ramp' if ramp_s >= settle else 'one median request lifetime'} "
               f"({max(ramp_s, settle):.2f} s); closes at the last scheduled arrival")
     if end <= start:
-        return Window(epoch, max(end, epoch), epoch, run_end, False,
+        return _window(epoch, max(end, epoch), epoch, run_end, False,
                       f"the schedule ended before a steady state ({reason}); lengthen duration_s or raise the rate")
-    return Window(start, end, epoch, run_end, True, reason)
+    return _window(start, end, epoch, run_end, True, reason)
 
 
 def arrival_stats(records: list[RequestRecord], window: Window, offsets: list[float], epoch: float | None,
-                  rate: float | None, burstiness: float | None, capped: bool, pool: int, factor: float = 1.0) -> dict[str, Any]:
+                  rate: float | None, burstiness: float | None, capped: bool, pool: int, factor: float = 1.0) -> ArrivalStats:
     """What the schedule asked for inside the window and what the client did: the achieved rate,
     the client-side queueing delay (scheduled -> sent), how late arrivals that found a free user
     were sent, and (open loop) whether the sent gaps fit the Gamma distribution the schedule drew
@@ -359,7 +361,7 @@ def arrival_stats(records: list[RequestRecord], window: Window, offsets: list[fl
     from rig.load.workload import arrivals_in
 
     if epoch is None or not offsets:
-        return {"scheduled": 0, "sent": 0, "note": "the schedule never started"}
+        return ArrivalStats(scheduled=0, sent=0, note="the schedule never started")
     start, end = window.start, window.end
     mine = [r for r in records if r.t_scheduled is not None and start <= r.t_scheduled <= end]
     scheduled = arrivals_in(offsets, epoch, start, end)
@@ -367,42 +369,42 @@ def arrival_stats(records: list[RequestRecord], window: Window, offsets: list[fl
     delays = [r.t_send - r.t_scheduled for r in mine]  # type: ignore[operator]
     queued = [r for r in mine if r.queued]
     dispatch = [r.t_send - r.t_scheduled for r in mine if not r.queued]  # type: ignore[operator]
-    out: dict[str, Any] = {
-        "target_rate": rate, "scheduled": scheduled, "scheduled_rate": scheduled / window.seconds,
-        "sent": sent, "achieved_rate": sent / window.seconds,
-        "achieved_vs_target": sent / window.seconds / rate if rate else None,
-        "unsent": max(0, scheduled - len(mine)), "queued": len(queued), "queued_share": len(queued) / len(mine) if mine else 0.0,
-        "queue_delay_s": describe(delays), "dispatch_lateness_s": describe(dispatch),
-        "pool": pool, "capped": capped,
-    }
+    out = ArrivalStats(
+        target_rate=rate, scheduled=scheduled, scheduled_rate=scheduled / window.seconds,
+        sent=sent, achieved_rate=sent / window.seconds,
+        achieved_vs_target=sent / window.seconds / rate if rate else None,
+        unsent=max(0, scheduled - len(mine)), queued=len(queued), queued_share=len(queued) / len(mine) if mine else 0.0,
+        queue_delay_s=describe(delays), dispatch_lateness_s=describe(dispatch),
+        pool=pool, capped=capped,
+    )
     if rate and burstiness:
         sends = sorted(r.t_send for r in mine)
         gaps = [(b - a) / factor for a, b in zip(sends, sends[1:])]
         if len(gaps) >= 20:
             result = stats.kstest(gaps, "gamma", args=(burstiness, 0.0, 1.0 / (rate * burstiness)))
-            out["gaps"] = {"n": len(gaps), "distribution": f"gamma(shape={burstiness:g}, scale=1/({rate:g}*{burstiness:g}))",
-                           "normalisation": factor, "ks_statistic": float(result.statistic), "ks_p": float(result.pvalue),
-                           "mean_s": float(np.mean(gaps)), "cv": float(np.std(gaps) / np.mean(gaps))}
+            out.gaps = GapFit(n=len(gaps), distribution=f"gamma(shape={burstiness:g}, scale=1/({rate:g}*{burstiness:g}))",
+                              normalisation=factor, ks_statistic=float(result.statistic), ks_p=float(result.pvalue),
+                              mean_s=float(np.mean(gaps)), cv=float(np.std(gaps) / np.mean(gaps)))
     return out
 
 
-def arrival_problems(arrivals: dict[str, Any]) -> list[str]:
+def arrival_problems(arrivals: ArrivalStats) -> list[str]:
     """Why an arrival-driven run's client did not deliver the schedule (client INVALID reasons)."""
-    reasons = []
-    if not arrivals.get("scheduled"):
+    reasons: list[str] = []
+    if not arrivals.scheduled:
         return reasons
-    if not arrivals["capped"] and arrivals["queued_share"] > QUEUED_LIMIT:
-        reasons.append(f"{arrivals['queued']} arrival(s) ({100 * arrivals['queued_share']:.1f}%) waited for a free user: "
-                       f"the pool of {arrivals['pool']} users is too small for this load (raise users)")
-    if arrivals["unsent"] > UNSENT_LIMIT * arrivals["scheduled"]:
-        reasons.append(f"{arrivals['unsent']} of {arrivals['scheduled']} scheduled arrivals in the window were never sent")
-    lateness = arrivals["dispatch_lateness_s"].get("p99")
+    if not arrivals.capped and arrivals.queued_share > QUEUED_LIMIT:
+        reasons.append(f"{arrivals.queued} arrival(s) ({100 * arrivals.queued_share:.1f}%) waited for a free user: "
+                       f"the pool of {arrivals.pool} users is too small for this load (raise users)")
+    if arrivals.unsent > UNSENT_LIMIT * arrivals.scheduled:
+        reasons.append(f"{arrivals.unsent} of {arrivals.scheduled} scheduled arrivals in the window were never sent")
+    lateness = arrivals.dispatch_lateness_s.p99 if arrivals.dispatch_lateness_s else None
     if lateness is not None and 1000 * lateness > LAG_P99_LIMIT_MS:
         reasons.append(f"arrivals that found a free user were sent {1000 * lateness:.1f} ms late at p99 > {LAG_P99_LIMIT_MS} ms")
     return reasons
 
 
-def turn_stats(records: list[RequestRecord], window: Window) -> dict[str, Any]:
+def turn_stats(records: list[RequestRecord], window: Window) -> ConversationStats:
     """Multi-turn runs, per turn: prompt tokens as the server counted them (the whole history, once),
     the share it answered from its prefix cache, and TTFT."""
     by_turn: dict[int, list[RequestRecord]] = {}
@@ -413,22 +415,22 @@ def turn_stats(records: list[RequestRecord], window: Window) -> dict[str, Any]:
     for turn in sorted(by_turn):
         done = by_turn[turn]
         prompted = [r for r in done if r.cached_tokens is not None and r.prompt_tokens]
-        out[str(turn)] = {
-            "requests": len(done),
-            "prompt_tokens_mean": float(np.mean([r.prompt_tokens for r in done if r.prompt_tokens])) if any(r.prompt_tokens for r in done) else None,
-            "cached_share": (sum(r.cached_tokens for r in prompted) / sum(r.prompt_tokens for r in prompted)) if prompted else None,  # type: ignore[misc]
-            "ttft_p50_s": describe([r.t_first - r.t_send for r in done])["p50"],  # type: ignore[operator]
-        }
+        out[str(turn)] = TurnStats(
+            requests=len(done),
+            prompt_tokens_mean=float(np.mean([r.prompt_tokens for r in done if r.prompt_tokens])) if any(r.prompt_tokens for r in done) else None,
+            cached_share=(sum(r.cached_tokens for r in prompted) / sum(r.prompt_tokens for r in prompted)) if prompted else None,  # type: ignore[misc]
+            ttft_p50_s=describe([r.t_first - r.t_send for r in done]).p50,  # type: ignore[operator]
+        )
     conversations = {r.conversation for r in records if r.conversation}
     failed = {r.conversation for r in records if r.conversation and r.error and r.error != "cut_by_window"}
-    return {"turns": out, "conversations": len(conversations), "conversations_ended_by_error": len(failed)}
+    return ConversationStats(turns=out, conversations=len(conversations), conversations_ended_by_error=len(failed))
 
 
-def output_length_stats(records: list[RequestRecord], window: Window) -> dict[str, Any]:
+def output_length_stats(records: list[RequestRecord], window: Window) -> OutputLengthStats:
     """Requested output lengths against what the server produced (ignore_eos pins them where the
     engine supports it; otherwise a model may stop early at EOS)."""
     done = [r for r in records if r.complete and r.max_tokens is not None and window.start <= r.t_send <= window.end]
     delivered = [(r.max_tokens, r.usage_tokens) for r in done if r.usage_tokens is not None]
-    return {"requested": describe([float(r.max_tokens) for r in done]),  # type: ignore[arg-type]
-            "delivered": describe([float(d) for _, d in delivered]),
-            "exact_share": sum(1 for want, got in delivered if want == got) / len(delivered) if delivered else None}
+    return OutputLengthStats(requested=describe([float(r.max_tokens) for r in done]),  # type: ignore[arg-type]
+                             delivered=describe([float(d) for _, d in delivered]),
+                             exact_share=sum(1 for want, got in delivered if want == got) / len(delivered) if delivered else None)

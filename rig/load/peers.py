@@ -23,7 +23,7 @@ import hashlib
 import json
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
@@ -31,15 +31,18 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 from rig.atomic import write_text_atomic
 from rig.errors import RigError
 from rig.load.inputs import MAX_DATA_BYTES, display, read_regular, strict_json, validation_line
-from rig.load.metrics import Window, summarize
+from rig.load.metrics import summarize
 from rig.load.records import RequestRecord, read_records
-from rig.load.summary import RunSummary
+from rig.load.summary import ClientSetup, ClientVerdict, ImportedFrom, Provenance, RunSummary, ScenarioRun, Window
 
 VLLM_FILE = "vllm-result.json"
 AIPERF_RECORDS = "profile_export.jsonl"
 AIPERF_AGGREGATE = "profile_export_aiperf.json"
 AIPERF_SCHEMA = "1.5"  # the profile_export_aiperf.json schema version whose fields are written
 NS = 1_000_000_000
+
+if TYPE_CHECKING:
+    from rig.compare.model import ComparePlan
 
 
 # --- export -----------------------------------------------------------------------------------
@@ -52,8 +55,7 @@ def _window_records(run: Path) -> tuple[RunSummary, list[RequestRecord], Window]
         raise RigError(str(run), "summary.json", "not a run directory", "pass a results/<recipe>/<time>/<scenario> directory") from None
     except (ValueError, TypeError) as error:
         raise RigError(str(run / "summary.json"), "(file)", f"unreadable run summary ({error})", "pass a complete run") from None
-    w = summary.metrics["window"]
-    window = Window(w["start"], w["end"], w["run_start"], w["run_end"], w["steady"], w["opened_by"])
+    window = summary.metrics.window
     inside = [r for r in read_records(run) if window.start <= r.t_send <= window.end]
     return summary, inside, window
 
@@ -101,16 +103,16 @@ def vllm_result(summary: RunSummary, records: list[RequestRecord], window: Windo
     duration = window.seconds
     total_in, total_out = sum(d["input"] for d in done), sum(d["output"] for d in done)
     scenario = summary.scenario
-    arrivals = scenario.get("arrivals") or {}
-    chat = (summary.provenance.get("endpoint") or scenario.get("endpoint")) != "completions"
+    arrivals = scenario.arrivals
+    chat = scenario.endpoint != "completions"
     output_max, concurrent_max = _peaks(done, [r.t_send for r in complete])
     result: dict[str, Any] = {
         "date": dt.datetime.fromtimestamp(window.start).strftime("%Y%m%d-%H%M%S"),
         "endpoint_type": "openai-chat" if chat else "openai", "backend": "openai-chat" if chat else "openai",
-        "label": "rig", "model_id": summary.provenance.get("served_model"), "tokenizer_id": summary.provenance.get("served_model"),
+        "label": "rig", "model_id": summary.provenance.served_model, "tokenizer_id": summary.provenance.served_model,
         "num_prompts": len(complete) + len(failed),
-        "request_rate": arrivals.get("rate", "inf"), "burstiness": arrivals.get("burstiness", 1.0),
-        "max_concurrency": arrivals.get("max_concurrency") if arrivals else scenario.get("users"),
+        "request_rate": arrivals.rate if arrivals else "inf", "burstiness": arrivals.burstiness if arrivals else 1.0,
+        "max_concurrency": arrivals.max_concurrency if arrivals else scenario.users,
         "duration": duration, "completed": len(done), "failed": len(failed),
         "total_input_tokens": total_in, "total_output_tokens": total_out,
         "request_throughput": len(done) / duration, "request_goodput": None,
@@ -121,8 +123,8 @@ def vllm_result(summary: RunSummary, records: list[RequestRecord], window: Windo
         "generated_texts": [r.text or "" for r in complete], "errors": [""] * len(done),
         "start_times": [r.t_send for r in complete],
         # Metadata (vLLM's --metadata KEY=VALUE lands at the top level too): where the run came from.
-        "rig_scenario": scenario.get("name"), "rig_kind": scenario.get("kind"), "rig_boot_id": summary.provenance.get("boot_id"),
-        "rig_recipe": summary.provenance.get("recipe"), "rig_window_s": [window.start, window.end],
+        "rig_scenario": scenario.name, "rig_kind": scenario.kind, "rig_boot_id": summary.provenance.boot_id,
+        "rig_recipe": summary.provenance.recipe, "rig_window_s": [window.start, window.end],
         "rig_usable": not summary.problems(), "rig_problems": summary.problems(),
     }
     for name, values in (("ttft", [d["ttft"] for d in done]), ("tpot", [d["tpot"] for d in done if d["tpot"] is not None]),
@@ -182,7 +184,7 @@ def aiperf_aggregate(summary: RunSummary, rows: list[dict[str, Any]], window: Wi
         return [m[name]["value"] for m in good if name in m and m[name]["value"] is not None]
 
     osl = values("output_sequence_length")
-    return {"schema_version": AIPERF_SCHEMA, "aiperf_version": None, "benchmark_id": summary.provenance.get("boot_id"),
+    return {"schema_version": AIPERF_SCHEMA, "aiperf_version": None, "benchmark_id": summary.provenance.boot_id,
             "start_time": dt.datetime.fromtimestamp(window.start, dt.UTC).isoformat(),
             "end_time": dt.datetime.fromtimestamp(window.end, dt.UTC).isoformat(), "was_cancelled": summary.interrupted,
             "request_latency": _aggregate(values("request_latency"), "ms"),
@@ -193,15 +195,15 @@ def aiperf_aggregate(summary: RunSummary, rows: list[dict[str, Any]], window: Wi
             "request_throughput": {"unit": "requests/sec", "avg": len(good) / window.seconds},
             "output_token_throughput": {"unit": "tokens/sec", "avg": sum(osl) / window.seconds},
             "request_count": {"unit": "requests", "avg": float(len(good))},
-            "error_summary": [{"type": kind, "count": n} for kind, n in summary.metrics["requests"]["errors"].items()],
-            "rig": {"scenario": summary.scenario.get("name"), "boot_id": summary.provenance.get("boot_id"),
+            "error_summary": [{"type": kind, "count": n} for kind, n in summary.metrics.requests.errors.items()],
+            "rig": {"scenario": summary.scenario.name, "boot_id": summary.provenance.boot_id,
                     "usable": not summary.problems(), "problems": summary.problems()}}
 
 
 def export_run(run: Path, fmt: str, out: Path | None = None) -> list[Path]:
     summary, records, window = _window_records(run)
     if summary.imported:
-        raise RigError(str(run), "provenance", f"this run was imported from {summary.imported.get('tool')}",
+        raise RigError(str(run), "provenance", f"this run was imported from {summary.imported.tool}",
                        "export runs rig measured; the original file is already in that tool's format")
     out = out or run
     if fmt == "vllm":
@@ -280,7 +282,7 @@ def _vllm_records(data: bytes, where: str) -> tuple[list[RequestRecord], float |
     except ValueError as error:
         if isinstance(error, ValidationError):
             field, message = validation_line(error)
-            if field in ("input_lens", "ttfts", "itls", "errors", "output_lens") and "required" in message.lower():
+            if field in ("input_lens", "ttfts", "itls", "errors", "output_lens") and error.errors()[0]["type"] == "missing":
                 raise RigError(where, field, "the file has no per-request data",
                                "re-run vllm bench serve with --save-result --save-detailed: rig computes from requests") from None
             raise RigError(where, field, message, "pass the file vllm bench serve wrote, unchanged") from None
@@ -383,18 +385,19 @@ def import_file(path: Path, scenario_ref: str | None, out: Path | None = None, c
     ends = [r.t_last or r.t_end or r.t_send for r in records]
     begin = min(starts)
     end = begin + duration if duration is not None else max(ends)
-    window = Window(begin, end, begin, end, True, f"imported from {tool}: the peer's whole measurement "
-                    "(rig's steady-state rule was not applied)")
+    window = Window(start=begin, end=end, run_start=begin, run_end=end, steady=True,
+                    opened_by=f"imported from {tool}: the peer's whole measurement (rig's steady-state rule was not applied)")
     metrics = summarize(records, window)
     summary = RunSummary(
-        scenario={**scenario.describe(), "settle_s": None, "unique_prompts": None},
+        scenario=ScenarioRun.of(scenario, None, None),
         warmup=False, interrupted=False,
-        provenance={"imported": {"tool": tool, "file": str(path), "sha256": digest, "imported_at": time.time(), "records": len(records)},
-                    "recipe": None, "variant": None, "engine": f"unknown (measured by {tool})", "image": None,
-                    "boot_id": f"imported-{tool}-{digest[:12]}", "driver": "imported", "base_url": None, "served_model": None,
-                    "host": {}, "client": {"tool": tool}, "time": time.time()},
-        metrics=metrics, client={"valid": None, "reasons": [], "processes": 0,
-                                 "note": f"measured by {tool}: rig cannot check that client's lag or CPU"},
+        provenance=Provenance(imported=ImportedFrom(tool=tool, file=str(path), sha256=digest, imported_at=time.time(),
+                                                    records=len(records)),
+                              recipe=None, variant=None, engine=f"unknown (measured by {tool})", image=None,
+                              boot_id=f"imported-{tool}-{digest[:12]}", driver="imported", base_url=None, served_model=None,
+                              host=None, client=ClientSetup(tool=tool), time=time.time()),
+        metrics=metrics, client=ClientVerdict(valid=None, reasons=[], processes=0,
+                                              note=f"measured by {tool}: rig cannot check that client's lag or CPU"),
     )
     run.mkdir(parents=True, exist_ok=True)
     write_text_atomic(run / "records-imported.jsonl", "".join(r.to_line() + "\n" for r in records))
@@ -409,7 +412,7 @@ def import_file(path: Path, scenario_ref: str | None, out: Path | None = None, c
     return 0
 
 
-def _plan(compare: Path, arm: str | None) -> Any:
+def _plan(compare: Path, arm: str | None) -> ComparePlan:
     from rig.compare.model import ComparePlan
 
     try:
@@ -425,10 +428,10 @@ def _plan(compare: Path, arm: str | None) -> Any:
     return plan
 
 
-def _join_comparison(compare: Path, plan: Any, arm: str, block: int | None, summary: RunSummary, run: Path, tool: str,
+def _join_comparison(compare: Path, plan: ComparePlan, arm: str, block: int | None, summary: RunSummary, run: Path, tool: str,
                      path: Path, progress: bool) -> None:
-    from rig.compare.command import write_report
     from rig.compare.model import IMPORTED_INDEX, BootEntry, RunResult
+    from rig.compare.output import write_report
     from rig.compare.report import analyze
     from rig.compare.run import all_entries
 
@@ -444,9 +447,9 @@ def _join_comparison(compare: Path, plan: Any, arm: str, block: int | None, summ
     if plan.slos:
         from rig.compare.goodput import goodput as goodput_of
 
-        goodput = goodput_of(run, summary, plan.slos)
+        goodput = goodput_of(read_records(run), summary, plan.slos)
     entry = BootEntry(index=index, block=block, arm=arm, spec=f"imported:{tool}:{path.name}", control=False, attempt=1,
-                      boot_id=summary.provenance["boot_id"], started=min(summary.metrics["window"]["start"], time.time()),
+                      boot_id=summary.provenance.boot_id, started=min(summary.metrics.window.start, time.time()),
                       rounds=[{scenario: RunResult(scenario=scenario, dir=str(run), figures=summary.figures(),
                                                    problems=summary.problems(), goodput=goodput)}])
     entry.write(compare)

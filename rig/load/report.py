@@ -13,22 +13,22 @@ from rig.load.summary import RunSummary
 
 COLUMNS: list[tuple[str, Callable[[RunSummary], Any]]] = [
     ("scenario", lambda s: s.name + (" (warmup)" if s.warmup else "")),
-    ("users", lambda s: s.scenario["users"]),
-    ("done", lambda s: s.metrics["requests"]["completed"]),
-    ("errors", lambda s: sum(n for k, n in s.metrics["requests"]["errors"].items() if k != "cut_by_window")),
-    ("cut", lambda s: s.metrics["requests"]["cut_by_window"]),
-    ("user tok/s", lambda s: s.metrics["user_decode_tok_s"]["token_weighted"]),
-    ("user p50", lambda s: s.metrics["user_decode_tok_s"]["p50"]),
-    ("user p10", lambda s: s.metrics["user_decode_tok_s"]["p10"]),
-    ("output tok/s", lambda s: s.metrics["output_tok_s"]),
-    ("prefill tok/s", lambda s: s.metrics["prefill_tok_s"]["token_weighted"]),
-    ("TTFT p50 ms", lambda s: _ms(s.metrics["ttft_s"]["p50"])),
-    ("TTFT p99 ms", lambda s: _ms(s.metrics["ttft_s"]["p99"])),
-    ("ITL p50 ms", lambda s: _ms(s.metrics["itl_s"]["p50"])),
-    ("TPOT p50 ms", lambda s: _ms(s.metrics["tpot_s"]["p50"])),
-    ("E2E p90 s", lambda s: s.metrics["e2e_s"]["p90"]),
-    ("window s", lambda s: f"{s.metrics['window']['seconds']:.1f} ({100 * s.metrics['window']['kept_fraction']:.0f}%)"),
-    ("cached", lambda s: None if s.metrics["tokens"]["cached_share"] is None else f"{100 * s.metrics['tokens']['cached_share']:.0f}%"),
+    ("users", lambda s: s.scenario.users),
+    ("done", lambda s: s.metrics.requests.completed),
+    ("errors", lambda s: sum(n for k, n in s.metrics.requests.errors.items() if k != "cut_by_window")),
+    ("cut", lambda s: s.metrics.requests.cut_by_window),
+    ("user tok/s", lambda s: s.metrics.user_decode_tok_s.token_weighted),
+    ("user p50", lambda s: s.metrics.user_decode_tok_s.p50),
+    ("user p10", lambda s: s.metrics.user_decode_tok_s.p10),
+    ("output tok/s", lambda s: s.metrics.output_tok_s),
+    ("prefill tok/s", lambda s: s.metrics.prefill_tok_s.token_weighted),
+    ("TTFT p50 ms", lambda s: _ms(s.metrics.ttft_s.p50)),
+    ("TTFT p99 ms", lambda s: _ms(s.metrics.ttft_s.p99)),
+    ("ITL p50 ms", lambda s: _ms(s.metrics.itl_s.p50)),
+    ("TPOT p50 ms", lambda s: _ms(s.metrics.tpot_s.p50)),
+    ("E2E p90 s", lambda s: s.metrics.e2e_s.p90),
+    ("window s", lambda s: f"{s.metrics.window.seconds:.1f} ({100 * s.metrics.window.kept_fraction:.0f}%)"),
+    ("cached", lambda s: None if s.metrics.tokens.cached_share is None else f"{100 * s.metrics.tokens.cached_share:.0f}%"),
     ("usable", lambda s: "warmup" if s.warmup else ("yes" if not s.problems() else "NO: " + "; ".join(s.problems()))),
 ]
 
@@ -60,53 +60,54 @@ def notes(summary: RunSummary) -> list[str]:
     out = []
     name = summary.name
     metrics = summary.metrics
-    tokens = metrics["tokens"]
-    window = metrics["window"]
-    out.append(f"{name}: window {window['seconds']:.1f} s of {window['run_end'] - window['run_start']:.1f} s "
-               f"({'steady state: ' if window['steady'] else 'NOT at steady state: '}{window['opened_by']})")
-    if tokens["usage_vs_chunks_mismatched_requests"]:
-        out.append(f"{name}: usage and chunk counts differ by more than {tokens['tolerance']:.0%} in "
-                   f"{tokens['usage_vs_chunks_mismatched_requests']} request(s) (mean {tokens['usage_vs_chunks_mean_difference']:+.1f} "
+    tokens = metrics.tokens
+    window = metrics.window
+    out.append(f"{name}: window {window.seconds:.1f} s of {window.run_end - window.run_start:.1f} s "
+               f"({'steady state: ' if window.steady else 'NOT at steady state: '}{window.opened_by})")
+    if tokens.usage_vs_chunks_mismatched_requests:
+        out.append(f"{name}: usage and chunk counts differ by more than {tokens.tolerance:.0%} in "
+                   f"{tokens.usage_vs_chunks_mismatched_requests} request(s) (mean {tokens.usage_vs_chunks_mean_difference:+.1f} "
                    f"tokens): the server puts several tokens in some chunks; ITL is per chunk, token rates count tokens "
-                   f"({tokens['per_chunk']}, {tokens['run_tokens_per_chunk']:.2f} tokens per chunk)")
-    if tokens.get("usage_vs_tokenizer_mismatched_requests"):
+                   f"({tokens.per_chunk}, {tokens.run_tokens_per_chunk:.2f} tokens per chunk)")
+    if tokens.usage_vs_tokenizer_mismatched_requests:
         out.append(f"{name}: usage and a re-tokenisation of the streamed text differ beyond "
-                   f"{tokens['tolerance']:.0%} in {tokens['usage_vs_tokenizer_mismatched_requests']} request(s) (mean "
-                   f"{tokens['usage_vs_tokenizer_mean_difference']:+.1f} tokens; decoded text does not always re-encode to the same tokens)")
-    if metrics["requests"].get("burst_requests"):
-        out.append(f"{name}: {metrics['requests']['burst_requests']} request(s) received chunks in a burst no server makes "
+                   f"{tokens.tolerance:.0%} in {tokens.usage_vs_tokenizer_mismatched_requests} request(s) (mean "
+                   f"{tokens.usage_vs_tokenizer_mean_difference:+.1f} tokens; decoded text does not always re-encode to the same tokens)")
+    if metrics.requests.burst_requests:
+        out.append(f"{name}: {metrics.requests.burst_requests} request(s) received chunks in a burst no server makes "
                    "(gaps under a tenth of the run's median ITL): the client read a backlog; per-request rates of those are "
                    "client artefacts, the token-weighted figures are not moved by them")
-    if not summary.scenario.get("unique_prompts") and not summary.imported:
+    if not summary.scenario.unique_prompts and not summary.imported:
         out.append(f"{name}: prompts are not unique per request: a prefix cache may answer repeated prompts")
-    if tokens.get("cached_share"):
-        out.append(f"{name}: the server answered {100 * tokens['cached_share']:.1f}% of prompt tokens from its prefix cache")
-    arrivals = metrics.get("arrivals")
-    if arrivals and arrivals.get("scheduled"):
-        target = f" of {arrivals['target_rate']:g} targeted" if arrivals.get("target_rate") else ""
-        delay = arrivals["queue_delay_s"]
-        line = (f"{name}: arrivals: sent {arrivals['achieved_rate']:.2f} req/s{target} ({arrivals['sent']} sent, "
-                f"{arrivals['scheduled']} scheduled in the window, {arrivals['unsent']} never sent); client-side queueing delay "
-                f"p50 {1000 * (delay['p50'] or 0):.1f} ms p99 {1000 * (delay['p99'] or 0):.1f} ms, {arrivals['queued']} arrival(s) "
-                f"waited for a free user ({'the scenario caps concurrency at' if arrivals['capped'] else 'pool of'} {arrivals['pool']})")
-        gaps = arrivals.get("gaps")
+    if tokens.cached_share:
+        out.append(f"{name}: the server answered {100 * tokens.cached_share:.1f}% of prompt tokens from its prefix cache")
+    arrivals = metrics.arrivals
+    if arrivals and arrivals.scheduled:
+        target = f" of {arrivals.target_rate:g} targeted" if arrivals.target_rate else ""
+        delay = arrivals.queue_delay_s
+        line = (f"{name}: arrivals: sent {arrivals.achieved_rate or 0:.2f} req/s{target} ({arrivals.sent} sent, "
+                f"{arrivals.scheduled} scheduled in the window, {arrivals.unsent} never sent); client-side queueing delay "
+                f"p50 {1000 * ((delay.p50 if delay else None) or 0):.1f} ms p99 {1000 * ((delay.p99 if delay else None) or 0):.1f} ms, "
+                f"{arrivals.queued} arrival(s) "
+                f"waited for a free user ({'the scenario caps concurrency at' if arrivals.capped else 'pool of'} {arrivals.pool})")
+        gaps = arrivals.gaps
         if gaps:
-            line += f"; gaps vs {gaps['distribution']}: KS p={gaps['ks_p']:.3f} over {gaps['n']} (CV {gaps['cv']:.2f})"
+            line += f"; gaps vs {gaps.distribution}: KS p={gaps.ks_p:.3f} over {gaps.n} (CV {gaps.cv:.2f})"
         out.append(line)
-    conversation = metrics.get("conversation")
-    if conversation and conversation.get("turns"):
-        turns = ", ".join(f"turn {k}: {t['prompt_tokens_mean']:.0f} prompt tokens, "
-                          f"{'-' if t['cached_share'] is None else format(t['cached_share'], '.0%')} cached"
-                          for k, t in conversation["turns"].items() if t["prompt_tokens_mean"] is not None)
-        out.append(f"{name}: {conversation['conversations']} conversation(s) ({conversation['conversations_ended_by_error']} ended by "
+    conversation = metrics.conversation
+    if conversation and conversation.turns:
+        turns = ", ".join(f"turn {k}: {t.prompt_tokens_mean:.0f} prompt tokens, "
+                          f"{'-' if t.cached_share is None else format(t.cached_share, '.0%')} cached"
+                          for k, t in conversation.turns.items() if t.prompt_tokens_mean is not None)
+        out.append(f"{name}: {conversation.conversations} conversation(s) ({conversation.conversations_ended_by_error} ended by "
                    f"an error); {turns}")
-    lengths = metrics.get("output_lengths")
-    if lengths and lengths.get("exact_share") is not None and lengths["exact_share"] < 1.0:
-        out.append(f"{name}: only {100 * lengths['exact_share']:.0f}% of requests produced the output length they asked for "
-                   f"(asked mean {lengths['requested']['mean']:.1f}, got {lengths['delivered']['mean']:.1f}): the engine stops "
+    lengths = metrics.output_lengths
+    if lengths and lengths.exact_share is not None and lengths.exact_share < 1.0:
+        out.append(f"{name}: only {100 * lengths.exact_share:.0f}% of requests produced the output length they asked for "
+                   f"(asked mean {lengths.requested.mean or 0:.1f}, got {lengths.delivered.mean or 0:.1f}): the engine stops "
                    "at EOS (it has no ignore_eos), so lengths are the model's")
     if summary.imported:
-        out.append(f"{name}: imported from {summary.imported['tool']} ({summary.imported['file']}); rig did not check that client")
+        out.append(f"{name}: imported from {summary.imported.tool} ({summary.imported.file}); rig did not check that client")
     if summary.interrupted:
         out.append(f"{name}: interrupted; the summary covers what was measured")
     for problem in summary.problems():
@@ -123,10 +124,10 @@ def write_run(out_dir: Path, summary: RunSummary) -> None:
     writer.writerow(row(summary))
     write_text_atomic(out_dir / "summary.csv", buffer.getvalue())
     provenance = summary.provenance
-    host = provenance.get("host", {})
+    host = provenance.host
     text = [markdown_table([summary]), "",
-            f"recipe {provenance['recipe']}{':' + provenance['variant'] if provenance.get('variant') else ''}, boot {provenance['boot_id']}, "
-            f"engine {provenance['engine']}, host {host.get('cpu')} x{host.get('cpu_count')}, "
-            f"GPUs {', '.join(host.get('gpus') or []) or 'none'}"]
+            f"recipe {provenance.recipe}{':' + provenance.variant if provenance.variant else ''}, boot {provenance.boot_id}, "
+            f"engine {provenance.engine}, host {host.cpu if host else None} x{host.cpu_count if host else None}, "
+            f"GPUs {', '.join(host.gpus if host else []) or 'none'}"]
     text += notes(summary)
     write_text_atomic(out_dir / "summary.md", "\n".join(text) + "\n")

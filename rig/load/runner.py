@@ -4,7 +4,6 @@ booted server, then computes the summary from the raw records the workers wrote.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -12,16 +11,16 @@ import subprocess
 import sys
 import time
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from rig.atomic import write_text_atomic
 from rig.boot import base as boot_base
-from rig.boot.base import BootRecord
+from rig.boot.base import BootImage, BootRecord
+from rig.deploy.recipe import Resolved
 from rig.engines import LENGTH_PINNING
 from rig.errors import RigError
 from rig.load.metrics import (
-    Window,
     arrival_problems,
     arrival_stats,
     arrival_window,
@@ -35,14 +34,27 @@ from rig.load.metrics import (
     summarize,
     turn_stats,
 )
+from rig.load.prompts import TokenCounter, build_prompts
 from rig.load.records import RequestRecord, read_records
-from rig.load.scenarios import ARRIVAL_KINDS, LOADTESTS, Scenario, TokenCounter, build_prompts
-from rig.load.summary import RunSummary
+from rig.load.scenarios import ARRIVAL_KINDS, LOADTESTS, Scenario
+from rig.load.summary import ClientSetup, Metrics, Observations, Provenance, RunSummary, ScenarioRun, Window
+from rig.load.wire import (
+    CONFIG_FILE,
+    WINDOW_FILE,
+    ArrivalSchedule,
+    ClientStats,
+    ConversationScript,
+    LoadConfig,
+    Prompt,
+    TraceReplay,
+    WindowEvent,
+    client_file,
+    read_lines,
+)
 from rig.load.workload import gamma_schedule
 from rig.observe.gpu import GpuSampler, summarize_gpu_samples
 from rig.observe.server_metrics import MetricsScraper, summarize_server_metrics
 from rig.observe.timeline import write_timeline
-from rig.recipe import Resolved
 from rig.secrets import redact_for
 
 LOCUSTFILE = LOADTESTS / "locustfile.py"
@@ -99,17 +111,22 @@ def _locust() -> list[str]:
 
 
 def read_window_events(directory: Path) -> dict[str, float]:
-    """Locust's own moments (spawning_complete, stopping), as the locustfile wrote them."""
+    """Locust's own moments (spawning_complete, stopping), as the locustfile wrote them: the first
+    of each."""
     events: dict[str, float] = {}
-    path = directory / "window.jsonl"
-    if path.exists():
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                event = json.loads(line)
-                events.setdefault(str(event["event"]), float(event["time"]))
-            except (ValueError, KeyError, TypeError):
-                continue  # a line cut by a kill mid-write
+    for event in read_lines(directory / WINDOW_FILE, WindowEvent):
+        events.setdefault(event.event, event.time)
     return events
+
+
+def read_clients(directory: Path) -> list[ClientStats]:
+    """Each Locust process's raw samples; a file cut by a kill mid-write counts one process fewer."""
+    clients = []
+    for path in sorted(directory.glob(client_file("*"))):
+        client = ClientStats.parse_line(path.read_bytes(), str(path))
+        if client is not None:
+            clients.append(client)
+    return clients
 
 
 class LocustRun:
@@ -123,7 +140,7 @@ class LocustRun:
         self.workers = workers if self.distributed else 1
         self.remote_workers, self.master_bind = remote_workers, master_bind
         self.schedule_s = 0.0  # arrival-driven runs: the schedule's length (set by configure)
-        self.env = {**os.environ, "RIG_LOAD_CONFIG": str(out_dir / "config.json"), "PYTHONUNBUFFERED": "1"}
+        self.env = {**os.environ, "RIG_LOAD_CONFIG": str(out_dir / CONFIG_FILE), "PYTHONUNBUFFERED": "1"}
         self.processes: list[subprocess.Popen] = []
         self._seen: dict[Path, tuple[int, int]] = {}
 
@@ -132,9 +149,9 @@ class LocustRun:
         """Locust processes that run users (each takes its share of an arrival schedule)."""
         return self.workers + self.remote_workers if self.distributed else 1
 
-    def configure(self, config: dict[str, Any], schedule_s: float = 0.0) -> None:
+    def configure(self, config: LoadConfig, schedule_s: float = 0.0) -> None:
         self.schedule_s = schedule_s
-        (self.out_dir / "config.json").write_text(json.dumps(config, indent=1))
+        write_text_atomic(self.out_dir / CONFIG_FILE, config.json_text())
 
     def run_time_s(self) -> float:
         """Closed loops: spawning, the ramp, the time to a steady state (every user's first token
@@ -215,37 +232,44 @@ class LocustRun:
                     process.wait()
 
 
-def workload_config(scenario: Scenario, counter: TokenCounter, label: str,
-                    processes: int) -> tuple[dict[str, Any], list[float], float]:
+@dataclass
+class Workload:
     """The kind-specific part of the Locust configuration, the arrival schedule (offsets in seconds
     from its start) of an arrival-driven run (empty for the others) and its normalisation factor."""
-    config: dict[str, Any] = {"kind": scenario.kind, "arrival_processes": processes,
-                              "output_lengths": scenario.output_lengths.model_dump() if scenario.output_lengths else None}
-    offsets: list[float] = []
-    factor = 1.0
+
+    arrivals: ArrivalSchedule | None = None
+    trace: TraceReplay | None = None
+    conversations: list[ConversationScript] | None = None
+    turns: int | None = None
+    think_time_s: float = 0.0
+    offsets: list[float] = field(default_factory=list)
+    factor: float = 1.0
+
+
+def workload_config(scenario: Scenario, counter: TokenCounter, label: str) -> Workload:
+    workload = Workload()
     if scenario.arrivals is not None:
         arrivals = scenario.arrivals
         count = arrivals.requests or max(1, round(arrivals.rate * scenario.duration_s))
-        config["arrivals"] = {"rate": arrivals.rate, "burstiness": arrivals.burstiness, "count": count, "seed": scenario.seed}
-        offsets, factor = gamma_schedule(arrivals.rate, arrivals.burstiness, count, scenario.seed)
+        workload.arrivals = ArrivalSchedule(rate=arrivals.rate, burstiness=arrivals.burstiness, count=count, seed=scenario.seed)
+        workload.offsets, workload.factor = gamma_schedule(arrivals.rate, arrivals.burstiness, count, scenario.seed)
     if scenario.trace is not None:
-        from rig.load.datasets import build_trace
+        from rig.load.prompts import build_trace
 
-        trace = build_trace(scenario, counter, label, scenario.file)
-        offsets = [row["at"] for row in trace["rows"]]
-        config["arrivals"] = {"offsets": offsets}
-        config["trace"] = trace
+        workload.trace = build_trace(scenario, counter, label, scenario.file)
+        workload.offsets = [row.at for row in workload.trace.rows]
+        workload.arrivals = ArrivalSchedule(offsets=workload.offsets)
     if scenario.conversation is not None:
-        from rig.load.datasets import build_conversations
+        from rig.load.prompts import build_conversations
 
-        config.update(conversations=build_conversations(scenario, counter, scenario.file), turns=scenario.conversation.turns,
-                      think_time_s=scenario.conversation.think_time_s)
-    return config, offsets, factor
+        workload.conversations = build_conversations(scenario, counter, scenario.file)
+        workload.turns, workload.think_time_s = scenario.conversation.turns, scenario.conversation.think_time_s
+    return workload
 
 
 def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers: int | None = None,
                  counter: TokenCounter | None = None, warmup: bool = False, progress: bool = True,
-                 prompts: list[dict[str, Any]] | None = None, remote_workers: int = 0,
+                 prompts: list[Prompt] | None = None, remote_workers: int = 0,
                  master_bind: str = "127.0.0.1", settle_s: float = 0.0) -> RunSummary:
     if out_dir.exists() and any(out_dir.iterdir()):
         raise RigError(str(out_dir), "(directory)", "already holds a run; records of two runs must never mix",
@@ -263,14 +287,16 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
     nonce = None
     if prompts is None:
         prompts, nonce = build_prompts(scenario, counter)
-    workload, offsets, factor = workload_config(scenario, counter, label, run.processes_sending)
+    workload = workload_config(scenario, counter, label)
+    offsets = workload.offsets
     out_dir.mkdir(parents=True, exist_ok=True)
-    config = {"scenario": scenario.name, "base_url": record.base_url, "model": record.served_model,
-              "endpoint": scenario.endpoint, "max_tokens": scenario.max_tokens, "temperature": scenario.temperature,
-              "seed": scenario.seed, "extra_body": LENGTH_PINNING.get(engine, {}), "prompts": prompts,
-              "nonce": nonce.to_json() if nonce else None, "nonce_seed": label,
-              "out_dir": str(out_dir), "read_timeout_s": scenario.read_timeout_s,
-              "keep_text_chars": keep_text_chars(), **workload}
+    config = LoadConfig(scenario=scenario.name, kind=scenario.kind, base_url=record.base_url, model=record.served_model,
+                        endpoint=scenario.endpoint, max_tokens=scenario.max_tokens, temperature=scenario.temperature,
+                        seed=scenario.seed, extra_body=dict(LENGTH_PINNING.get(engine, {})), prompts=prompts,
+                        nonce=nonce, nonce_seed=label, out_dir=str(out_dir), read_timeout_s=scenario.read_timeout_s,
+                        keep_text_chars=keep_text_chars(), arrival_processes=run.processes_sending,
+                        output_lengths=scenario.output_lengths, arrivals=workload.arrivals, trace=workload.trace,
+                        conversations=workload.conversations, turns=workload.turns, think_time_s=workload.think_time_s)
     run.configure(config, offsets[-1] if offsets else 0.0)
     interrupted = False
     local = urllib.parse.urlsplit(record.base_url).hostname in ("127.0.0.1", "localhost", "::1")
@@ -285,12 +311,7 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
         finally:
             run.stop()  # every Locust process this run started is gone before anything is read
     records = read_records(out_dir)
-    raw_clients = []
-    for path in sorted(out_dir.glob("client-*.json")):
-        try:
-            raw_clients.append(json.loads(path.read_text()))
-        except ValueError:
-            continue  # cut by a kill mid-write: the verdict then counts one process fewer
+    raw_clients = read_clients(out_dir)
     events = read_window_events(out_dir)
     if "stopping" in events:
         events["stopping"] = responsive_end(raw_clients, events["stopping"])
@@ -300,22 +321,19 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
         window = steady_window(records, events, scenario.ramp_s, scenario.pool)
     clients = [client_lag(client, window) for client in raw_clients]
     metrics = summarize(records, window, counter.count if counter.tokenizer is not None else None)
-    metrics["output_lengths"] = output_length_stats(records, window)
+    metrics.output_lengths = output_length_stats(records, window)
     verdict = client_verdict(clients)
     if scenario.kind in ARRIVAL_KINDS:
         arrivals = scenario.arrivals
-        metrics["arrivals"] = arrival_stats(records, window, offsets, events.get("arrivals_start"),
-                                            arrivals.rate if arrivals else None, arrivals.burstiness if arrivals else None,
-                                            scenario.capped, scenario.pool, factor)
-        late = arrival_problems(metrics["arrivals"])
-        verdict = {**verdict, "valid": verdict["valid"] and not late, "reasons": verdict["reasons"] + late}
+        metrics.arrivals = arrival_stats(records, window, offsets, events.get("arrivals_start"),
+                                         arrivals.rate if arrivals else None, arrivals.burstiness if arrivals else None,
+                                         scenario.capped, scenario.pool, workload.factor)
+        late = arrival_problems(metrics.arrivals)
+        verdict.valid, verdict.reasons = bool(verdict.valid) and not late, verdict.reasons + late
     if scenario.kind == "multi_turn":
-        metrics["conversation"] = turn_stats(records, window)
-    described = scenario.describe()
-    if "trace" in workload:
-        described["trace"].update(file=workload["trace"]["file"], sha256=workload["trace"]["sha256"])
+        metrics.conversation = turn_stats(records, window)
     summary = RunSummary(
-        scenario={**described, "settle_s": settle_s, "unique_prompts": nonce is not None or scenario.kind == "trace"},
+        scenario=ScenarioRun.of(scenario, settle_s, nonce is not None or scenario.kind == "trace", workload.trace),
         warmup=warmup, interrupted=interrupted, provenance=provenance(target, run, counter),
         metrics=metrics, client=verdict, clients=clients,
         observations=observe(out_dir, records, window, metrics, f"{scenario.name} on {record.ref} (boot {record.boot_id})",
@@ -327,81 +345,44 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
     return summary
 
 
-def observe(out_dir: Path, records: list[RequestRecord], window: Window, metrics: dict[str, Any], title: str,
-            serving_gpus: list[int] | None = None) -> dict[str, Any]:
+def observe(out_dir: Path, records: list[RequestRecord], window: Window, metrics: Metrics, title: str,
+            serving_gpus: list[int] | None = None) -> Observations:
     """What the server and the GPUs did inside the window, and the run's timeline picture."""
-    observations: dict[str, Any] = {"server": summarize_server_metrics(out_dir / SERVER_METRICS, (window.start, window.end))}
+    observations = Observations(server=summarize_server_metrics(out_dir / SERVER_METRICS, (window.start, window.end)))
     if (out_dir / GPU_SAMPLES).exists():
-        tokens = metrics["output_tok_s"] * window.seconds
-        observations["gpu"] = summarize_gpu_samples(out_dir / GPU_SAMPLES, (window.start, window.end), tokens, serving_gpus)
+        tokens = metrics.output_tok_s * window.seconds
+        observations.gpu = summarize_gpu_samples(out_dir / GPU_SAMPLES, (window.start, window.end), tokens, serving_gpus)
     ratio = run_tokens_per_chunk(records)
     events = [(t, n) for r in records for t, n in zip(r.chunks, chunk_token_counts(r, ratio))]
     picture = write_timeline(out_dir / TIMELINE, events, out_dir / SERVER_METRICS,
                              out_dir / GPU_SAMPLES if (out_dir / GPU_SAMPLES).exists() else None, (window.start, window.end), title)
-    observations["timeline"] = picture.name if picture else None
+    observations.timeline = picture.name if picture else None
     return observations
 
 
-def provenance(target: LoadTarget, run: LocustRun, counter: TokenCounter) -> dict[str, Any]:
+def provenance(target: LoadTarget, run: LocustRun, counter: TokenCounter) -> Provenance:
     from rig.load.hostfacts import host_facts
 
     resolved, record = target.resolved, target.record
-    described: dict[str, Any] = {"recipe": record.recipe, "variant": record.variant, "engine": target.engine_name,
-                                 "image": record.image, "adapter_gates": redact_for(resolved, record.overlay) if resolved else {}}
+    engine, image = target.engine_name, record.image
+    gates = redact_for(resolved, record.overlay) if resolved else {}
     if resolved is not None:
         recipe = resolved.recipe
-        described.update(engine=f"{recipe.engine.name} {recipe.engine.version}",
-                         image=record.image or ({"base": recipe.image.reference(resolved.topology.platform)} if recipe.image else {}),
-                         adapter_gates=redact_for(resolved, {**resolved.adapter_env(), **record.overlay}))
-    return {
-        **described, "boot_id": record.boot_id, "driver": record.driver,
-        "base_url": record.base_url, "served_model": record.served_model,
-        "host": host_facts(),
-        "client": {"processes": run.workers + (1 if run.distributed else 0), "workers": run.workers,
-                   "remote_workers": run.remote_workers,
-                   "distributed": run.distributed, "users": run.scenario.pool,
-                   "user_class": USER_CLASS.get(run.scenario.kind, "LLMUser"),
-                   "spawn_rate": run.scenario.spawn_rate or run.scenario.pool, "http_user": "locust HttpUser (requests)",
-                   "tokenizer": counter.source},
-        "time": time.time(),
-    }
-
-
-def boot_runs(record: BootRecord) -> list[dict[str, Any]]:
-    """The runs made against a boot so far (its runs.jsonl), oldest first."""
-    path = Path(record.boot_dir) / "runs.jsonl"
-    runs = []
-    if path.exists():
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                runs.append(json.loads(line))
-            except ValueError:
-                continue
-    return runs
-
-
-def warmup_pending(record: BootRecord, scenario: str) -> bool:
-    """Each scenario's first complete run after a boot is its warmup (new batch shapes, autotuning,
-    graph captures). An interrupted warmup does not count."""
-    return not any(run.get("warmup") and run.get("complete") and run.get("scenario") == scenario for run in boot_runs(record))
-
-
-def settle_estimate(record: BootRecord, scenario: str) -> float:
-    """Seconds to a steady state measured by this boot's warmup of the scenario: the last user's
-    first token plus one request lifetime (0 before any warmup)."""
-    for run in reversed(boot_runs(record)):
-        if run.get("scenario") == scenario and run.get("settle_s") is not None:
-            return float(run["settle_s"])
-    return 0.0
-
-
-def note_run(record: BootRecord, out_dir: Path, summary: RunSummary) -> None:
-    window = summary.metrics["window"]
-    settle = window["start"] - window["run_start"] if window.get("steady") else None
-    Path(record.boot_dir).mkdir(parents=True, exist_ok=True)
-    with open(Path(record.boot_dir) / "runs.jsonl", "a") as handle:
-        handle.write(json.dumps({"dir": str(out_dir), "scenario": summary.name, "warmup": summary.warmup,
-                                 "complete": not summary.interrupted, "settle_s": settle, "time": time.time()}) + "\n")
+        engine = f"{recipe.engine.name} {recipe.engine.version}"
+        if image == BootImage() and recipe.image:  # a native boot runs the recipe's base, not an image of its own
+            image = BootImage(base=recipe.image.reference(resolved.topology.platform))
+        gates = redact_for(resolved, {**resolved.adapter_env(), **record.overlay})
+    return Provenance(
+        recipe=record.recipe, variant=record.variant, engine=engine, image=image, adapter_gates=dict(gates),
+        boot_id=record.boot_id, driver=record.driver, base_url=record.base_url, served_model=record.served_model,
+        host=host_facts(),
+        client=ClientSetup(processes=run.workers + (1 if run.distributed else 0), workers=run.workers,
+                           remote_workers=run.remote_workers, distributed=run.distributed, users=run.scenario.pool,
+                           user_class=USER_CLASS.get(run.scenario.kind, "LLMUser"),
+                           spawn_rate=run.scenario.spawn_rate or run.scenario.pool, http_user="locust HttpUser (requests)",
+                           tokenizer=counter.source),
+        time=time.time(),
+    )
 
 
 def results_root(recipe: str) -> Path:

@@ -1,5 +1,5 @@
-"""Scenarios as data (loadtests/scenarios/*.yaml, or a user's own file) and prompts exact in tokens
-for the served tokenizer.
+"""Scenarios as data (loadtests/scenarios/*.yaml, or a user's own file); the prompts they send,
+exact in tokens for the served tokenizer, are built by rig.load.prompts.
 
 A scenario is user input exactly like a recipe: read by the strict YAML loader, validated by one
 strict typed schema (no coercion, no unknown keys, a bound on every number, names by their
@@ -7,129 +7,85 @@ grammar so none can leave results/ or loadtests/), every problem one RigError li
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
     Field,
+    JsonValue,
     PrivateAttr,
     StrictBool,
-    StrictFloat,
-    StrictInt,
     StrictStr,
     ValidationError,
     model_validator,
 )
 
 from rig import grammar
+from rig.deploy.recipe import REPO_ROOT
 from rig.errors import RigError
+from rig.load.bounds import (
+    MAX_ARRIVALS,
+    MAX_BLOCK_TOKENS,
+    MAX_DURATION_S,
+    MAX_OUTPUT_TOKENS,
+    MAX_PROMPT_TOKENS,
+    MAX_RATE,
+    MAX_TIMEOUT_S,
+    MAX_TURNS,
+    MAX_USERS,
+    PROMPT_POOL,
+    Name,
+    Number,
+    bounded_int,
+    bounded_seconds,
+)
+from rig.load.datasets import read_conversations, read_trace
 from rig.load.inputs import display, read_yaml, validation_line
-from rig.recipe import REPO_ROOT
+from rig.load.workload import OutputLengthSpec, TraceLengths, UniformLengths
+from rig.typed import Spec
 
 LOADTESTS = REPO_ROOT / "loadtests"
 SCENARIO_DIR = LOADTESTS / "scenarios"
 PROMPT_DIR = LOADTESTS / "prompts"
 TRACE_DIR = LOADTESTS / "traces"
 CONVERSATION_DIR = LOADTESTS / "conversations"
-PROMPT_POOL = 16
 SCENARIO_SCHEMA = 1
 
-# Bounds: each is far above any real workload and far below what exhausts a machine.
-MAX_USERS = 20_000  # Locust users of one run (c=3000 is the largest shipped)
-MAX_PROMPT_TOKENS = 1 << 20
-MAX_OUTPUT_TOKENS = 1 << 18
-MAX_DURATION_S = 86_400.0
-MAX_TIMEOUT_S = 7_200.0
-MAX_RATE = 10_000.0  # requests per second
-MAX_ARRIVALS = 1_000_000  # requests one open-loop schedule may hold
-MAX_TURNS = 64
-MAX_BLOCK_TOKENS = 4_096
 
-Name = Annotated[StrictStr, AfterValidator(grammar.load_name)]
-Number = StrictFloat | StrictInt  # a float field also takes a whole number; never a string or a bool
-
-
-def _int(low: int, high: int) -> Any:
-    return Annotated[StrictInt, Field(ge=low, le=high)]
-
-
-def _seconds(low: float, high: float, open_low: bool = False) -> Any:
-    return Annotated[StrictFloat, Field(gt=low, le=high) if open_low else Field(ge=low, le=high)]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, validate_by_name=True, validate_by_alias=True)
-
-
-class Prefix(Strict):
+class Prefix(Spec):
     """Shared prefixes on purpose: `groups` distinct prefixes of `shared_tokens` each."""
 
-    shared_tokens: _int(1, MAX_PROMPT_TOKENS)
-    groups: _int(1, PROMPT_POOL) = 1
+    shared_tokens: bounded_int(1, MAX_PROMPT_TOKENS)
+    groups: bounded_int(1, PROMPT_POOL) = 1
 
 
-class FixedLengths(Strict):
-    distribution: Literal["fixed"]
-
-
-class UniformLengths(Strict):
-    distribution: Literal["uniform"]
-    min: _int(1, MAX_OUTPUT_TOKENS)
-    max: _int(1, MAX_OUTPUT_TOKENS)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> UniformLengths:
-        if self.min > self.max:
-            raise ValueError(f"min ({self.min}) is larger than max ({self.max})")
-        return self
-
-
-class LognormalLengths(Strict):
-    distribution: Literal["lognormal"]
-    median: _int(1, MAX_OUTPUT_TOKENS)
-    sigma: _seconds(0.0, 4.0, open_low=True)
-
-
-class TraceLengths(Strict):
-    """Each request's own length: a trace row's output_length, a conversation's recorded reply."""
-
-    distribution: Literal["trace"]
-
-
-OutputLengthSpec = Annotated[FixedLengths | UniformLengths | LognormalLengths | TraceLengths, Field(discriminator="distribution")]
-
-
-class Arrivals(Strict):
+class Arrivals(Spec):
     """Open-loop arrivals as `vllm bench serve` draws them: Gamma gaps (burstiness 1 = Poisson)."""
 
-    rate: _seconds(0.0, MAX_RATE, open_low=True)  # requests per second
-    burstiness: _seconds(0.0, 100.0, open_low=True) = 1.0
+    rate: bounded_seconds(0.0, MAX_RATE, open_low=True)  # requests per second
+    burstiness: bounded_seconds(0.0, 100.0, open_low=True) = 1.0
     # The most requests in flight (AIPerf's --concurrency beside --request-rate, vLLM's
     # --max-concurrency): an arrival that finds all busy waits, and that wait is reported.
-    max_concurrency: _int(1, MAX_USERS) | None = None
-    requests: _int(1, MAX_ARRIVALS) | None = None  # a fixed count; else rate x duration_s
-    drain_s: _seconds(0.0, MAX_TIMEOUT_S) = 60.0  # after the last arrival, for requests in flight to finish
+    max_concurrency: bounded_int(1, MAX_USERS) | None = None
+    requests: bounded_int(1, MAX_ARRIVALS) | None = None  # a fixed count; else rate x duration_s
+    drain_s: bounded_seconds(0.0, MAX_TIMEOUT_S) = 60.0  # after the last arrival, for requests in flight to finish
 
 
-class Trace(Strict):
+class Trace(Spec):
     """A Mooncake-format trace (timestamp ms, input_length, output_length, hash_ids) replayed at its
     timestamps divided by `speed`; equal hash ids are equal blocks of `block_tokens` tokens."""
 
     file: StrictStr = Field(min_length=1, max_length=512)  # a name in loadtests/traces/, or a .jsonl path beside the scenario
-    speed: _seconds(0.0, 1000.0, open_low=True) = 1.0
-    block_tokens: _int(1, MAX_BLOCK_TOKENS) = 512
-    drain_s: _seconds(0.0, MAX_TIMEOUT_S) = 60.0
+    speed: bounded_seconds(0.0, 1000.0, open_low=True) = 1.0
+    block_tokens: bounded_int(1, MAX_BLOCK_TOKENS) = 512
+    drain_s: bounded_seconds(0.0, MAX_TIMEOUT_S) = 60.0
 
 
-class Conversation(Strict):
+class Conversation(Spec):
     """Multi-turn chats: each user holds one conversation at a time and sends its whole history."""
 
-    turns: _int(1, MAX_TURNS)
-    think_time_s: _seconds(0.0, 3600.0) = 0.0
+    turns: bounded_int(1, MAX_TURNS)
+    think_time_s: bounded_seconds(0.0, 3600.0) = 0.0
     file: StrictStr | None = Field(None, min_length=1, max_length=512)  # ShareGPT-style; None: generated
 
 
@@ -138,23 +94,23 @@ CLOSED_KINDS = ("decode", "prefill", "concurrency")
 ARRIVAL_KINDS = ("open_loop", "trace")
 
 
-class Scenario(Strict):
+class Scenario(Spec):
     schema_version: Literal[1] = Field(alias="schema", description="the scenario format (this schema)")
     name: Name
-    version: _int(1, 1_000_000)
+    version: bounded_int(1, 1_000_000)
     kind: Kind
     endpoint: Literal["chat", "completions"]
     prompt_set: Name
-    prompt_tokens: _int(1, MAX_PROMPT_TOKENS)
-    max_tokens: _int(1, MAX_OUTPUT_TOKENS)
+    prompt_tokens: bounded_int(1, MAX_PROMPT_TOKENS)
+    max_tokens: bounded_int(1, MAX_OUTPUT_TOKENS)
     temperature: Annotated[Number, Field(ge=0, le=2)]
-    seed: _int(0, 2**63 - 1)
-    users: _int(1, MAX_USERS)
-    duration_s: _seconds(0.0, MAX_DURATION_S, open_low=True)
-    ramp_s: _seconds(0.0, 3600.0) = 0.0
-    spawn_rate: _seconds(0.0, 100_000.0, open_low=True) | None = None
+    seed: bounded_int(0, 2**63 - 1)
+    users: bounded_int(1, MAX_USERS)
+    duration_s: bounded_seconds(0.0, MAX_DURATION_S, open_low=True)
+    ramp_s: bounded_seconds(0.0, 3600.0) = 0.0
+    spawn_rate: bounded_seconds(0.0, 100_000.0, open_low=True) | None = None
     distributed: StrictBool = False
-    read_timeout_s: _seconds(0.0, MAX_TIMEOUT_S, open_low=True) = 600.0
+    read_timeout_s: bounded_seconds(0.0, MAX_TIMEOUT_S, open_low=True) = 600.0
     # Every request's prompt starts with a unique nonce, so no prefix cache can answer it. A
     # scenario that wants shared prefixes says so: prefix: {shared_tokens: N, groups: G}.
     unique_prompts: StrictBool = True
@@ -163,7 +119,7 @@ class Scenario(Strict):
     arrivals: Arrivals | None = None  # open_loop
     trace: Trace | None = None  # trace
     conversation: Conversation | None = None  # multi_turn
-    small: dict[StrictStr, Any] = Field(default_factory=dict, description="top-level values for CPU servers (--small)")
+    small: dict[StrictStr, JsonValue] = Field(default_factory=dict, description="top-level values for CPU servers (--small)")
     _file: Path | None = PrivateAttr(default=None)  # the file it was read from: data paths are relative to it
 
     @model_validator(mode="after")
@@ -219,16 +175,6 @@ class Scenario(Strict):
     def scaled(self, small: bool) -> Scenario:
         return self.with_changes(**self.small) if small and self.small else self
 
-    def describe(self) -> dict[str, Any]:
-        """What a run summary records about its scenario."""
-        out = {"name": self.name, "version": self.version, "kind": self.kind, "endpoint": self.endpoint, "users": self.pool,
-               "prompt_tokens": self.prompt_tokens, "max_tokens": self.max_tokens, "duration_s": self.duration_s,
-               "prefix": self.prefix.model_dump() if self.prefix else None}
-        for section in ("output_lengths", "arrivals", "trace", "conversation"):
-            value = getattr(self, section)
-            if value is not None:
-                out[section] = value.model_dump()
-        return out
 
 
 _FIXES = {
@@ -319,8 +265,6 @@ def check_data(scenario: Scenario, path: Path, where: str) -> None:
     if not (PROMPT_DIR / f"{scenario.prompt_set}.txt").is_file():
         sets = ", ".join(sorted(p.stem for p in PROMPT_DIR.glob("*.txt")))
         raise RigError(where, "prompt_set", f"no prompt set {scenario.prompt_set!r}", f"use one of {sets}")
-    from rig.load.datasets import read_conversations, read_trace
-
     if scenario.trace is not None:
         read_trace(data_path(scenario.trace.file, TRACE_DIR, ".jsonl", path, where, "trace.file"), scenario.trace.block_tokens)
     if scenario.conversation is not None and scenario.conversation.file is not None:
@@ -341,169 +285,19 @@ def data_path(value: str, directory: Path, suffix: str, scenario_file: Path, whe
     return candidate if candidate.is_absolute() else scenario_file.parent / candidate
 
 
-class TokenCounter:
-    """The served model's tokenizer: from a local model directory, else the server's /tokenize."""
-
-    def __init__(self, model_dir: str | None, base_url: str | None = None, model: str | None = None) -> None:
-        self.tokenizer = None
-        self.base_url, self.model = base_url, model
-        if model_dir and (Path(model_dir) / "tokenizer_config.json").exists():
-            from transformers import AutoTokenizer
-
-            self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
-
-    @property
-    def source(self) -> str:
-        return "local tokenizer" if self.tokenizer is not None else "server /tokenize"
-
-    def encode(self, text: str) -> list[int]:
-        if self.tokenizer is not None:
-            return self.tokenizer.encode(text, add_special_tokens=False)
-        from rig import client
-
-        try:
-            with client.session() as http:
-                response = http.post(f"{self.base_url}/tokenize", json={"model": self.model, "prompt": text,
-                                                                      "add_special_tokens": False}, timeout=60)
-            response.raise_for_status()
-            return response.json()["tokens"]
-        except Exception as error:
-            raise RigError("tokenizer", "RIG_MODEL_DIR", f"no local tokenizer and the server's /tokenize failed ({error})",
-                           "set RIG_MODEL_DIR to the checkpoint directory so prompts can be cut exactly in tokens") from None
-
-    def count(self, text: str) -> int:
-        return len(self.encode(text))
-
-    def decode(self, ids: list[int]) -> str:
-        if self.tokenizer is not None:
-            return self.tokenizer.decode(ids)
-        from rig import client
-
-        with client.session() as http:
-            response = http.post(f"{self.base_url}/detokenize", json={"model": self.model, "tokens": ids}, timeout=60)
-        response.raise_for_status()
-        return response.json()["prompt"]
-
-
-def exact_prompt(counter: TokenCounter, ids: list[int], tokens: int) -> tuple[str, int]:
-    """Text that re-encodes to exactly `tokens` tokens (cutting a BPE stream can merge at the edge)."""
-    for delta in (0, -1, 1, -2, 2, -3, 3, -4, 4):
-        text = counter.decode(ids[: max(1, tokens + delta)])
-        if len(counter.encode(text)) == tokens:
-            return text, tokens
-    text = counter.decode(ids[:tokens])
-    return text, len(counter.encode(text))
-
-
-NONCE_CANDIDATES = [f" {c}" for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"]
-NONCE_SEPARATOR = "\n"
-NONCE_SPACE = 2**32  # distinct nonces at least: a collision within a run is practically impossible
-NONCE_SAMPLES = 4  # random nonces re-encoded with every prompt to prove the token count
-
-
-@dataclass(frozen=True)
-class NonceSpec:
-    """A nonce is `length` picks from `alphabet` plus the separator; every pick is one token and no
-    two picks merge, so every nonce is exactly `tokens` tokens long in front of any prompt body."""
-
-    alphabet: tuple[str, ...]
-    length: int
-    tokens: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"alphabet": list(self.alphabet), "length": self.length, "separator": NONCE_SEPARATOR, "tokens": self.tokens}
-
-    def sample(self, rng: Any) -> str:
-        return "".join(rng.choice(self.alphabet) for _ in range(self.length)) + NONCE_SEPARATOR
-
-
-def nonce_spec(counter: TokenCounter) -> NonceSpec | None:
-    """Pick single-token candidates whose pairs never merge under the served tokenizer."""
-    import math
-
-    singles = [c for c in NONCE_CANDIDATES if len(counter.encode(c)) == 1]
-    alphabet: list[str] = []
-    for candidate in singles:
-        if all(len(counter.encode(candidate + other)) == 2 and len(counter.encode(other + candidate)) == 2 for other in alphabet) \
-                and len(counter.encode(candidate + candidate)) == 2:
-            alphabet.append(candidate)
-        if len(alphabet) == 16:
-            break
-    if len(alphabet) < 4:
-        return None
-    length = math.ceil(math.log(NONCE_SPACE) / math.log(len(alphabet)))
-    tokens = len(counter.encode("".join(alphabet[i % len(alphabet)] for i in range(length)) + NONCE_SEPARATOR))
-    return NonceSpec(tuple(alphabet), length, tokens)
-
-
-def _body_in_context(counter: TokenCounter, ids: list[int], tokens: int, prefix: str, nonces: list[str], total: int) -> str | None:
-    """A body that makes prefix + nonce + body exactly `total` tokens for every sample nonce. The
-    cut is searched in context, because the body's first characters can merge with the nonce's
-    separator (a newline before indented code is one token)."""
-    for skip in range(4):
-        for delta in (0, -1, 1, -2, 2, -3, 3):
-            if tokens + delta < 1:
-                continue
-            text = counter.decode(ids[skip: skip + tokens + delta])
-            if all(len(counter.encode(prefix + nonce + text)) == total for nonce in nonces):
-                return text
-    return None
-
-
-def build_prompts(scenario: Scenario, counter: TokenCounter) -> tuple[list[dict[str, Any]], NonceSpec | None]:
-    """A pool of prompts, each exactly `prompt_tokens` long for the served tokenizer once the Locust
-    user puts its per-request nonce (and the scenario's shared prefix, if any) in front."""
-    import random
-
-    source = (PROMPT_DIR / f"{scenario.prompt_set}.txt").read_text()
-    ids = counter.encode(source)
-    if not ids:
-        raise RigError(f"loadtests/prompts/{scenario.prompt_set}.txt", "(text)", "encodes to no tokens", "put text in it")
-    where = f"loadtests/scenarios/{scenario.name}.yaml"
-    nonce = nonce_spec(counter) if scenario.unique_prompts else None
-    if scenario.unique_prompts and nonce is None:
-        raise RigError(where, "unique_prompts", "no nonce alphabet fits the served tokenizer",
-                       "set unique_prompts: false (prefix caches may then answer repeated prompts)")
-    shared = scenario.prefix.shared_tokens if scenario.prefix else 0
-    groups = scenario.prefix.groups if scenario.prefix else 1
-    body_tokens = scenario.prompt_tokens - shared - (nonce.tokens if nonce else 0)
-    if body_tokens < 1:
-        raise RigError(where, "prompt_tokens", f"{scenario.prompt_tokens} tokens leave no room for the body after the "
-                       f"shared prefix ({shared}) and the nonce ({nonce.tokens if nonce else 0})",
-                       "raise prompt_tokens, lower prefix.shared_tokens, or set unique_prompts: false")
-    stride = max(1, len(ids) // PROMPT_POOL)
-    needed = scenario.prompt_tokens + PROMPT_POOL * stride + 8
-    stream = (ids * (needed // len(ids) + 1))[:needed]
-    prefixes = [exact_prompt(counter, stream[(g * 7 * stride) % len(ids):], shared)[0] if shared else "" for g in range(groups)]
-    rng = random.Random(scenario.seed)
-    pool = []
-    for index in range(PROMPT_POOL):
-        prefix = prefixes[index % groups]
-        samples = [nonce.sample(rng) for _ in range(NONCE_SAMPLES)] if nonce else [""]
-        text = _body_in_context(counter, stream[index * stride:], body_tokens, prefix, samples, scenario.prompt_tokens)
-        if text is None:
-            raise RigError(where, "prompt_tokens", f"prompt {index} cannot be cut to exactly {scenario.prompt_tokens} tokens "
-                           "behind its prefix and nonce", "report this tokenizer; set unique_prompts: false meanwhile")
-        entry = {"name": f"{scenario.prompt_set}-{index}", "text": text, "tokens": scenario.prompt_tokens}
-        if prefix:
-            entry.update(prefix=prefix, group=index % groups)
-        pool.append(entry)
-    return pool, nonce
-
-
-class GreedyPrompt(Strict):
+class GreedyPrompt(Spec):
     name: Name
     text: StrictStr = Field(min_length=1, max_length=10_000)
 
 
-class GreedyPrompts(Strict):
-    version: _int(1, 1_000_000)
-    max_tokens: _int(1, MAX_OUTPUT_TOKENS)
-    small: dict[Literal["max_tokens"], _int(1, MAX_OUTPUT_TOKENS)] = Field(default_factory=dict)
+class GreedyPrompts(Spec):
+    version: bounded_int(1, 1_000_000)
+    max_tokens: bounded_int(1, MAX_OUTPUT_TOKENS)
+    small: dict[Literal["max_tokens"], bounded_int(1, MAX_OUTPUT_TOKENS)] = Field(default_factory=dict)
     prompts: list[GreedyPrompt] = Field(min_length=1, max_length=64)
 
 
-def greedy_prompts(small: bool) -> tuple[list[dict[str, Any]], int]:
+def greedy_prompts(small: bool) -> tuple[list[GreedyPrompt], int]:
     path = PROMPT_DIR / "greedy.yaml"
     where = display(path)
     raw = read_yaml(path, where, "restore loadtests/prompts/greedy.yaml")
@@ -513,4 +307,4 @@ def greedy_prompts(small: bool) -> tuple[list[dict[str, Any]], int]:
         field, message = validation_line(error)
         raise RigError(where, field, message, _fix(error.errors()[0])) from None
     max_tokens = data.small.get("max_tokens", data.max_tokens) if small else data.max_tokens
-    return [p.model_dump() for p in data.prompts], max_tokens
+    return list(data.prompts), max_tokens

@@ -2,19 +2,308 @@
 says whether a run's figures may be used.
 
 record (rig.load.records) -> run summary (here) -> boot entry -> comparison (rig.compare.model)
+
+Every part is a typed record (rig.typed): the metrics rig.load.metrics computes from the records
+(window, request counts, latency distributions, token figures, arrivals, conversations), the
+client's verdict, the provenance, the scenario as it ran and the server and GPU observations,
+all read by attribute. A renamed field is a validation error, never a None that turns into a
+silently dropped round.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Literal
+
+from pydantic import Field, model_validator
 
 from rig.atomic import write_text_atomic
+from rig.boot.base import BootImage
+from rig.load.scenarios import Arrivals, Conversation, Kind, Prefix, Scenario, Trace
+from rig.load.wire import TraceReplay
+from rig.load.workload import OutputLengthSpec
+from rig.observe.gpu import GpuSummary
+from rig.observe.server_metrics import ServerMetrics
+from rig.typed import Typed, Versioned
 
-SUMMARY_SCHEMA = 2
+SUMMARY_SCHEMA = 3
 ERROR_RATE_LIMIT = 0.01  # more than 1% of requests failed: the run measured a sick server
+
+
+# ---- the metrics (rig.load.metrics computes them) ----------------------------------------------
+
+class Window(Typed):
+    """The measurement window of a run and how it was chosen."""
+
+    start: float
+    end: float
+    run_start: float  # users spawned (Locust's spawning_complete), else the first request
+    run_end: float  # Locust began stopping users, else the last request's end
+    steady: bool  # False: no steady state was reached; the figures cover a transient
+    opened_by: str  # why the window opens where it does
+    # Derived, written for readers of the JSON; recomputed whenever a window is built or read.
+    seconds: float = 0.0
+    kept_fraction: float = 0.0
+
+    @model_validator(mode="after")
+    def _derive(self) -> Window:
+        self.seconds = max(self.end - self.start, 1e-9)
+        self.kept_fraction = self.seconds / max(self.run_end - self.run_start, 1e-9)
+        return self
+
+
+class Distribution(Typed):
+    """Count, mean and percentiles of a list of values (None where there are none)."""
+
+    n: int
+    mean: float | None = None
+    p10: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+
+
+class RateDistribution(Distribution):
+    """A per-request rate beside its token-weighted headline (total tokens over total time)."""
+
+    token_weighted: float | None = None
+
+
+class RequestCounts(Typed):
+    total: int
+    completed: int  # completed requests sent inside the window: what the per-request figures cover
+    errors: dict[str, int]  # by kind (http_503, stream_cut, cut_by_window, ...)
+    cut_by_window: int
+    error_rate: float  # errors other than cut_by_window, over every request
+    burst_requests: int  # requests whose chunks arrived in a burst no server makes (a client backlog)
+    burst_request_ids: list[str]
+    unique_prompts: bool
+
+
+class TokenFigures(Typed):
+    per_chunk: Literal["continuous usage", "final usage / chunks"]
+    run_tokens_per_chunk: float
+    usage_vs_chunks_mismatched_requests: int
+    usage_vs_chunks_mean_difference: float
+    tolerance: float
+    tokenizer_checked: bool
+    usage_vs_tokenizer_mismatched_requests: int
+    usage_vs_tokenizer_mean_difference: float
+    prompt_tokens_target: float | None
+    prompt_tokens_usage: float | None
+    cached_share: float | None  # prompt tokens the server answered from its prefix cache (None: not reported)
+
+
+class OutputLengthStats(Typed):
+    requested: Distribution
+    delivered: Distribution
+    exact_share: float | None
+
+
+class GapFit(Typed):
+    """An open loop's sent gaps against the Gamma distribution its schedule drew (Kolmogorov-Smirnov)."""
+
+    n: int
+    distribution: str
+    normalisation: float
+    ks_statistic: float
+    ks_p: float
+    mean_s: float
+    cv: float
+
+
+class ArrivalStats(Typed):
+    """What an arrival schedule asked for inside the window and what the client did."""
+
+    scheduled: int
+    sent: int
+    note: str | None = None  # set when the schedule never started (and nothing else is)
+    target_rate: float | None = None
+    scheduled_rate: float | None = None
+    achieved_rate: float | None = None
+    achieved_vs_target: float | None = None
+    unsent: int = 0
+    queued: int = 0
+    queued_share: float = 0.0
+    queue_delay_s: Distribution | None = None
+    dispatch_lateness_s: Distribution | None = None
+    pool: int | None = None
+    capped: bool | None = None
+    gaps: GapFit | None = None
+
+
+class TurnStats(Typed):
+    requests: int
+    prompt_tokens_mean: float | None
+    cached_share: float | None
+    ttft_p50_s: float | None
+
+
+class ConversationStats(Typed):
+    turns: dict[str, TurnStats]  # by turn (0-based, as a string: a JSON key)
+    conversations: int
+    conversations_ended_by_error: int
+
+
+class Metrics(Typed):
+    """rig.load.metrics.summarize(): per-request statistics over the window's completed requests,
+    aggregate rates from every chunk that arrived inside it."""
+
+    window: Window
+    requests: RequestCounts
+    ttft_s: Distribution
+    itl_s: Distribution
+    tpot_s: Distribution
+    e2e_s: Distribution
+    user_decode_tok_s: RateDistribution  # the decode headline: total decode tokens / total decode time
+    prefill_tok_s: RateDistribution
+    output_tok_s: float
+    prompt_tok_s: float
+    tokens: TokenFigures
+    output_lengths: OutputLengthStats | None = None
+    arrivals: ArrivalStats | None = None  # open_loop and trace runs
+    conversation: ConversationStats | None = None  # multi_turn runs
+
+
+# ---- the client ----------------------------------------------------------------------------------
+
+class ClientLag(Typed):
+    """One Locust process's event loop inside the window (rig.load.metrics.client_lag)."""
+
+    process: str | None
+    lag_samples: int
+    cpu_s: float | None
+    lag_p50_ms: float | None
+    lag_p99_ms: float | None
+    lag_max_ms: float | None
+    stalls: int
+    stalled_s: float
+    stalled_fraction: float
+    gc_pauses: list[tuple[float, float]]  # (wall time, seconds) of the collections inside the window
+    cpu_percent_mean: float | None
+    cpu_percent_max: float | None
+
+
+class ClientVerdict(Typed):
+    """Whether the client measured the server or itself (rig.load.metrics.client_verdict). `valid`
+    is None for a run another tool measured: rig cannot check that client."""
+
+    valid: bool | None
+    reasons: list[str]
+    processes: int
+    lag_p99_ms: float | None = None
+    lag_p50_ms: float | None = None
+    lag_max_ms: float | None = None
+    stalled_fraction: float | None = None
+    cpu_percent_mean_max: float | None = None
+    lag_limit_ms: float | None = None
+    server_clock: str | None = None
+    note: str | None = None
+
+
+# ---- where a run came from ---------------------------------------------------------------------
+
+class ImportedFrom(Typed):
+    """A run measured by another tool (rig import)."""
+
+    tool: str
+    file: str
+    sha256: str
+    imported_at: float
+    records: int
+
+
+class HostFacts(Typed):
+    hostname: str
+    cpu: str
+    cpu_count: int | None
+    python: str
+    platform: str
+    locust: str | None = None
+    gpus: list[str] = Field(default_factory=list)
+
+
+class ClientSetup(Typed):
+    processes: int | None = None
+    workers: int | None = None
+    remote_workers: int | None = None
+    distributed: bool | None = None
+    users: int | None = None
+    user_class: str | None = None
+    spawn_rate: float | None = None
+    http_user: str | None = None
+    tokenizer: str | None = None
+    tool: str | None = None  # an imported run: the tool that measured it
+
+
+class Provenance(Typed):
+    """Recipe, boot, engine, image, gates, host and client set-up of a run."""
+
+    recipe: str | None
+    variant: str | None
+    engine: str
+    image: BootImage | None
+    adapter_gates: dict[str, str] = Field(default_factory=dict)  # redacted (rig/secrets.py)
+    boot_id: str
+    driver: str
+    base_url: str | None
+    served_model: str | None
+    host: HostFacts | None
+    client: ClientSetup
+    time: float
+    imported: ImportedFrom | None = None
+
+
+# ---- the scenario as it ran ----------------------------------------------------------------------
+
+class TraceRun(Trace):
+    """A trace scenario's section plus the file actually replayed and its digest."""
+
+    sha256: str | None = None
+
+
+class ScenarioRun(Typed):
+    """What a run summary records about its scenario, and how it ran."""
+
+    name: str
+    version: int
+    kind: Kind
+    endpoint: Literal["chat", "completions"]
+    users: int
+    prompt_tokens: int
+    max_tokens: int
+    duration_s: float
+    prefix: Prefix | None = None
+    output_lengths: OutputLengthSpec | None = None
+    arrivals: Arrivals | None = None
+    trace: TraceRun | None = None
+    conversation: Conversation | None = None
+    settle_s: float | None = None  # the steady-state wait this boot's warmup measured (None: imported)
+    unique_prompts: bool | None = None  # every prompt starts with a unique nonce (None: unknown, imported)
+
+    @classmethod
+    def of(cls, scenario: Scenario, settle_s: float | None, unique_prompts: bool | None,
+           replayed: TraceReplay | None = None) -> ScenarioRun:
+        """The scenario as a run ran it: a trace's file as replayed, with its digest."""
+        trace = None
+        if scenario.trace is not None:
+            replay = {"file": replayed.file, "sha256": replayed.sha256} if replayed is not None else {}
+            trace = TraceRun(**{**scenario.trace.model_dump(), **replay})
+        return cls(name=scenario.name, version=scenario.version, kind=scenario.kind, endpoint=scenario.endpoint,
+                   users=scenario.pool, prompt_tokens=scenario.prompt_tokens, max_tokens=scenario.max_tokens,
+                   duration_s=scenario.duration_s, prefix=scenario.prefix, output_lengths=scenario.output_lengths,
+                   arrivals=scenario.arrivals, trace=trace, conversation=scenario.conversation, settle_s=settle_s,
+                   unique_prompts=unique_prompts)
+
+
+class Observations(Typed):
+    """What the server and the GPUs did inside the window, and the run's timeline picture."""
+
+    server: ServerMetrics
+    gpu: GpuSummary | None = None
+    timeline: str | None = None
 
 
 @dataclass(frozen=True)
@@ -24,16 +313,12 @@ class Figure:
     name: str
     unit: str
     higher_is_better: bool
-    path: tuple[str, ...]
+    value: Callable[[Metrics], float | None]  # where it sits in the metrics
     scale: float = 1.0  # seconds in the metrics -> milliseconds in the figure
 
-    def read(self, metrics: dict[str, Any]) -> float | None:
-        value: Any = metrics
-        for key in self.path:
-            if not isinstance(value, dict):
-                return None
-            value = value.get(key)
-        return self.scale * float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    def read(self, metrics: Metrics) -> float | None:
+        value = self.value(metrics)
+        return None if value is None else self.scale * float(value)
 
 
 # The headline figure of each kind of scenario; every one is token-weighted or window-clipped.
@@ -41,12 +326,12 @@ class Figure:
 # is how long requests take, so their headline is the median end-to-end latency; a multi-turn
 # run's is too (the prefix cache's gain shows as shorter requests).
 HEADLINE = {
-    "decode": Figure("user_decode_tok_s", "tok/s per user", True, ("user_decode_tok_s", "token_weighted")),
-    "prefill": Figure("prefill_tok_s", "prefill tok/s", True, ("prefill_tok_s", "token_weighted")),
-    "concurrency": Figure("output_tok_s", "tok/s aggregate", True, ("output_tok_s",)),
-    "open_loop": Figure("e2e_p50_ms", "ms (lower is better)", False, ("e2e_s", "p50"), 1000.0),
-    "trace": Figure("e2e_p50_ms", "ms (lower is better)", False, ("e2e_s", "p50"), 1000.0),
-    "multi_turn": Figure("e2e_p50_ms", "ms (lower is better)", False, ("e2e_s", "p50"), 1000.0),
+    "decode": Figure("user_decode_tok_s", "tok/s per user", True, lambda m: m.user_decode_tok_s.token_weighted),
+    "prefill": Figure("prefill_tok_s", "prefill tok/s", True, lambda m: m.prefill_tok_s.token_weighted),
+    "concurrency": Figure("output_tok_s", "tok/s aggregate", True, lambda m: m.output_tok_s),
+    "open_loop": Figure("e2e_p50_ms", "ms (lower is better)", False, lambda m: m.e2e_s.p50, 1000.0),
+    "trace": Figure("e2e_p50_ms", "ms (lower is better)", False, lambda m: m.e2e_s.p50, 1000.0),
+    "multi_turn": Figure("e2e_p50_ms", "ms (lower is better)", False, lambda m: m.e2e_s.p50, 1000.0),
 }
 
 
@@ -73,33 +358,32 @@ LATENCY = (
 LATENCY_SAMPLES = tuple(dict.fromkeys(figure.samples for figure in LATENCY))  # what a comparison keeps per round
 
 
-@dataclass
-class RunSummary:
+class RunSummary(Versioned):
     """One Locust run of one scenario against one boot."""
 
-    scenario: dict[str, Any]  # name, version, kind, users, prompt/max tokens, duration
+    schema_version: int = Field(SUMMARY_SCHEMA, alias="schema")
+    scenario: ScenarioRun
     warmup: bool  # the first run of this scenario after its boot: kept, never compared
     interrupted: bool  # stopped early (Ctrl-C, SIGTERM): covers what was measured until then
-    provenance: dict[str, Any]  # recipe, boot, engine, image, gates, host, client set-up
-    metrics: dict[str, Any]  # rig.load.metrics.summarize()
-    client: dict[str, Any]  # rig.load.metrics.client_verdict()
-    clients: list[dict[str, Any]] = field(default_factory=list)  # per Locust process
-    observations: dict[str, Any] = field(default_factory=dict)  # server metrics, GPU telemetry
-    schema: int = SUMMARY_SCHEMA
+    provenance: Provenance
+    metrics: Metrics
+    client: ClientVerdict
+    clients: list[ClientLag] = Field(default_factory=list)  # per Locust process
+    observations: Observations | None = None  # server metrics, GPU telemetry (None: imported)
 
     @property
     def kind(self) -> str:
-        return self.scenario["kind"]
+        return self.scenario.kind
 
     @property
     def name(self) -> str:
-        return self.scenario["name"]
+        return self.scenario.name
 
     @property
-    def imported(self) -> dict[str, Any] | None:
+    def imported(self) -> ImportedFrom | None:
         """Where a run measured by another tool came from (rig import); None for rig's own runs.
         rig cannot check another tool's client: such runs say so instead of passing the check."""
-        return self.provenance.get("imported")
+        return self.provenance.imported
 
     def headline(self) -> float | None:
         return HEADLINE[self.kind].read(self.metrics)
@@ -116,30 +400,23 @@ class RunSummary:
             out.append("warmup run")
         if self.interrupted:
             out.append("interrupted")
-        if self.imported is None and not self.client.get("valid"):
-            out.append("client INVALID: " + "; ".join(self.client.get("reasons") or []))
-        requests = self.metrics.get("requests", {})
-        if requests.get("error_rate", 0.0) > ERROR_RATE_LIMIT:
-            out.append(f"{100 * requests['error_rate']:.1f}% of requests failed ({requests.get('errors')}) > {100 * ERROR_RATE_LIMIT:.0f}%")
-        window = self.metrics.get("window", {})
-        if not window.get("steady", False):
-            out.append(f"window not at steady state: {window.get('opened_by')}")
+        if self.imported is None and not self.client.valid:
+            out.append("client INVALID: " + "; ".join(self.client.reasons))
+        requests = self.metrics.requests
+        if requests.error_rate > ERROR_RATE_LIMIT:
+            out.append(f"{100 * requests.error_rate:.1f}% of requests failed ({requests.errors}) > {100 * ERROR_RATE_LIMIT:.0f}%")
+        window = self.metrics.window
+        if not window.steady:
+            out.append(f"window not at steady state: {window.opened_by}")
         if self.headline() is None:
             out.append(f"no {HEADLINE[self.kind].name} (no completed request in the window)")
         return out
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RunSummary:
-        if data.get("schema") != SUMMARY_SCHEMA:
-            raise ValueError(f"summary schema {data.get('schema')} is not {SUMMARY_SCHEMA}")
-        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
-
     def write(self, out_dir: Path) -> None:
-        write_text_atomic(out_dir / "summary.json", json.dumps(self.to_json(), indent=1, default=str))
+        write_text_atomic(out_dir / "summary.json", self.json_text())
 
     @classmethod
     def read(cls, out_dir: Path) -> RunSummary:
-        return cls.from_json(json.loads((out_dir / "summary.json").read_text()))
+        """A run's summary; StoredRecordError (a ValueError, one line) when it is not one this rig wrote."""
+        path = out_dir / "summary.json"
+        return cls.parse(path.read_bytes(), str(path))

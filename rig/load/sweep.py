@@ -10,19 +10,25 @@ interrupted sweep keeps what it measured."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
+
 from rig.atomic import write_text_atomic
-from rig.compare.goodput import goodput, parse_slos
+from rig.compare.goodput import Goodput, goodput, parse_slos
 from rig.errors import RigError
-from rig.load.command import acquire_target, default_small, scenarios_for
+from rig.exits import Exit
+from rig.load.prompts import TokenCounter
 from rig.load.records import read_records
-from rig.load.runner import LoadTarget, note_run, results_root, run_scenario, settle_estimate, warmup_pending
-from rig.load.scenarios import ARRIVAL_KINDS, MAX_RATE, MAX_USERS, Scenario, TokenCounter
+from rig.load.runner import LoadTarget, results_root, run_scenario
+from rig.load.scenarios import ARRIVAL_KINDS, MAX_RATE, MAX_USERS, Scenario
+from rig.load.session import acquire_target, default_small, note_run, scenarios_for, settle_estimate, warmup_pending
 from rig.load.summary import RunSummary
+from rig.typed import Typed, Versioned
+
+SWEEP_SCHEMA = 1
 
 MAX_POINTS = 32
 DEFAULT_SHARE = 0.9
@@ -58,49 +64,87 @@ def _label(load: float, by_rate: bool) -> str:
     return f"rate-{load:g}" if by_rate else f"c-{int(load)}"
 
 
+class SweepPoint(Typed):
+    """One load of a sweep: what it delivered, its goodput and latency percentiles, and whether
+    its run may be used."""
+
+    load: float
+    achieved_rate: float | None
+    requests_per_s: float
+    output_tok_s: float
+    goodput_requests_per_s: float | None
+    slo_share: float | None
+    ttft_p50_ms: float | None
+    ttft_p99_ms: float | None
+    tpot_p50_ms: float | None
+    tpot_p99_ms: float | None
+    e2e_p50_ms: float | None
+    e2e_p99_ms: float | None
+    completed: int
+    problems: list[str]
+    dir: str
+
+
+class Knee(Typed):
+    load: float | None
+    status: str
+    above: bool = False  # every load met the SLOs: the knee is at the highest load or above
+
+
+class SweepReport(Versioned):
+    """sweep.json."""
+
+    schema_version: int = Field(SWEEP_SCHEMA, alias="schema")
+    title: str
+    unit: str
+    slos_s: dict[str, float] | None
+    share: float
+    knee: Knee
+    complete: bool
+    points: list[SweepPoint]
+
+
 class SweepInterrupted(KeyboardInterrupt):
     """Ctrl-C during a point: the points measured so far are kept (and already written)."""
 
-    def __init__(self, rows: list[dict[str, Any]]) -> None:
+    def __init__(self, rows: list[SweepPoint]) -> None:
         super().__init__("interrupted")
         self.rows = rows
 
 
-def point_row(load: float, summary: RunSummary, good: dict[str, Any] | None, run_dir: Path) -> dict[str, Any]:
+def point_row(load: float, summary: RunSummary, good: Goodput | None, run_dir: Path) -> SweepPoint:
     metrics = summary.metrics
 
-    def ms(key: str, stat: str) -> float | None:
-        value = metrics[key].get(stat)
+    def ms(value: float | None) -> float | None:
         return None if value is None else 1000 * value
 
-    arrivals = metrics.get("arrivals") or {}
-    completed = metrics["requests"]["completed"]
-    return {"load": load, "achieved_rate": arrivals.get("achieved_rate"), "requests_per_s": completed / metrics["window"]["seconds"],
-            "output_tok_s": metrics["output_tok_s"], "goodput_requests_per_s": good["requests_per_s"] if good else None,
-            "slo_share": good["share"] if good else None,
-            "ttft_p50_ms": ms("ttft_s", "p50"), "ttft_p99_ms": ms("ttft_s", "p99"),
-            "tpot_p50_ms": ms("tpot_s", "p50"), "tpot_p99_ms": ms("tpot_s", "p99"),
-            "e2e_p50_ms": ms("e2e_s", "p50"), "e2e_p99_ms": ms("e2e_s", "p99"),
-            "completed": completed, "problems": summary.problems(), "dir": str(run_dir)}
+    completed = metrics.requests.completed
+    return SweepPoint(load=load, achieved_rate=metrics.arrivals.achieved_rate if metrics.arrivals else None,
+                      requests_per_s=completed / metrics.window.seconds, output_tok_s=metrics.output_tok_s,
+                      goodput_requests_per_s=good.requests_per_s if good else None, slo_share=good.share if good else None,
+                      ttft_p50_ms=ms(metrics.ttft_s.p50), ttft_p99_ms=ms(metrics.ttft_s.p99),
+                      tpot_p50_ms=ms(metrics.tpot_s.p50), tpot_p99_ms=ms(metrics.tpot_s.p99),
+                      e2e_p50_ms=ms(metrics.e2e_s.p50), e2e_p99_ms=ms(metrics.e2e_s.p99),
+                      completed=completed, problems=summary.problems(), dir=str(run_dir))
 
 
-def knee(rows: list[dict[str, Any]], share: float) -> dict[str, Any]:
+def knee(rows: list[SweepPoint], share: float) -> Knee:
     """The highest load such that it and every lower load met the SLOs for at least `share` of
     requests, in runs whose figures may be used. A point that is not usable ends the walk: beyond
     it the knee is unknown, and the result says so rather than skipping it."""
     best = None
     for row in rows:
-        if row["problems"]:
-            return {"load": best, "status": f"unknown beyond {best if best is not None else 'the first load'}: the run at "
-                    f"{row['load']:g} is not usable ({'; '.join(row['problems'])[:200]})"}
-        if row["slo_share"] is None or row["slo_share"] < share:
-            met = "no completed request" if row["slo_share"] is None else f"{100 * row['slo_share']:.1f}%"
+        if row.problems:
+            return Knee(load=best, status=f"unknown beyond {best if best is not None else 'the first load'}: the run at "
+                        f"{row.load:g} is not usable ({'; '.join(row.problems)[:200]})")
+        if row.slo_share is None or row.slo_share < share:
+            met = "no completed request" if row.slo_share is None else f"{100 * row.slo_share:.1f}%"
             if best is None:
-                return {"load": None, "status": f"no load met the SLOs for {100 * share:g}% of requests (lowest, {row['load']:g}: {met})"}
-            return {"load": best, "status": f"knee at {best:g}: the next load, {row['load']:g}, met the SLOs for {met} of requests"}
-        best = row["load"]
-    return {"load": best, "above": True,
-            "status": f"every load met the SLOs for at least {100 * share:g}% of requests: the knee is at {best:g} or above"}
+                return Knee(load=None, status=f"no load met the SLOs for {100 * share:g}% of requests (lowest, {row.load:g}: {met})")
+            return Knee(load=best, status=f"knee at {best:g}: the next load, {row.load:g}, met the SLOs for {met} of requests")
+        best = row.load
+    return Knee(load=best, above=True,
+                status=f"every load met the SLOs for at least {100 * share:g}% of requests: the knee is at {best:g} or above")
 
 
 COLUMNS = [("load", "{:g}"), ("achieved_rate", "{:.2f}"), ("requests_per_s", "{:.2f}"), ("output_tok_s", "{:,.1f}"),
@@ -108,29 +152,29 @@ COLUMNS = [("load", "{:g}"), ("achieved_rate", "{:.2f}"), ("requests_per_s", "{:
            ("tpot_p50_ms", "{:.2f}"), ("tpot_p99_ms", "{:.2f}"), ("e2e_p50_ms", "{:.0f}"), ("e2e_p99_ms", "{:.0f}")]
 
 
-def table(rows: list[dict[str, Any]], unit: str) -> str:
+def table(rows: list[SweepPoint], unit: str) -> str:
     header = [unit if name == "load" else name for name, _ in COLUMNS] + ["usable"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
     for row in rows:
-        cells = ["-" if row[name] is None else form.format(row[name]) for name, form in COLUMNS]
-        cells.append("yes" if not row["problems"] else "NO: " + "; ".join(row["problems"])[:160])
+        cells = ["-" if getattr(row, name) is None else form.format(getattr(row, name)) for name, form in COLUMNS]
+        cells.append("yes" if not row.problems else "NO: " + "; ".join(row.problems)[:160])
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def plot(rows: list[dict[str, Any]], path: Path, unit: str, slos: dict[str, float] | None, share: float,
-         found: dict[str, Any], title: str) -> None:
+def plot(rows: list[SweepPoint], path: Path, unit: str, slos: dict[str, float] | None, share: float,
+         found: Knee, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    loads = [row["load"] for row in rows]
-    usable = [not row["problems"] for row in rows]
+    loads = [row.load for row in rows]
+    usable = [not row.problems for row in rows]
     figure, (through, good, latency) = plt.subplots(1, 3, figsize=(16, 4.8), layout="constrained")
 
     def series(axis: Any, key: str, label: str, style: str) -> None:
-        points = [(x, row[key]) for x, row in zip(loads, rows) if row[key] is not None]
+        points = [(x, getattr(row, key)) for x, row in zip(loads, rows) if getattr(row, key) is not None]
         if points:
             axis.plot(*zip(*points), style, label=label)
 
@@ -152,11 +196,11 @@ def plot(rows: list[dict[str, Any]], path: Path, unit: str, slos: dict[str, floa
     share_axis.legend(loc="lower right", fontsize=8)
     share_axis.set_ylim(0, 1.05)
     share_axis.set_ylabel("share of requests")
-    if found["load"] is not None:
+    if found.load is not None:
         for axis in (through, good, latency):
-            axis.axvline(found["load"], color="C3", lw=1.0, alpha=0.6)
+            axis.axvline(found.load, color="C3", lw=1.0, alpha=0.6)
     good.set_title(f"goodput ({', '.join(f'{k}<={v * 1000:g}ms' for k, v in (slos or {}).items()) or 'no SLOs given'}); "
-                   f"knee {'-' if found['load'] is None else ('>= ' if found.get('above') else '') + format(found['load'], 'g')}",
+                   f"knee {'-' if found.load is None else ('>= ' if found.above else '') + format(found.load, 'g')}",
                    fontsize=9)
     for key, label, style in (("ttft_p50_ms", "TTFT p50", "o-"), ("ttft_p99_ms", "TTFT p99", "o--"),
                               ("tpot_p50_ms", "TPOT p50", "s-"), ("tpot_p99_ms", "TPOT p99", "s--"),
@@ -179,17 +223,17 @@ def plot(rows: list[dict[str, Any]], path: Path, unit: str, slos: dict[str, floa
     plt.close(figure)
 
 
-def write_sweep(out: Path, rows: list[dict[str, Any]], unit: str, slos: dict[str, float] | None, share: float,
-                title: str, complete: bool) -> dict[str, Any]:
-    found = knee(rows, share) if slos else {"load": None, "status": "no --goodput SLOs given: no knee"}
+def write_sweep(out: Path, rows: list[SweepPoint], unit: str, slos: dict[str, float] | None, share: float,
+                title: str, complete: bool) -> Knee:
+    found = knee(rows, share) if slos else Knee(load=None, status="no --goodput SLOs given: no knee")
     if not complete:
-        found["status"] += " (sweep interrupted: later loads not measured)"
-    text = "\n".join([f"# {title}", "", table(rows, unit), "", f"Knee: {found['status']}.",
+        found.status += " (sweep interrupted: later loads not measured)"
+    text = "\n".join([f"# {title}", "", table(rows, unit), "", f"Knee: {found.status}.",
                       f"SLOs: {', '.join(f'{k}<={v * 1000:g}ms' for k, v in (slos or {}).items()) or 'none'}; "
                       f"share required: {100 * share:g}%."]) + "\n"
     write_text_atomic(out / "sweep.md", text)
-    write_text_atomic(out / "sweep.json", json.dumps({"title": title, "unit": unit, "slos_s": slos, "share": share, "knee": found,
-                                                       "complete": complete, "points": rows}, indent=1, default=str))
+    write_text_atomic(out / "sweep.json", SweepReport(title=title, unit=unit, slos_s=slos, share=share, knee=found,
+                                                      complete=complete, points=rows).json_text())
     plot(rows, out / "sweep.png", unit, slos, share, found, title)
     return found
 
@@ -219,7 +263,7 @@ def sweep(ref: str | None, scenario_ref: str, rates: str | None, concurrency: st
     unit = "request rate (req/s)" if by_rate else "concurrency (users)"
     out = results_root(target.record.recipe) / f"sweep-{scenario.name}"
     title = f"rig sweep {target.record.ref} {scenario.name} (boot {target.boot_id})"
-    rows: list[dict[str, Any]] = []
+    rows: list[SweepPoint] = []
     complete = False
     try:
         rows, complete = _measure(target, scenario, loads, by_rate, slos, out, workers, progress, unit, share, title)
@@ -228,18 +272,18 @@ def sweep(ref: str | None, scenario_ref: str, rates: str | None, concurrency: st
     finally:
         if driver is not None:
             driver.down(target.record)
-    found = write_sweep(out, rows, unit, slos, share, title, complete) if rows else {"status": "nothing measured"}
+    found = write_sweep(out, rows, unit, slos, share, title, complete) if rows else Knee(load=None, status="nothing measured")
     print((out / "sweep.md").read_text() if rows else "sweep: nothing measured")
     print(f"results: {out} (sweep.md, sweep.json, sweep.png; one run directory per load)")
     if not complete:
-        return 130
-    return 4 if found.get("load") is None and slos else 0
+        return Exit.INTERRUPTED
+    return Exit.UNUSABLE if found.load is None and slos else Exit.OK
 
 
 def _measure(target: LoadTarget, scenario: Scenario, loads: list[float], by_rate: bool, slos: dict[str, float] | None,
-             out: Path, workers: int | None, progress: bool, unit: str, share: float, title: str) -> tuple[list[dict[str, Any]], bool]:
+             out: Path, workers: int | None, progress: bool, unit: str, share: float, title: str) -> tuple[list[SweepPoint], bool]:
     counter = TokenCounter(target.model_dir, target.record.base_url, target.record.served_model)
-    rows: list[dict[str, Any]] = []
+    rows: list[SweepPoint] = []
     if warmup_pending(target.record, scenario.name):
         heaviest = point_scenario(scenario, loads[-1], by_rate)
         summary = run_scenario(target, heaviest, out / f"warmup-{_label(loads[-1], by_rate)}", workers, counter, warmup=True,
@@ -256,8 +300,8 @@ def _measure(target: LoadTarget, scenario: Scenario, loads: list[float], by_rate
         rows.append(point_row(load, summary, goodput(read_records(run_dir), summary, slos) if slos else None, run_dir))
         write_sweep(out, rows, unit, slos, share, title, complete=False)
         if progress:
-            print(f"sweep: {unit} {load:g}: {rows[-1]['output_tok_s']:.1f} tok/s, SLO share "
-                  f"{'-' if rows[-1]['slo_share'] is None else format(rows[-1]['slo_share'], '.1%')}")
+            print(f"sweep: {unit} {load:g}: {rows[-1].output_tok_s:.1f} tok/s, SLO share "
+                  f"{'-' if rows[-1].slo_share is None else format(rows[-1].slo_share, '.1%')}")
         if summary.interrupted:
             raise SweepInterrupted(rows)
     return rows, True

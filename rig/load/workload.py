@@ -1,7 +1,7 @@
 """Arrival schedules and output lengths: the random parts of a workload, drawn the same way by rig
 (to know what a run was asked to do) and by the Locust user (to do it).
 
-Standard library only: Locust processes, also remote workers, import this module.
+pydantic and rig's import-light modules only: Locust processes, also remote workers, import it.
 """
 
 from __future__ import annotations
@@ -9,7 +9,12 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from rig.load.bounds import MAX_OUTPUT_TOKENS, bounded_int, bounded_seconds
+from rig.typed import Spec
 
 
 def gamma_offsets(rate: float, burstiness: float, count: int, seed: int | str) -> list[float]:
@@ -47,29 +52,58 @@ def arrivals_in(offsets: Sequence[float], epoch: float, start: float, end: float
     return max(0, bisect.bisect_right(offsets, end - epoch) - bisect.bisect_left(offsets, start - epoch))
 
 
+class FixedLengths(Spec):
+    distribution: Literal["fixed"]
+
+
+class UniformLengths(Spec):
+    distribution: Literal["uniform"]
+    min: bounded_int(1, MAX_OUTPUT_TOKENS)
+    max: bounded_int(1, MAX_OUTPUT_TOKENS)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformLengths:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is larger than max ({self.max})")
+        return self
+
+
+class LognormalLengths(Spec):
+    distribution: Literal["lognormal"]
+    median: bounded_int(1, MAX_OUTPUT_TOKENS)
+    sigma: bounded_seconds(0.0, 4.0, open_low=True)
+
+
+class TraceLengths(Spec):
+    """Each request's own length: a trace row's output_length, a conversation's recorded reply."""
+
+    distribution: Literal["trace"]
+
+
+OutputLengthSpec = Annotated[FixedLengths | UniformLengths | LognormalLengths | TraceLengths, Field(discriminator="distribution")]
+
+
 class OutputLengths:
     """Draws each request's output length (max_tokens) from the scenario's distribution, clipped to
-    [1, cap]. `spec` is the scenario's `output_lengths` as JSON; None means always `cap`."""
+    [1, cap]. `spec` is the scenario's `output_lengths`; None means always `cap`."""
 
-    def __init__(self, spec: dict[str, Any] | None, cap: int) -> None:
-        self.spec = spec or {"distribution": "fixed"}
+    def __init__(self, spec: OutputLengthSpec | None, cap: int) -> None:
+        self.spec: OutputLengthSpec = spec or FixedLengths(distribution="fixed")
         self.cap = cap
 
     @property
     def per_request(self) -> bool:
         """True when lengths come with each request (a trace or a conversation file)."""
-        return self.spec["distribution"] == "trace"
+        return isinstance(self.spec, TraceLengths)
 
     def draw(self, rng: random.Random, given: int | None = None) -> int:
-        kind = self.spec["distribution"]
-        if kind == "fixed":
+        spec = self.spec
+        if isinstance(spec, FixedLengths):
             value = self.cap
-        elif kind == "uniform":
-            value = rng.randint(self.spec["min"], self.spec["max"])
-        elif kind == "lognormal":
-            value = round(rng.lognormvariate(math.log(self.spec["median"]), self.spec["sigma"]))
-        elif kind == "trace":
-            value = given if given is not None else self.cap
+        elif isinstance(spec, UniformLengths):
+            value = rng.randint(spec.min, spec.max)
+        elif isinstance(spec, LognormalLengths):
+            value = round(rng.lognormvariate(math.log(spec.median), spec.sigma))
         else:
-            raise ValueError(f"unknown output length distribution {kind!r}")
+            value = given if given is not None else self.cap
         return max(1, min(self.cap, int(value)))

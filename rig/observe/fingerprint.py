@@ -20,6 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import Field, JsonValue
+
+from rig.typed import Typed
 
 FIELD_CLASSES = Path(__file__).with_name("fingerprint_fields.yaml")
 ENVIRONMENT_PREFIXES = ("NCCL_", "GLOO_", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES")
@@ -27,14 +30,88 @@ ENVIRONMENT_PREFIXES = ("NCCL_", "GLOO_", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_O
 VOLATILE_MANIFEST_FIELDS = {"pid", "ppid", "started", "time", "host", "first_use", "stats", "inherited_from_fork"}
 
 
-def host_fingerprint(extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What this host is, now; `extra` (image digest, adapter manifests, ...) is merged in as given."""
-    fingerprint: dict[str, Any] = {"taken_at": time.time(), "hostname": platform.node(), "kernel": platform.release(),
-                                   "os": platform.platform(), "cpu": cpu_model(), "cpu_count": os.cpu_count(),
-                                   "environment": communication_environment()}
-    fingerprint.update(gpu_fingerprint())
-    fingerprint.update(extra or {})
-    return fingerprint
+class GpuFacts(Typed):
+    """One GPU as NVML reports it (None: NVML could not read the field on this board)."""
+
+    index: int
+    name: str | None = None
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    numa_node: int | None = None
+    memory_total_mib: int | None = None
+    power_limit_w: float | None = None
+    default_power_limit_w: float | None = None
+    persistence_mode: str | None = None
+    ecc_mode: str | None = None
+    mig_mode: str | None = None
+    compute_mode: int | None = None
+    pcie_gen_current: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width_current: int | None = None
+    pcie_width_max: int | None = None
+    applications_sm_mhz: int | None = None
+    applications_mem_mhz: int | None = None
+    max_sm_mhz: int | None = None
+    auto_boost: bool | None = None
+    vbios: str | None = None
+
+
+class ManifestHashes(Typed):
+    """Adapter manifests hashed without their per-process fields (`manifest_hashes`)."""
+
+    manifests: int
+    unreadable: int
+    hashes: dict[str, int]  # sha256 -> processes that wrote that manifest
+    digest: str
+
+
+class CacheFiles(Typed):
+    """The engine's compile caches when the boot started: their state and files per cache."""
+
+    state: str | None = None
+    log: str | None = None  # "reused" or "compiled", from the engine's boot log
+    files: dict[str, int] = Field(default_factory=dict)
+
+
+class Fingerprint(Typed):
+    """What the host was when a boot became healthy, plus what the boot knows of itself (the image
+    that runs, the adapter manifests, the compile caches). Compared field by field across boots."""
+
+    taken_at: float
+    hostname: str
+    kernel: str
+    os: str
+    cpu: str
+    cpu_count: int | None
+    environment: dict[str, str]  # NCCL/GLOO/CUDA device settings, a secret-looking one redacted
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None
+    nvml_version: str | None = None
+    gpu_count: int = 0
+    gpus: list[GpuFacts] = Field(default_factory=list)
+    nvml: str | None = None  # why NVML was not read (a host without NVIDIA GPUs)
+    image_id: str | None = None
+    image_digests: list[str] | None = None
+    adapter_manifests: ManifestHashes | None = None
+    compile_cache: CacheFiles | None = None
+
+
+class FingerprintDifference(Typed):
+    """A field whose value is not the same in every boot's fingerprint."""
+
+    field: str  # flattened: gpus.0.power_limit_w
+    kind: str = Field(alias="class")  # condition, expected or informational (fingerprint_fields.yaml)
+    values: dict[str, JsonValue]  # boot label -> its value (None where the field is absent)
+
+
+
+def host_fingerprint(image_id: str | None = None, image_digests: list[str] | None = None,
+                     adapter_manifests: ManifestHashes | None = None, compile_cache: CacheFiles | None = None) -> Fingerprint:
+    """What this host is, now, with what the boot knows of itself (the image that runs, ...)."""
+    return Fingerprint(taken_at=time.time(), hostname=platform.node(), kernel=platform.release(), os=platform.platform(),
+                       cpu=cpu_model(), cpu_count=os.cpu_count(), environment=communication_environment(),
+                       **gpu_fingerprint(), image_id=image_id, image_digests=image_digests,
+                       adapter_manifests=adapter_manifests, compile_cache=compile_cache)
 
 
 def communication_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -68,7 +145,8 @@ def numa_node(pci_bus_id: str) -> int | None:
 
 
 def gpu_fingerprint() -> dict[str, Any]:
-    """Driver, CUDA and per-GPU facts from NVML; {"gpu_count": 0, "nvml": why} without it."""
+    """Driver, CUDA and per-GPU facts from NVML (Fingerprint's GPU fields, by name);
+    {"gpu_count": 0, "nvml": why} without it."""
     try:
         import pynvml
 
@@ -104,7 +182,7 @@ def _mode(pair: Any) -> str | None:
     return "enabled" if current else "disabled"
 
 
-def _one_gpu(pynvml: Any, index: int) -> dict[str, Any]:
+def _one_gpu(pynvml: Any, index: int) -> GpuFacts:
     handle = pynvml.nvmlDeviceGetHandleByIndex(index)
     pci = _read(pynvml.nvmlDeviceGetPciInfo, handle)
     bus_id = None if pci is None else (pci.busId.decode() if isinstance(pci.busId, bytes) else pci.busId)
@@ -112,26 +190,26 @@ def _one_gpu(pynvml: Any, index: int) -> dict[str, Any]:
     limit = _read(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)
     default_limit = _read(pynvml.nvmlDeviceGetPowerManagementDefaultLimit, handle)
     boost = _read(pynvml.nvmlDeviceGetAutoBoostedClocksEnabled, handle)
-    return {
-        "index": index, "name": _read(pynvml.nvmlDeviceGetName, handle), "uuid": _read(pynvml.nvmlDeviceGetUUID, handle),
-        "pci_bus_id": bus_id, "numa_node": numa_node(bus_id) if bus_id else None,
-        "memory_total_mib": None if memory is None else memory.total // (1 << 20),
-        "power_limit_w": None if limit is None else limit / 1000,
-        "default_power_limit_w": None if default_limit is None else default_limit / 1000,
-        "persistence_mode": _mode(_read(pynvml.nvmlDeviceGetPersistenceMode, handle)),
-        "ecc_mode": _mode(_read(pynvml.nvmlDeviceGetEccMode, handle)),
-        "mig_mode": _mode(_read(pynvml.nvmlDeviceGetMigMode, handle)),
-        "compute_mode": _read(pynvml.nvmlDeviceGetComputeMode, handle),
-        "pcie_gen_current": _read(pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
-        "pcie_gen_max": _read(pynvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
-        "pcie_width_current": _read(pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
-        "pcie_width_max": _read(pynvml.nvmlDeviceGetMaxPcieLinkWidth, handle),
-        "applications_sm_mhz": _read(pynvml.nvmlDeviceGetApplicationsClock, handle, pynvml.NVML_CLOCK_SM),
-        "applications_mem_mhz": _read(pynvml.nvmlDeviceGetApplicationsClock, handle, pynvml.NVML_CLOCK_MEM),
-        "max_sm_mhz": _read(pynvml.nvmlDeviceGetMaxClockInfo, handle, pynvml.NVML_CLOCK_SM),
-        "auto_boost": None if boost is None else bool(boost[0]),
-        "vbios": _read(pynvml.nvmlDeviceGetVbiosVersion, handle),
-    }
+    return GpuFacts(
+        index=index, name=_read(pynvml.nvmlDeviceGetName, handle), uuid=_read(pynvml.nvmlDeviceGetUUID, handle),
+        pci_bus_id=bus_id, numa_node=numa_node(bus_id) if bus_id else None,
+        memory_total_mib=None if memory is None else memory.total // (1 << 20),
+        power_limit_w=None if limit is None else limit / 1000,
+        default_power_limit_w=None if default_limit is None else default_limit / 1000,
+        persistence_mode=_mode(_read(pynvml.nvmlDeviceGetPersistenceMode, handle)),
+        ecc_mode=_mode(_read(pynvml.nvmlDeviceGetEccMode, handle)),
+        mig_mode=_mode(_read(pynvml.nvmlDeviceGetMigMode, handle)),
+        compute_mode=_read(pynvml.nvmlDeviceGetComputeMode, handle),
+        pcie_gen_current=_read(pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
+        pcie_gen_max=_read(pynvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
+        pcie_width_current=_read(pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
+        pcie_width_max=_read(pynvml.nvmlDeviceGetMaxPcieLinkWidth, handle),
+        applications_sm_mhz=_read(pynvml.nvmlDeviceGetApplicationsClock, handle, pynvml.NVML_CLOCK_SM),
+        applications_mem_mhz=_read(pynvml.nvmlDeviceGetApplicationsClock, handle, pynvml.NVML_CLOCK_MEM),
+        max_sm_mhz=_read(pynvml.nvmlDeviceGetMaxClockInfo, handle, pynvml.NVML_CLOCK_SM),
+        auto_boost=None if boost is None else bool(boost[0]),
+        vbios=_read(pynvml.nvmlDeviceGetVbiosVersion, handle),
+    )
 
 
 def _stable(value: Any) -> Any:
@@ -142,7 +220,7 @@ def _stable(value: Any) -> Any:
     return value
 
 
-def manifest_hashes(directory: Path | str, pattern: str = "manifest-*.json") -> dict[str, Any]:
+def manifest_hashes(directory: Path | str, pattern: str = "manifest-*.json") -> ManifestHashes:
     """sha256 of each adapter manifest without its per-process fields (pid, times, host, timing
     stats), so two boots that armed the same adapters the same way hash alike. One hash per
     distinct manifest with how many processes wrote it, and a digest over all of them."""
@@ -157,12 +235,15 @@ def manifest_hashes(directory: Path | str, pattern: str = "manifest-*.json") -> 
         digest = hashlib.sha256(json.dumps(_stable(manifest), sort_keys=True).encode()).hexdigest()
         counts[digest] = counts.get(digest, 0) + 1
     overall = hashlib.sha256(json.dumps(sorted(counts.items())).encode()).hexdigest()
-    return {"manifests": sum(counts.values()), "unreadable": unreadable, "hashes": dict(sorted(counts.items())),
-            "digest": overall}
+    return ManifestHashes(manifests=sum(counts.values()), unreadable=unreadable, hashes=dict(sorted(counts.items())),
+                          digest=overall)
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    """{"gpus": [{"name": x}]} -> {"gpus.0.name": x}: one comparable leaf per field."""
+    """{"gpus": [{"name": x}]} -> {"gpus.0.name": x}: one comparable leaf per field (a typed record
+    is flattened as the JSON it is written as)."""
+    if isinstance(value, Typed):
+        value = value.model_dump(mode="json")
     if isinstance(value, dict):
         items = value.items()
     elif isinstance(value, list):
@@ -189,9 +270,9 @@ def classify(field: str) -> str:
     return "informational"
 
 
-def fingerprint_differences(fingerprints: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every field whose value is not the same in all fingerprints (label -> fingerprint), as
-    {"field", "class", "values": {label: value or None where absent}}, conditions first."""
+def fingerprint_differences(fingerprints: dict[str, Fingerprint]) -> list[FingerprintDifference]:
+    """Every field whose value is not the same in all fingerprints (label -> fingerprint), with
+    its class and each boot's value (None where absent), conditions first."""
     flat = {label: flatten(fingerprint) for label, fingerprint in fingerprints.items()}
     fields = sorted({field for leaves in flat.values() for field in leaves})
     order = {kind: rank for rank, kind in enumerate(field_classes())}
@@ -199,12 +280,12 @@ def fingerprint_differences(fingerprints: dict[str, dict[str, Any]]) -> list[dic
     for field in fields:
         values = {label: leaves.get(field) for label, leaves in flat.items()}
         if len({json.dumps(value, sort_keys=True) for value in values.values()}) > 1:
-            differences.append({"field": field, "class": classify(field), "values": values})
-    return sorted(differences, key=lambda difference: order.get(difference["class"], len(order)))
+            differences.append(FingerprintDifference(field=field, kind=classify(field), values=values))
+    return sorted(differences, key=lambda difference: order.get(difference.kind, len(order)))
 
 
-def voiding_differences(differences: list[dict[str, Any]], accepted: list[str] | None = None) -> list[dict[str, Any]]:
+def voiding_differences(differences: list[FingerprintDifference], accepted: list[str] | None = None) -> list[FingerprintDifference]:
     """The condition differences the user did not accept (`accepted` holds field globs, e.g. gpus.*.power_limit_w)."""
     accepted = accepted or []
-    return [difference for difference in differences if difference["class"] == "condition"
-            and not any(fnmatch.fnmatchcase(difference["field"], pattern) for pattern in accepted)]
+    return [difference for difference in differences if difference.kind == "condition"
+            and not any(fnmatch.fnmatchcase(difference.field, pattern) for pattern in accepted)]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rig.observe import jsonl
+from rig.typed import Typed
 
 # NVML's clock-event ("throttle") reason bits, nvml.h nvmlClocksEventReason* / nvmlClocksThrottleReason*.
 CLOCK_EVENT_REASONS: dict[int, str] = {
@@ -143,10 +144,49 @@ class GpuSampler:
             jsonl.append(out, {"time": time.time(), "note": note})
 
 
-def _stats(values: list[float]) -> dict[str, float] | None:
+
+class Spread(Typed):
+    mean: float
+    min: float
+    max: float
+
+
+class GpuTelemetry(Typed):
+    """One GPU over the window (None: NVML reported nothing for the field)."""
+
+    samples: int
+    sm_mhz: Spread | None
+    mem_mhz: Spread | None
+    power_w: Spread | None
+    power_limit_w: float | None
+    temp_c: Spread | None
+    util_gpu_pct: Spread | None
+    util_mem_pct: Spread | None
+    energy_j: float | None
+    energy_source: str | None  # "energy counter" or "power integral"
+    clock_events: list[str]  # clock-event reasons seen, idle excluded
+    serving: bool  # the server runs on it: its energy is billed to the tokens
+
+
+class GpuSummary(Typed):
+    """Per GPU and in total over the window (summarize_gpu_samples)."""
+
+    samples: int
+    window: tuple[float, float] | None
+    notes: list[str]
+    gpus: dict[str, GpuTelemetry]  # by NVML index (a JSON key)
+    serving_gpus: list[int]
+    power_w_mean_total: float | None
+    energy_j: float | None
+    output_tokens: float | None
+    j_per_output_token: float | None
+    clock_events: list[str]
+
+
+def _stats(values: list[float]) -> Spread | None:
     if not values:
         return None
-    return {"mean": sum(values) / len(values), "min": min(values), "max": max(values)}
+    return Spread(mean=sum(values) / len(values), min=min(values), max=max(values))
 
 
 def _energy_j(samples: list[tuple[float, dict[str, Any]]]) -> tuple[float | None, str | None]:
@@ -161,7 +201,7 @@ def _energy_j(samples: list[tuple[float, dict[str, Any]]]) -> tuple[float | None
 
 
 def summarize_gpu_samples(path: Path | str, window: tuple[float, float] | None = None,
-                          output_tokens: int | None = None, serving: list[int] | None = None) -> dict[str, Any]:
+                          output_tokens: float | None = None, serving: list[int] | None = None) -> GpuSummary:
     """Per GPU and in total over the window: clocks, power, temperature, utilisation, energy, and
     the clock-event reasons seen (idle excluded); J per output token given the window's tokens.
     `serving`: the NVML indices the server runs on; totals count only those (an idle neighbour's
@@ -176,7 +216,7 @@ def summarize_gpu_samples(path: Path | str, window: tuple[float, float] | None =
     for entry in sorted(samples, key=lambda e: e["time"]):
         for gpu in entry["gpus"]:
             per_gpu.setdefault(gpu["index"], []).append((entry["time"], gpu))
-    gpus: dict[str, Any] = {}
+    gpus: dict[str, GpuTelemetry] = {}
     for index, readings in sorted(per_gpu.items()):
         def values(field: str, readings: list[tuple[float, dict[str, Any]]] = readings) -> list[float]:
             return [gpu[field] for _, gpu in readings if gpu.get(field) is not None]
@@ -184,23 +224,22 @@ def summarize_gpu_samples(path: Path | str, window: tuple[float, float] | None =
         energy, source = _energy_j(readings)
         events = sorted({name for _, gpu in readings for name in gpu.get("clock_events") or []} - BENIGN_REASONS)
         limits = values("power_limit_w")
-        gpus[str(index)] = {"samples": len(readings), "sm_mhz": _stats(values("sm_mhz")), "mem_mhz": _stats(values("mem_mhz")),
-                            "power_w": _stats(values("power_w")), "power_limit_w": limits[-1] if limits else None,
-                            "temp_c": _stats(values("temp_c")), "util_gpu_pct": _stats(values("util_gpu_pct")),
-                            "util_mem_pct": _stats(values("util_mem_pct")), "energy_j": energy, "energy_source": source,
-                            "clock_events": events}
-    counted = {key: gpu for key, gpu in gpus.items() if serving is None or int(key) in serving}
-    for key, gpu in gpus.items():
-        gpu["serving"] = key in counted
-    energies = [gpu["energy_j"] for gpu in counted.values()]
-    total_energy = sum(energies) if energies and None not in energies else None
-    powers = [gpu["power_w"]["mean"] for gpu in counted.values() if gpu["power_w"]]
-    return {
-        "samples": len(samples), "window": list(window) if window else None, "notes": notes, "gpus": gpus,
-        "serving_gpus": sorted(int(key) for key in counted),
-        "power_w_mean_total": sum(powers) if powers else None,
-        "energy_j": total_energy,
-        "output_tokens": output_tokens,
-        "j_per_output_token": total_energy / output_tokens if total_energy is not None and output_tokens else None,
-        "clock_events": sorted({name for gpu in gpus.values() for name in gpu["clock_events"]}),
-    }
+        gpus[str(index)] = GpuTelemetry(
+            samples=len(readings), sm_mhz=_stats(values("sm_mhz")), mem_mhz=_stats(values("mem_mhz")),
+            power_w=_stats(values("power_w")), power_limit_w=limits[-1] if limits else None,
+            temp_c=_stats(values("temp_c")), util_gpu_pct=_stats(values("util_gpu_pct")),
+            util_mem_pct=_stats(values("util_mem_pct")), energy_j=energy, energy_source=source, clock_events=events,
+            serving=serving is None or index in serving)
+    counted = {key: gpu for key, gpu in gpus.items() if gpu.serving}
+    energies = [gpu.energy_j for gpu in counted.values()]
+    total_energy = sum(energies) if energies and None not in energies else None  # type: ignore[arg-type]
+    powers = [gpu.power_w.mean for gpu in counted.values() if gpu.power_w]
+    return GpuSummary(
+        samples=len(samples), window=window, notes=notes, gpus=gpus,
+        serving_gpus=sorted(int(key) for key in counted),
+        power_w_mean_total=sum(powers) if powers else None,
+        energy_j=total_energy,
+        output_tokens=output_tokens,
+        j_per_output_token=total_energy / output_tokens if total_energy is not None and output_tokens else None,
+        clock_events=sorted({name for gpu in gpus.values() for name in gpu.clock_events}),
+    )

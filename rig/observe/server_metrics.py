@@ -19,8 +19,10 @@ from typing import Any
 import requests
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
+from pydantic import SerializerFunctionWrapHandler, model_serializer
 
 from rig.observe import jsonl
+from rig.typed import Typed
 
 NAME_TABLE = Path(__file__).with_name("server_metrics.yaml")
 # Histogram buckets and creation stamps are most of a page and explain nothing here.
@@ -171,28 +173,60 @@ def _combine(values: list[float], across: str) -> float:
     return sum(values) / len(values)
 
 
-def _reduce(spec: dict[str, Any], scrapes: list[dict[str, Any]]) -> dict[str, Any] | None:
+
+class ServerFigure(Typed):
+    """One metric of the name table over the window, by its kind: a gauge's mean, max and scrapes
+    (n); a counter's rate and increase; a histogram's mean and count; a ratio's value, numerator and
+    denominator. Fields another kind has are left out of the JSON."""
+
+    unit: str | None = None
+    mean: float | None = None
+    max: float | None = None
+    n: int | None = None
+    rate: float | None = None
+    increase: float | None = None
+    count: float | None = None
+    value: float | None = None
+    numerator: float | None = None
+    denominator: float | None = None
+
+    @model_serializer(mode="wrap")
+    def _kind_fields_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {key: value for key, value in handler(self).items() if value is not None}
+
+
+class ServerMetrics(Typed):
+    """Per-run figures over the window from a scrape file (summarize_server_metrics)."""
+
+    engine: str | None
+    scrapes: int
+    window: tuple[float, float] | None
+    notes: list[str]
+    metrics: dict[str, ServerFigure | None]  # None where the engine did not expose the metric
+
+
+def _reduce(spec: dict[str, Any], scrapes: list[dict[str, Any]]) -> ServerFigure | None:
     kind = spec["kind"]
     if kind == "gauge":
         per_scrape = [_combine(values, spec.get("across", "mean")) for scrape in scrapes if (values := _values(scrape, spec["series"]))]
         if not per_scrape:
             return None
-        return {"mean": sum(per_scrape) / len(per_scrape), "max": max(per_scrape), "n": len(per_scrape)}
+        return ServerFigure(mean=sum(per_scrape) / len(per_scrape), max=max(per_scrape), n=len(per_scrape))
     if len(scrapes) < 2:
         return None
     if kind == "counter":
         increase = _increase(scrapes, spec["series"])
         seconds = scrapes[-1]["time"] - scrapes[0]["time"]
-        return None if increase is None or seconds <= 0 else {"rate": increase / seconds, "increase": increase}
+        return None if increase is None or seconds <= 0 else ServerFigure(rate=increase / seconds, increase=increase)
     if kind == "histogram":
         total = _increase(scrapes, _with_suffix(spec["series"], "_sum"))
         count = _increase(scrapes, _with_suffix(spec["series"], "_count"))
-        return None if total is None or not count else {"mean": total / count, "count": count}
+        return None if total is None or not count else ServerFigure(mean=total / count, count=count)
     if kind == "ratio":
         numerator, denominator = _increase(scrapes, spec["numerator"]), _increase(scrapes, spec["denominator"])
         if numerator is None or not denominator:
             return None
-        return {"value": numerator / denominator + spec.get("offset", 0), "numerator": numerator, "denominator": denominator}
+        return ServerFigure(value=numerator / denominator + spec.get("offset", 0), numerator=numerator, denominator=denominator)
     raise ValueError(f"server_metrics.yaml: unknown kind {kind!r}; use gauge, counter, histogram or ratio")
 
 
@@ -215,26 +249,22 @@ def gauge_series(path: Path | str, metric: str) -> list[tuple[float, float]]:
             if (values := _values(scrape, spec["series"]))]
 
 
-def summarize_server_metrics(path: Path | str, window: tuple[float, float] | None = None) -> dict[str, Any]:
-    """Per-run figures over the window (epoch seconds, as the records use) from a scrape file.
-
-    Returns {"engine", "scrapes", "window", "notes", "metrics": {name: figures | None}}; a
-    metric is None where the engine did not expose it (speculative decoding off, say).
-    """
+def summarize_server_metrics(path: Path | str, window: tuple[float, float] | None = None) -> ServerMetrics:
+    """Per-run figures over the window (epoch seconds, as the records use) from a scrape file; a
+    metric is None where the engine did not expose it (speculative decoding off, say)."""
     scrapes, notes = read_scrapes(path)
     if window is not None:
         start, end = window
         scrapes = [scrape for scrape in scrapes if start <= scrape["time"] <= end]
     engine = detect_engine(scrapes)
-    summary: dict[str, Any] = {"engine": engine, "scrapes": len(scrapes), "window": list(window) if window else None,
-                               "notes": notes, "metrics": {}}
+    summary = ServerMetrics(engine=engine, scrapes=len(scrapes), window=window, notes=notes, metrics={})
     if engine is None:
         if scrapes:
-            summary["notes"] = [*notes, "no sglang: or vllm: series on the page"]
+            summary.notes = [*notes, "no sglang: or vllm: series on the page"]
         return summary
     for metric, spec in name_table()[engine]["metrics"].items():
         figures = _reduce(spec, scrapes)
         if figures is not None and spec.get("unit"):
-            figures["unit"] = spec["unit"]
-        summary["metrics"][metric] = figures
+            figures.unit = spec["unit"]
+        summary.metrics[metric] = figures
     return summary

@@ -1,80 +1,29 @@
-"""The container lab as rig sees it: the local registry and the per-machine pins of its images.
-
-`make lab` (lab/lab.sh) starts a Docker engine and a registry on 127.0.0.1:5000 and pushes a
-base image built from Debian packages. That image's digest differs on every machine (`docker
-import` stamps a creation time), so it is never committed: `rig pin` writes a lab image's
-digests to .rig/lab/pins.yaml (gitignored) and `rig build` reads them from there. A recipe whose
-image.repository starts with the lab registry is a lab recipe; every other recipe is pinned in
-its own file, as before.
-"""
+"""`make rehearse <gpu recipe>` (python -m rig.deploy.rehearse rehearse <recipe>): the dress
+rehearsal of a GPU recipe's image on the container lab. Its Dockerfile, unchanged, is built on the
+STAND-IN base the lab serves (lab/lab.sh), and the adapters' targets are imported inside the
+image with the recipe's gates: ARMED lines and manifests must come back."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
-from pathlib import Path
+import tempfile
 
-import yaml
-
-from rig.atomic import write_text_atomic
-from rig.recipe import REPO_ROOT, BaseImage
-from rig.strict_yaml import load_yaml_file
-
-LAB_REGISTRY = "127.0.0.1:5000"
-LAB_DIR = Path(os.environ.get("RIG_LAB_DIR", REPO_ROOT / ".rig" / "lab"))
-PINS_FILE = LAB_DIR / "pins.yaml"
-
-
-def is_lab_image(repository: str) -> bool:
-    return repository.startswith(LAB_REGISTRY + "/")
-
-
-def _pins() -> dict[str, dict[str, str]]:
-    if not PINS_FILE.exists():
-        return {}
-    return load_yaml_file(PINS_FILE, 1 << 20, fix=f"delete {PINS_FILE} and run `rig pin` again") or {}
-
-
-def lab_digests(image: BaseImage) -> dict[str, str]:
-    """The digests `rig pin` wrote on this machine for a lab image ({} when not pinned yet)."""
-    return dict(_pins().get(f"{image.repository}:{image.tag}", {}))
-
-
-def write_lab_digests(image: BaseImage, digests: dict[str, str]) -> Path:
-    pins = _pins()
-    pins[f"{image.repository}:{image.tag}"] = dict(sorted(digests.items()))
-    PINS_FILE.parent.mkdir(parents=True, exist_ok=True)
-    header = "# Written by `rig pin` for images in the lab registry (make lab); per machine, never committed.\n"
-    write_text_atomic(PINS_FILE, header + yaml.safe_dump(pins, sort_keys=True))
-    return PINS_FILE
-
-
-# ---- the dress rehearsal: a GPU recipe's Dockerfile, unchanged, on a stand-in base ----------
-
-STANDIN_TAG = "standin-lab"  # pushed by lab/lab.sh: the lab base plus tests/standins/<engine>
-
-
-def standin_reference(repository: str) -> str:
-    """Where the lab serves the stand-in for `repository`. dockerd's registry mirror (set by
-    lab/lab.sh) makes `FROM <repository>@<digest>` pull it from there."""
-    return f"{LAB_REGISTRY}/{repository}:{STANDIN_TAG}"
+from rig.boot.checks import check_log, read_manifests
+from rig.deploy.build import builder_env, source_commit
+from rig.deploy.pin import resolve_digests
+from rig.deploy.pins import standin_reference
+from rig.deploy.recipe import REPO_ROOT, load
+from rig.deploy.render import dockerfile_path, image_name
+from rig.docker_client import docker_client
+from rig.errors import RigError
+from rig_adapters.registry import BY_NAME
 
 
 def rehearse(ref: str) -> int:
     """Build docker/<recipe>/Dockerfile unchanged on the STAND-IN base, then import the adapters'
     targets inside the image with the recipe's gates: ARMED lines and manifests must come back."""
-    import subprocess
-    import tempfile
-
-    from rig.boot.checks import check_log, read_manifests
-    from rig.boot.compose import docker_client
-    from rig.build import builder_env, source_commit
-    from rig.errors import RigError
-    from rig.pin import resolve_digests
-    from rig.recipe import load
-    from rig.render import dockerfile_path, image_name
-    from rig_adapters.registry import BY_NAME
-
     resolved = load(ref)
     recipe = resolved.recipe
     if not recipe.gpu:
@@ -129,10 +78,8 @@ def rehearse(ref: str) -> int:
 
 
 def main(argv: list[str]) -> int:
-    from rig.errors import RigError
-
     if len(argv) != 2 or argv[0] != "rehearse":
-        print("usage: python -m rig.lab rehearse <gpu-recipe>", file=sys.stderr)
+        print("usage: python -m rig.deploy.rehearse rehearse <gpu-recipe>", file=sys.stderr)
         return 2
     try:
         return rehearse(argv[1])

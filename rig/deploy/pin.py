@@ -12,9 +12,9 @@ import re
 import subprocess
 
 from rig.atomic import write_text_atomic
+from rig.deploy.pins import is_lab_image, write_lab_digests
+from rig.deploy.recipe import parse_recipe, recipe_path
 from rig.errors import RigError
-from rig.lab import is_lab_image, write_lab_digests
-from rig.recipe import parse_recipe, recipe_path
 
 PLATFORMS = ("linux/amd64", "linux/arm64")
 

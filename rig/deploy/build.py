@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 
 from rig import grammar
+from rig.deploy.pins import is_lab_image, lab_digests
+from rig.deploy.recipe import REPO_ROOT, load, split_ref
+from rig.deploy.render import dockerfile_path, image_name, render
 from rig.errors import RigError
-from rig.lab import is_lab_image, lab_digests
-from rig.recipe import REPO_ROOT, load, split_ref
-from rig.render import dockerfile_path, image_name, render
 
 ALLOW_UNPINNED_ENV = "RIG_ALLOW_UNPINNED"
 
@@ -54,11 +54,12 @@ def build(ref: str, allow_unpinned: bool = False, platform: str | None = None) -
     platform = platform or resolved.topology.platform
     if platform not in ("linux/amd64", "linux/arm64"):
         raise RigError("command line", "--platform", f"{platform!r} is not a platform rig builds", "pass linux/amd64 or linux/arm64")
-    image_tag = os.environ.get("RIG_IMAGE_TAG", "dev")
+    image_tag = os.environ.get(grammar.IMAGE_TAG_VARIABLE, grammar.DEFAULT_IMAGE_TAG)
     try:
         grammar.tag(image_tag)
     except ValueError as error:
-        raise RigError("environment", "RIG_IMAGE_TAG", str(error), "set RIG_IMAGE_TAG to a plain tag, e.g. v2") from None
+        raise RigError("environment", grammar.IMAGE_TAG_VARIABLE, str(error),
+                       f"set {grammar.IMAGE_TAG_VARIABLE} to a plain tag, e.g. v2") from None
     image = recipe.container_image("build")
     lab = is_lab_image(image.repository)
     digest = image.digest_for(platform) or (lab_digests(image).get(platform) if lab else None)
@@ -68,7 +69,7 @@ def build(ref: str, allow_unpinned: bool = False, platform: str | None = None) -
     if not digest and not (allow_unpinned or os.environ.get(ALLOW_UNPINNED_ENV) == "1"):
         raise RigError(where, f"image.digests.{platform}", "the base image is unpinned",
                        f"run `rig pin {recipe.name}`, or build anyway with {ALLOW_UNPINNED_ENV}=1")
-    from rig.boot.compose import docker_client
+    from rig.docker_client import docker_client
 
     docker_client()  # one clear line when no engine answers, before anything is sent
     tag = f"{image_name(recipe)}:{image_tag}"

@@ -13,10 +13,10 @@ import yaml
 
 from rig import __version__, grammar
 from rig.atomic import write_files_atomic
+from rig.deploy.pins import is_lab_image
+from rig.deploy.recipe import REPO_ROOT, Recipe, Resolved, check_rig_owned, parse_recipe
 from rig.engines import ENGINES, MULTINODE_ADDR_VAR, server_argv
 from rig.errors import RigError
-from rig.lab import is_lab_image
-from rig.recipe import REPO_ROOT, Recipe, Resolved, check_rig_owned, parse_recipe
 
 DOCKER_DIR = REPO_ROOT / "docker"
 COMPOSE_DIR = REPO_ROOT / "compose"
@@ -70,7 +70,7 @@ def compose_project(resolved: Resolved) -> str:
 
 # Variables a rendered compose file may leave to compose (besides a recipe's host_env names), and
 # the one place the API key's may appear.
-COMPOSE_VARIABLES = frozenset({"RIG_IMAGE_TAG", "RIG_MODEL_DIR", "RIG_MANIFEST_DIR", MULTINODE_ADDR_VAR})
+COMPOSE_VARIABLES = frozenset({grammar.IMAGE_TAG_VARIABLE, "RIG_MODEL_DIR", "RIG_MANIFEST_DIR", MULTINODE_ADDR_VAR})
 API_KEY_ENTRY = f"${{{grammar.KEY_VARIABLE}:-}}"
 
 
@@ -159,7 +159,7 @@ def _service(resolved: Resolved, node_rank: int | None) -> dict[str, Any]:
     host_env = {name: f"${{{name}:-{default}}}" for name, default in resolved.host_env().items()}
     environment = {**resolved.full_env(), **host_env, "RIG_ADAPTER_MANIFEST_DIR": IMAGE_MANIFEST_DIR}
     service: dict[str, Any] = {
-        "image": f"{image_name(recipe)}:${{RIG_IMAGE_TAG:-dev}}",
+        "image": f"{image_name(recipe)}:${{{grammar.IMAGE_TAG_VARIABLE}:-{grammar.DEFAULT_IMAGE_TAG}}}",
         "build": {
             "context": "..",
             "dockerfile": f"docker/{recipe.name}/Dockerfile",

@@ -13,8 +13,6 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import (
     AfterValidator,
-    BaseModel,
-    ConfigDict,
     Field,
     StrictBool,
     StrictInt,
@@ -28,10 +26,12 @@ from rig import grammar
 from rig.engines import ENGINES
 from rig.errors import RigError
 from rig.strict_yaml import load_yaml_file
+from rig.typed import Spec
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent  # rig/
+REPO_ROOT = PACKAGE_DIR.parent
 RECIPES_DIR = REPO_ROOT / "recipes"
-DATA_DIR = Path(__file__).resolve().parent / "data"
+DATA_DIR = PACKAGE_DIR / "data"
 Platform = Literal["linux/amd64", "linux/arm64"]
 Digest = Annotated[StrictStr, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
 RECIPE_MAX_BYTES = 256 << 10  # the largest recipe is about 3 kB
@@ -61,12 +61,7 @@ SafeRegex = Annotated[StrictStr, AfterValidator(grammar.safe_regex)]
 EngineName = Literal[tuple(ENGINES)]  # type: ignore[valid-type]  # one row per engine in rig/engines.py
 
 
-class Strict(BaseModel):
-    # strict: no coercion anywhere (port `true` is not 1, "4" is not 4, 1.0 is not "1.0").
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-
-class ModelSpec(Strict):
+class ModelSpec(Spec):
     id: Annotated[StrictStr, AfterValidator(grammar.model_id)] = Field(description="the model's hub id (or a local name)")
     revision: Annotated[StrictStr, AfterValidator(grammar.plain_word)] = Field(
         description="the checkpoint revision the recipe was qualified with")
@@ -78,7 +73,7 @@ class ModelSpec(Strict):
         None, description="name of the model-dimension data for `rig audit`")
 
 
-class EngineSpec(Strict):
+class EngineSpec(Spec):
     name: EngineName
     version: StrictStr = Field(description="the engine version the image carries")
     check_release: Annotated[StrictStr, AfterValidator(grammar.release_version)] | None = Field(
@@ -88,7 +83,7 @@ class EngineSpec(Strict):
         None, description="the engine fork the base image carries; None = a stock release")
 
 
-class BaseImage(Strict):
+class BaseImage(Spec):
     repository: Annotated[StrictStr, AfterValidator(grammar.repository)]
     tag: Annotated[StrictStr, AfterValidator(grammar.tag)]
     digests: dict[Platform, Digest] = Field(default_factory=dict, description="per-platform manifest digests")
@@ -113,7 +108,7 @@ class BaseImage(Strict):
         return f"{self.repository}@{digest}" if digest else f"{self.repository}:{self.tag}"
 
 
-class NativeSpec(Strict):
+class NativeSpec(Spec):
     """The Python environment a native recipe starts its engine from (bare-metal hosts, Slurm,
     systemd): an interpreter or a venv, plus PYTHONPATH entries where the engine was installed
     with `pip --target`. Nothing of rig's own environment leaks into the engine's: its PYTHONPATH
@@ -135,7 +130,7 @@ class NativeSpec(Strict):
         return self.python or f"{(self.venv or '').rstrip('/')}/bin/python"
 
 
-class Topology(Strict):
+class Topology(Spec):
     tp: Parallel = 1
     ep: Parallel = 1
     dcp: Parallel = 1
@@ -166,7 +161,7 @@ class Topology(Strict):
         return self
 
 
-class AdapterUse(Strict):
+class AdapterUse(Spec):
     name: StrictStr
     gates: EnvMap = Field(description="environment the adapter reads: its gate and settings")
 
@@ -179,20 +174,20 @@ def _unique_adapters(uses: list[AdapterUse] | None) -> list[AdapterUse] | None:
     return uses
 
 
-class BootLog(Strict):
+class BootLog(Spec):
     # RE2 patterns: linear-time matching whatever their shape, program size bounded (rig/grammar.py safe_regex).
     must: list[SafeRegex] = Field(default_factory=list, max_length=MAX_PATTERNS, description="regexes that must appear in the boot log")
     forbid: list[SafeRegex] = Field(default_factory=list, max_length=MAX_PATTERNS, description="regexes that must not appear")
 
 
-class AuditSpec(Strict):
+class AuditSpec(Spec):
     """Which backends (ids in rig/audit/constraints.yaml) this deployment's GEMMs are meant to run on."""
 
     dense: list[StrictStr] = Field(default_factory=list, description="dense linears: MLP, shared experts, attention")
     experts: list[StrictStr] = Field(default_factory=list, description="routed-expert kernels (checked on hidden and per-rank intermediate)")
 
 
-class Serving(Strict):
+class Serving(Spec):
     port: Port
     bind: Annotated[StrictStr, AfterValidator(grammar.ip_address)] = Field(
         "127.0.0.1", description="host IP address the port is published on")
@@ -204,7 +199,7 @@ class Serving(Strict):
         None, description="the model name the server answers to (rig passes the engine's flag for it)")
 
 
-class Variant(Strict):
+class Variant(Spec):
     description: StrictStr
     topology: Topology | None = None
     env: EnvMap = Field(default_factory=dict)
@@ -215,7 +210,7 @@ class Variant(Strict):
     audit: AuditSpec | None = None
 
 
-class Recipe(Strict):
+class Recipe(Spec):
     name: Annotated[StrictStr, AfterValidator(grammar.recipe_name)]
     description: StrictStr
     model: ModelSpec
@@ -423,7 +418,7 @@ def check_semantics(recipe: Recipe, where: str) -> None:
         raise RigError(where, "default_variant", f"{recipe.default_variant!r} is not a variant", f"use one of {', '.join(recipe.variants)}")
     check_rig_owned(recipe, where)
     knobs = _fork_knobs()
-    known_backends = yaml.safe_load((Path(__file__).resolve().parent / "audit" / "constraints.yaml").read_text())
+    known_backends = yaml.safe_load((PACKAGE_DIR / "audit" / "constraints.yaml").read_text())
     for resolved in variants:
         prefix = f"variants.{resolved.variant}." if resolved.variant else ""
         for kind in ("dense", "experts"):
@@ -569,7 +564,7 @@ def check_overlay(resolved: Resolved, env: dict[str, str], where: str, field: st
     """An environment overlay (rig up --env, an arm): no rig-owned name, no hook; secrets are allowed
     (they reach the server through the environment and are recorded redacted)."""
     for name, value in env.items():
-        if name == "RIG_IMAGE_TAG":  # compose's image selector: the tag grammar `image=` gets
+        if name == grammar.IMAGE_TAG_VARIABLE:  # compose's image selector: the tag grammar `image=` gets
             try:
                 grammar.tag(value)
             except ValueError as error:

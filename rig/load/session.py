@@ -1,0 +1,183 @@
+"""A series of runs against one boot: the warmup rule (each scenario's first complete run after a
+boot is run, kept, marked and left out of results; its state is the boot's runs.jsonl), the
+scenarios at their chosen size, prefix-cache flushes, and the server a series is aimed at. The
+`rig loadtest`, `rig sweep`, `rig compare` and demo commands all run their load through here."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from rig.boot import BootRecord, current_boot, driver_for
+from rig.boot.base import BootDriver
+from rig.boot.native import NativeDriver
+from rig.deploy.recipe import Resolved, load
+from rig.engines import engine
+from rig.errors import RigError
+from rig.load.inputs import validation_line
+from rig.load.prompts import TokenCounter
+from rig.load.runner import LoadTarget, run_scenario
+from rig.load.scenarios import Scenario, load_scenario
+from rig.load.summary import RunSummary
+from rig.load.wire import RUNS_FILE, RunNote, read_lines
+
+DEFAULT_SCENARIOS = ["prose-c1", "code-c1", "c3000"]
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a run: the interrupted run's summary is written; callers stop and report."""
+
+    def __init__(self, summaries: list[RunSummary]) -> None:
+        super().__init__("interrupted")
+        self.summaries = summaries
+
+
+def model_dir_for(resolved: Resolved | None) -> str | None:
+    """Where the served tokenizer can be read on this host."""
+    if resolved is None:
+        return os.environ.get("RIG_MODEL_DIR")
+    if resolved.recipe.model.source == "generated":
+        try:
+            return NativeDriver().model_path(resolved)
+        except RigError:  # the generator is not installed on this client host: the server's /tokenize counts
+            return None
+    return os.environ.get("RIG_MODEL_DIR")
+
+
+def default_small(resolved: Resolved | None) -> bool:
+    """Scaled-down scenario sizes for CPU servers (tiny-cpu, natively or as a container)."""
+    return resolved is None or not resolved.recipe.gpu
+
+
+def check_cache_reset(target: LoadTarget) -> None:
+    """Before anything runs: the engine's cache-reset route exists on this boot. rig never opens an
+    engine's development routes by itself; a recipe (or arm) that wants the reset sets the
+    variable the engine registry names, in plain sight."""
+    reset = engine(target.engine_name).cache_reset
+    if reset is None or not reset.requires_env or target.resolved is None:
+        return
+    env = {**target.resolved.full_env(), **target.record.overlay}
+    missing = {k: v for k, v in reset.requires_env.items() if env.get(k) != v}
+    if missing:
+        setting = ", ".join(f"{k}={v}" for k, v in missing.items())
+        raise RigError("command line", "--flush-cache", f"{target.engine_name} serves {reset.path} only with {setting} "
+                       f"({reset.why}); this boot was started without it",
+                       f"accept that by adding {setting} to the recipe's env (or the arm), or drop --flush-cache")
+
+
+def flush_prefix_cache(target: LoadTarget) -> str:
+    """POST the engine's cache-reset endpoint (SGLang /flush_cache, vLLM /reset_prefix_cache)."""
+    from rig import client
+
+    reset = engine(target.engine_name).cache_reset
+    if reset is None:
+        return f"{target.engine_name} has no cache-reset endpoint: nothing flushed"
+    with client.session() as http:
+        response = http.post(target.record.base_url + reset.path, timeout=60)
+    if response.status_code >= 400:
+        needs = "".join(f"; {target.engine_name} registers it only with {k}={v} ({reset.why})"
+                        for k, v in reset.requires_env.items()) if response.status_code == 404 else ""
+        raise RigError("command line", "--flush-cache", f"POST {reset.path} answered {response.status_code}{needs}",
+                       "start the server with its cache-reset endpoint enabled, or drop --flush-cache")
+    return f"prefix cache flushed ({reset.path})"
+
+
+def scenarios_for(names: list[str], small: bool, duration_s: float | None = None) -> list[Scenario]:
+    """The named scenarios at the chosen size, each validated (with its data files) before anything
+    boots or is written; a --duration override is held to the same bounds as the file."""
+    scenarios = [load_scenario(name).scaled(small) for name in names]
+    if duration_s is None:
+        return scenarios
+    try:
+        return [s.with_changes(duration_s=float(duration_s)) for s in scenarios]
+    except ValidationError as error:
+        field, message = validation_line(error)
+        raise RigError("command line", "--duration", message, "pass a positive number of seconds, at most a day") from None
+
+
+def run_scenarios(target: LoadTarget, names: list[str], small: bool, workers: int | None, root: Path,
+                  progress: bool = True, warmup: bool = True, duration_s: float | None = None,
+                  remote_workers: int = 0, master_bind: str = "127.0.0.1", flush_cache: bool = False) -> list[RunSummary]:
+    """The warmup rule lives here: each scenario's first complete run after a boot is run, kept,
+    marked and left out of results; the measured run waits for the steady state its warmup timed."""
+    scenarios = scenarios_for(names, small, duration_s)
+    if flush_cache:
+        check_cache_reset(target)
+    counter = TokenCounter(target.model_dir, target.record.base_url, target.record.served_model)
+    summaries: list[RunSummary] = []
+    for scenario in scenarios:
+        passes = ([True] if warmup and warmup_pending(target.record, scenario.name) else []) + [False]
+        for is_warmup in passes:
+            out = root / (f"warmup-{scenario.name}" if is_warmup else scenario.name)
+            if flush_cache:
+                note = flush_prefix_cache(target)
+                if progress:
+                    print(f"{scenario.name}: {note}")
+            summary = run_scenario(target, scenario, out, workers, counter, warmup=is_warmup, progress=progress,
+                                   remote_workers=remote_workers if scenario.distributed else 0, master_bind=master_bind,
+                                   settle_s=settle_estimate(target.record, scenario.name))
+            note_run(target.record, out, summary)
+            summaries.append(summary)
+            if summary.interrupted:
+                raise Interrupted(summaries)
+    return summaries
+
+
+def acquire_target(ref: str | None, url: str | None = None, model: str | None = None,
+                   boot_id: str | None = None) -> tuple[LoadTarget, BootDriver | None]:
+    """The server to measure: with `url` one rig did not start; else the recipe's current boot, or
+    a new boot (then the driver is returned: the caller brings it down)."""
+    driver = None
+    engine_name = None
+    resolved: Resolved | None
+    if url:
+        from rig.load.attach import attach
+
+        resolved, record, engine_name = attach(url, ref, model, boot_id)
+        print(f"attached to {record.base_url}: {engine_name} server, model {record.served_model}, "
+              f"boot {record.boot_id} ({record.image.identity})")
+    else:
+        if ref is None:
+            raise RigError("command line", "recipe", "no recipe and no --url", "name a recipe, or pass --url URL")
+        resolved = load(ref)
+        current: BootRecord | None = current_boot(resolved.recipe.name)
+        if current is None:
+            driver = driver_for(resolved)
+            record = driver.up(resolved)
+        else:
+            record = current
+            if record.ref != resolved.ref and ":" in ref:
+                print(f"note: {record.ref} is up (boot {record.boot_id}); measuring it, not {resolved.ref}")
+    return LoadTarget(resolved, record, model_dir_for(resolved), engine_name), driver
+
+
+def boot_runs(record: BootRecord) -> list[RunNote]:
+    """The runs made against a boot so far (its runs.jsonl), oldest first."""
+    return list(read_lines(Path(record.boot_dir) / RUNS_FILE, RunNote))
+
+
+def warmup_pending(record: BootRecord, scenario: str) -> bool:
+    """Each scenario's first complete run after a boot is its warmup (new batch shapes, autotuning,
+    graph captures). An interrupted warmup does not count."""
+    return not any(run.warmup and run.complete and run.scenario == scenario for run in boot_runs(record))
+
+
+def settle_estimate(record: BootRecord, scenario: str) -> float:
+    """Seconds to a steady state measured by this boot's warmup of the scenario: the last user's
+    first token plus one request lifetime (0 before any warmup)."""
+    for run in reversed(boot_runs(record)):
+        if run.scenario == scenario and run.settle_s is not None:
+            return run.settle_s
+    return 0.0
+
+
+def note_run(record: BootRecord, out_dir: Path, summary: RunSummary) -> None:
+    window = summary.metrics.window
+    note = RunNote(dir=str(out_dir), scenario=summary.name, warmup=summary.warmup, complete=not summary.interrupted,
+                   settle_s=window.start - window.run_start if window.steady else None, time=time.time())
+    Path(record.boot_dir).mkdir(parents=True, exist_ok=True)
+    with open(Path(record.boot_dir) / RUNS_FILE, "a") as handle:
+        handle.write(note.json_text(indent=None) + "\n")

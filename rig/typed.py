@@ -1,0 +1,104 @@
+"""The one base of every typed shape rig reads or writes: recipes and scenarios (user input),
+boot records, run summaries, comparison entries and analyses, and the files rig's processes
+hand each other (the Locust configuration, window events, client statistics, runs.jsonl).
+
+Strict: no coercion (a "3" is not a 3), unknown keys refused (a renamed key is an error, never a
+silent None), read by attribute. A shape stored on its own (a file, a JSON line) is `Versioned`:
+it carries its schema version under the key "schema", and a reader refuses any other version in
+one line instead of guessing at an older layout.
+
+Only pydantic, rig.errors and the standard library: the Locust processes (also remote workers) import it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from rig.errors import RigError
+
+
+class Typed(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, validate_by_name=True, validate_by_alias=True,
+                              serialize_by_alias=True)
+
+    # No "before" model validators here or in a subclass: one turns a JSON document into Python
+    # objects first, and strict validation then refuses a JSON array for a tuple.
+
+
+class StoredRecordError(RigError, ValueError):
+    """A stored record that is not one this rig writes (damaged, edited, or another schema version):
+    one line, naming where it was read from, the field, what is wrong and what to do."""
+
+    def __init__(self, where: str, field: str, problem: str,
+                 fix: str = "re-create it with this version of rig (a new run or results directory)") -> None:
+        super().__init__(where, field, problem, fix)
+
+
+def first_problem(error: ValidationError) -> tuple[str, str]:
+    """(dotted field, message) of a validation error's first problem, on one line."""
+    first = error.errors()[0]
+    field = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    return field, " ".join(str(first["msg"]).removeprefix("Value error, ").split())
+
+
+STORED = {"stored": True}
+
+
+class Versioned(Typed):
+    """A shape stored on its own. Subclasses redeclare `schema_version` with their own version as
+    its default; reading a record of any other version fails in one line."""
+
+    schema_version: int = Field(alias="schema")
+
+    @field_validator("schema_version")
+    @classmethod
+    def _this_version(cls, value: int) -> int:
+        expected = cls.model_fields["schema_version"].default
+        if value != expected:
+            raise ValueError(f"schema {value} is not {expected}: written by another version of rig (re-run it with this one)")
+        return value
+
+    @classmethod
+    def parse(cls, text: str | bytes, where: str) -> Self:
+        """A stored record from its JSON text; StoredRecordError (one line) when it is not one."""
+        record = cls.parse_line(text, where)
+        if record is None:
+            raise StoredRecordError(where, "(file)", "not valid JSON (cut short?)")
+        return record
+
+    @classmethod
+    def parse_line(cls, line: str | bytes, where: str) -> Self | None:
+        """One JSON line of a stored record; None for a line cut by a kill mid-write (not JSON)."""
+        try:
+            record = cls.model_validate_json(line, context=STORED)
+        except ValidationError as error:
+            if error.errors()[0]["type"] == "json_invalid":
+                return None
+            field, problem = first_problem(error)
+            raise StoredRecordError(where, field, problem) from None
+        # A record built in code takes its class's version; one read back must say which it is.
+        if "schema_version" not in record.model_fields_set:
+            raise StoredRecordError(where, "schema", "no schema version: not a record rig wrote")
+        return record
+
+    @classmethod
+    def read_file(cls, path: Path, max_bytes: int) -> Self:
+        """A stored record read with the guards of every file rig reads back (a regular file, a
+        size cap, no duplicate keys: rig.strict_yaml.load_json_file), then validated as JSON."""
+        import json
+
+        from rig.strict_yaml import load_json_file
+
+        return cls.parse(json.dumps(load_json_file(path, max_bytes)), str(path))
+
+    def json_text(self, indent: int | None = 1, exclude_none: bool = False) -> str:
+        return self.model_dump_json(indent=indent, exclude_none=exclude_none)
+
+
+class Spec(Typed):
+    """User input (a recipe, a scenario, a data row): immutable once validated."""
+
+    model_config = ConfigDict(frozen=True)

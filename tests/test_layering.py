@@ -1,0 +1,152 @@
+"""rig's layering, read from its source: the import graph (every import, also the ones inside
+functions, TYPE_CHECKING blocks aside) has no cycle; the CLI handlers are imported by nothing but
+the CLI; the Docker SDK client has one home; and the exit codes README.md documents are rig's."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from rig.exits import SIGNALLED, Exit
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "rig"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _owner(name: str) -> str | None:
+    """The rig module an imported name lives in (a.b.c -> a.b when c is a name in a.b)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(id(inner) for inner in ast.walk(node))
+    return skipped
+
+
+def imports_of(module: str) -> set[str]:
+    path = MODULES[module]
+    tree = ast.parse(path.read_text(), str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    skipped = _type_checking_nodes(tree)
+    found: set[str | None] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(_owner(alias.name) for alias in node.names if alias.name.split(".")[0] == "rig")
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            if base.split(".")[0] != "rig":
+                continue
+            for alias in node.names:  # `from rig.boot import compose` imports the module rig.boot.compose
+                found.add(_owner(f"{base}.{alias.name}") if f"{base}.{alias.name}" in MODULES else _owner(base))
+    found.discard(None)
+    found.discard(module)
+    return found  # type: ignore[return-value]
+
+
+GRAPH = {module: imports_of(module) for module in MODULES}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components with more than one module (or a self-loop)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_graph_is_read_from_rigs_own_modules():
+    assert {"rig.cli", "rig.deploy.recipe", "rig.load.metrics", "rig.compare.report", "rig.boot.base"} <= set(GRAPH)
+    assert "rig.deploy.recipe" in GRAPH["rig.load.scenarios"]  # a top-level import
+    assert "rig.deploy.build" in GRAPH["rig.cli"]  # one inside a function counts too
+    assert "rig.boot.compose" in GRAPH["rig.boot"]  # `from rig.boot import compose` is the module
+
+
+def test_no_import_cycle_between_rigs_modules():
+    assert cycles(GRAPH) == []
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+@pytest.mark.parametrize("handler", ["rig.load.command", "rig.compare.command", "rig.audit.command", "rig.kernelbench.command"])
+def test_command_line_handlers_are_imported_by_commands_only(handler):
+    """A handler prints and picks exit codes; library code never borrows from one (`rig demo` is a
+    command that runs a comparison)."""
+    importers = {module for module, targets in GRAPH.items() if handler in targets}
+    assert importers <= {"rig.cli", "rig.demo"}, importers
+
+
+def test_the_comparison_runs_its_load_through_the_session_not_the_loadtest_command():
+    assert "rig.load.command" not in GRAPH["rig.compare.run"]
+    assert "rig.load.session" in GRAPH["rig.compare.run"]
+
+
+def test_the_docker_client_has_its_own_module():
+    users = {module for module, targets in GRAPH.items() if "rig.docker_client" in targets}
+    assert {"rig.deploy.build", "rig.deploy.rehearse", "rig.boot.compose", "rig.drift"} <= users
+    for module in ("rig.deploy.build", "rig.deploy.rehearse", "rig.drift"):
+        assert "rig.boot.compose" not in GRAPH[module], module
+
+
+def test_the_pin_store_is_apart_from_the_rehearsal():
+    """render, build and pin read the lab's pins; only the rehearsal builds on them."""
+    for module in ("rig.deploy.render", "rig.deploy.build", "rig.deploy.pin"):
+        assert "rig.deploy.pins" in GRAPH[module] and "rig.deploy.rehearse" not in GRAPH[module]
+    assert GRAPH["rig.deploy.pins"] <= {"rig.atomic", "rig.deploy.recipe", "rig.strict_yaml"}
+
+
+def test_the_readme_documents_every_exit_code():
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("### Exit codes", 1)[1].split("\n## ", 1)[0]
+    documented = {row.split("|")[1].strip() for row in section.splitlines() if re.match(r"\| [0-9]", row)}
+    assert documented == {str(int(code)) for code in Exit} | {f"{SIGNALLED}+N"}
