@@ -31,7 +31,7 @@ def test_boot_stream_stop(results_dir, capsys):
         assert record.status == "healthy" and record.served_model and record.healthy_after_s > 0
         assert current_boot("tiny-cpu").boot_id == record.boot_id
         result = stream_chat(record.base_url, record.served_model, "hello", max_tokens=12)
-        assert result["usage"]["completion_tokens"] == 12 and result["chunks"] >= 1
+        assert result.usage["completion_tokens"] == 12 and result.chunks >= 1
         assert check_boot(record, resolved).ok
     finally:
         driver.down(record)

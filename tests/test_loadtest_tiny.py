@@ -47,7 +47,9 @@ def test_every_scenario_loads_and_builds_its_workload_for_the_served_tokenizer(t
         assert prompts and (nonce is not None) == scenario.unique_prompts, name
         workload = workload_config(scenario, counter, f"{name}/test")
         assert bool(workload.offsets) == (scenario.kind in ("open_loop", "trace")), name
-        assert (workload.conversations is not None) == (scenario.kind == "multi_turn"), name
+        if scenario.kind == "multi_turn":  # a conversation file's turns, or generated ones (built by the Locust user)
+            assert workload.turns == scenario.conversation.turns, name
+            assert (workload.conversations is not None) == (scenario.conversation.file is not None), name
 
 
 def test_closed_loop_scenarios_run_with_their_own_warmup(tiny):
