@@ -65,3 +65,14 @@ def tiny(tmp_path_factory):
     finally:
         driver.down(record)
         base.RESULTS_DIR, base.BOOTS_DIR, base.STATE_DIR = saved
+
+
+def set_field(dotted: str, value):
+    """An edit of a parsed YAML document: set `a.b.c` to value, creating mappings on the way."""
+    def change(data):
+        *parents, last = dotted.split(".")
+        node = data
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return change

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, rig_cli
+from conftest import REPO, rig_cli, set_field
 
 from rig import grammar
 from rig.deploy.recipe import parse_recipe
@@ -50,14 +50,7 @@ def write_recipe(folder: Path, base: str, change=None, name: str | None = None, 
     return path
 
 
-def put(dotted: str, value):
-    def change(data):
-        *parents, last = dotted.split(".")
-        node = data
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return change
+put = set_field
 
 
 def line_of(base: str, needle: str, below: int = 0) -> str:

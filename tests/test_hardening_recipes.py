@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, rig_cli
+from conftest import REPO, rig_cli, set_field
 
 from rig.deploy.recipe import parse_recipe
 from rig.errors import RigError
@@ -28,14 +28,7 @@ def _write(tmp_path: Path, base: str, change, name: str | None = None) -> Path:
     return path
 
 
-def _set(dotted: str, value):
-    def change(data):
-        *parents, last = dotted.split(".")
-        node = data
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return change
+_set = set_field
 
 
 def _variant(key: str):
