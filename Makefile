@@ -18,6 +18,7 @@ ARMS ?= before:RIG_TOKEN_DELAY_MS=0 after:RIG_TOKEN_DELAY_MS=5
 BOOTS ?=
 ROUNDS ?=
 SIZE ?=
+DURATION ?=
 TARGET ?=
 MAX_BOOTS ?=
 
@@ -80,9 +81,9 @@ status: setup ## what is up
 loadtest: setup ## Locust load test against RECIPE (SCENARIO= to pick)
 	$(RIG) loadtest $(RECIPE) $(if $(SCENARIO),--scenario $(SCENARIO),) $(if $(SIZE),--$(SIZE),)
 
-compare: setup ## before/after comparison across boots (ARMS=, BOOTS=, ROUNDS=, TARGET=1 MAX_BOOTS=8; rig's defaults otherwise)
+compare: setup ## before/after comparison across boots (ARMS=, BOOTS=, ROUNDS=, DURATION=, TARGET=1 MAX_BOOTS=8; rig's defaults otherwise)
 	$(RIG) compare $(RECIPE) $(foreach a,$(ARMS),--arm $(a)) $(if $(BOOTS),--boots $(BOOTS),) $(if $(ROUNDS),--rounds $(ROUNDS),) $(if $(SIZE),--$(SIZE),) \
-	  $(if $(TARGET),--target $(TARGET),) $(if $(MAX_BOOTS),--max-boots $(MAX_BOOTS),)
+	  $(if $(DURATION),--duration $(DURATION),) $(if $(TARGET),--target $(TARGET),) $(if $(MAX_BOOTS),--max-boots $(MAX_BOOTS),)
 
 audit: setup ## GEMM shape audit of a recipe against backend constraints
 	$(RIG) audit $(RECIPE)

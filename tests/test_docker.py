@@ -172,7 +172,7 @@ def test_compare_reaches_the_gate_across_container_boots(tiny_image, rig_env):
     the bind mount, and the measured delta has the injected delay's sign and size. (The statistics over
     pairs are proven on tiny-cpu and with fake boots.)"""
     compared = run("make", "compare", f"RECIPE={RECIPE}", "ARMS=off:RIG_TOKEN_DELAY_MS=0 on:RIG_TOKEN_DELAY_MS=50",
-                   "BOOTS=1", "ROUNDS=1", "SIZE=small", env=rig_env, timeout=1200)
+                   "BOOTS=1", "ROUNDS=1", "SIZE=small", "DURATION=3", env=rig_env, timeout=1200)
     assert compared.returncode == 0, compared.stdout[-3000:] + compared.stderr[-3000:]
     out = max((Path(rig_env["RIG_RESULTS_DIR"]) / "compare").glob("*/compare.json")).parent
     analysis = json.loads((out / "compare.json").read_text())

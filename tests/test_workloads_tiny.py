@@ -48,7 +48,7 @@ def test_sweep_on_tiny_cpu_writes_the_table_the_png_and_a_knee(tiny, tmp_path):
     import rig.boot.base as base
 
     env = {"RIG_RESULTS_DIR": str(base.RESULTS_DIR), "RIG_STATE_DIR": str(base.STATE_DIR)}  # the module's running boot
-    result = rig_cli("sweep", "tiny-cpu", "--scenario", "open-loop", "--small", "--rates", "4,16,96", "--duration", "10",
+    result = rig_cli("sweep", "tiny-cpu", "--scenario", "open-loop", "--small", "--rates", "4,16,96", "--duration", "6",
                      "--goodput", "ttft<=40ms,tpot<=20ms", "--slo-share", "0.9", env=env, timeout=900)
     assert result.returncode in (0, 4), result.stdout[-3000:] + result.stderr[-2000:]
     out = sorted(base.RESULTS_DIR.glob("tiny-cpu/*/sweep-open-loop"))[-1]
