@@ -150,6 +150,7 @@ ENGINES: dict[str, Engine] = {
         Engine(name="sglang", package="sglang", gpu=True, program=Program(("python3", "-m", "sglang.launch_server"),
                                                                           ("-m", "sglang.launch_server")),
                argv=_sglang, multinode=_sglang_multinode, length_pinning={"ignore_eos": True},
+               scoring="sglang-input-logprobs",
                cache_reset=CacheReset("/flush_cache"), plugin_group="sglang.srt.plugins",
                no_key_reason=("SGLang logs its server arguments, api_key included, at every start "
                               "(sglang/srt/entrypoints/engine.py:311 in 0.5.23 redacts only watermark keys): the key "

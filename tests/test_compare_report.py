@@ -212,3 +212,35 @@ def test_the_plot_band_is_the_noise_of_each_delta(simulated, tmp_path):
     saved = json.loads((tmp_path / "compare.json").read_text())
     assert saved["family"]["size"] == 5 and (tmp_path / "compare.png").stat().st_size > 0
     assert saved["scenarios"][SCENARIO]["latency"]["ttft_p99_ms"]["b"]["support"]["needed"] == 299
+
+
+def test_a_per_user_rate_is_also_printed_as_time_per_token_in_ms():
+    """A 20 ms per-token delay on a 10 ms step: the headline's boots as ms per token give a paired
+    difference whose interval is computed on the pairs' ms differences and covers the 20 ms."""
+    step_ms = {0: 10.0, 1: 10.6, 2: 9.7}
+    entries = []
+    for block, step in step_ms.items():
+        entries += [entry(2 * block, block, "a", [1000 / step, 1000 / (step * 1.01), 1000 / (step * 0.99)]),
+                    entry(2 * block + 1, block, "b", [1000 / (step + 20.0 + 0.1 * block)] * 3)]
+    analysis = analyze(plan_for(3), entries)
+    c = analysis.scenarios[SCENARIO].per_token["b"]
+    base = np.array([np.mean([step, step * 1.01, step * 0.99]) for step in step_ms.values()])
+    arm = np.array([step + 20.0 + 0.1 * block for block, step in step_ms.items()])
+    half = t_quantile(2) * (arm - base).std(ddof=1) / math.sqrt(3)
+    assert c.unit == "ms per token" and c.pairs == 3 and c.delta == pytest.approx((arm - base).mean())
+    assert c.ci == pytest.approx(((arm - base).mean() - half, (arm - base).mean() + half))
+    assert c.ci[0] < 20.0 < c.ci[1]
+    line = printed(markdown(analysis), "per token b")
+    assert f"{c.delta:+.2f} ms [{c.ci[0]:+.2f}, {c.ci[1]:+.2f}] ms" in line and "no separate verdict" in line
+    assert analysis.scenarios[SCENARIO].vs["b"].verdict == "slower"  # the one verdict, the headline's
+
+
+def test_each_boots_compile_caches_are_printed_beside_its_boot_time():
+    entries = [entry(0, 0, "a", [100.0] * 3), entry(1, 0, "b", [100.0] * 3)]
+    entries[0].healthy_after_s, entries[0].cache_state = 127.7, "cold"
+    entries[0].cache_grew = {"TRITON_CACHE_DIR": 1, "VLLM_CACHE_ROOT": 1}
+    entries[1].healthy_after_s, entries[1].cache_state = 89.7, "warm"
+    entries[1].cache_grew = {"TRITON_CACHE_DIR": 262}
+    line = printed(markdown(analyze(plan_for(1), entries)), "Boot to healthy")
+    assert "00-a 127.7s (cold; filled: TRITON_CACHE_DIR +1, VLLM_CACHE_ROOT +1)" in line
+    assert "01-b 89.7s (warm; filled: TRITON_CACHE_DIR +262)" in line

@@ -171,14 +171,19 @@ def test_compare_reaches_the_gate_across_container_boots(tiny_image, rig_env):
     container through compose, the adapter arms only there, boot checks and manifests come back through
     the bind mount, and the measured delta has the injected delay's sign and size. (The statistics over
     pairs are proven on tiny-cpu and with fake boots.)"""
-    compared = run("make", "compare", f"RECIPE={RECIPE}", "ARMS=off:RIG_TOKEN_DELAY_MS=0 on:RIG_TOKEN_DELAY_MS=50",
-                   "BOOTS=1", "ROUNDS=1", "SIZE=small", "DURATION=3", env=rig_env, timeout=1200)
+    planted = "hf_planted_compare_7d1e"  # a secret in rig's own environment: no file the comparison writes may hold it
+    compared = run("make", "compare", f"RECIPE={RECIPE}", "ARMS=off:RIG_TOKEN_DELAY_MS=0 on:RIG_TOKEN_DELAY_MS=20",
+                   "BOOTS=1", "ROUNDS=1", "SIZE=small", "DURATION=4", env={**rig_env, "HF_TOKEN": planted}, timeout=1200)
     assert compared.returncode == 0, compared.stdout[-3000:] + compared.stderr[-3000:]
     out = max((Path(rig_env["RIG_RESULTS_DIR"]) / "compare").glob("*/compare.json")).parent
+    assert not [str(p) for p in out.rglob("*") if p.is_file() and planted.encode() in p.read_bytes()]
     analysis = json.loads((out / "compare.json").read_text())
     assert analysis["boots"]["used"] == 2 and not analysis["boots"]["voided"], analysis["boots"]
     on = analysis["scenarios"]["prose-c1"]["vs"]["on"]
-    assert on["verdict"].startswith("not enough boots") and on["delta"] < -50, on  # 50 ms a token on a ~1-5 ms step
+    # 20 ms a token on a ~1 ms step. (A round must hold a completed request after its steady state
+    # opens, one request lifetime in: at 50 ms a 32-token request lives 1.7 s and a 3 s round held
+    # none, so the arm had no figure.)
+    assert on["verdict"].startswith("not enough boots") and on["delta"] < -50, on
     assert all(analysis["greedy"]["identical_across_arms"].values()), analysis["greedy"]
     assert any("token_delay ARMED" in line for line in analysis["boot_log_diff"]["on"])
 

@@ -94,6 +94,23 @@ def test_compile_cache_state_cold_partial_warm(tmp_path):
     assert engine_env.cache_state(vllm, fresh).state == "cold"
 
 
+def test_what_a_boot_added_to_its_caches_is_counted_at_stop(tmp_path):
+    """"warm" at start says nothing of a cache with one file: the files a boot added are what show
+    that it compiled (the H200 compare boot whose Triton cache went 1 -> 263 files)."""
+    vllm = ENGINES["vllm"]
+    env = {name: str(tmp_path / name) for name, _ in vllm.compile_caches}
+    for name in env:
+        Path(env[name]).mkdir()
+        (Path(env[name]) / "f").write_text("1")
+    state = engine_env.cache_state(vllm, env)
+    assert state.state == "warm" and engine_env.cache_growth(state) == {}
+    triton = Path(env["TRITON_CACHE_DIR"]) / "kernel"
+    triton.mkdir()
+    for i in range(262):
+        (triton / f"{i}.cubin").write_bytes(b"k")
+    assert engine_env.cache_growth(state) == {"TRITON_CACHE_DIR": 262}
+
+
 def test_engine_children_forget_the_key_only_the_api_server_needs(tmp_path):
     """vLLM writes every VLLM_* variable of the process that compiles into its compile cache
     (cache_key_factors.json): its children (EngineCore, workers) must not hold VLLM_API_KEY."""

@@ -180,6 +180,7 @@ def test_broken_state_files_are_one_line(rig_dirs):
         "pid as text": json.dumps({**whole, "pid": "1"}),
         "pid as bool": json.dumps({**whole, "pid": True}),
         "missing field": json.dumps({k: v for k, v in whole.items() if k != "boot_dir"}),
+        "another schema": json.dumps({**whole, "schema": 2}),
         "not an object": "[]",
         "empty": "",
         "binary": "\udcff\x00",

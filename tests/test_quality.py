@@ -205,3 +205,28 @@ def test_scoring_protocol_finds_a_numerics_change_and_not_identical_arms(toy_ser
     assert quality.divergence["same"].diverged == 0
     assert "outputs moved: prefill mean |dlogprob|" in quality_line(quality, "nudged")
     assert "bitwise identical" in quality_line(quality, "same")
+
+
+def test_sglang_scoring_protocol_finds_a_numerics_change_and_not_identical_arms(toy_servers):
+    """SGLang's /generate (input_token_logprobs from logprob_start_len, as sglang 0.5.17 aligns them)
+    scores the reference continuation exactly as vLLM's prompt_logprobs does on the same toy model."""
+    base = [toy_servers(0.0), toy_servers(0.0)]
+    nudged = toy_servers(0.05)
+    reference = collect(base[0], "toy", "sglang", PROBES, 24, None)
+    assert reference.scoring == "sglang-input-logprobs" and set(reference.scores) == {"a", "b", "c"}
+    texts = {probe.name: probe.text for probe in PROBES}
+    for name, generation in reference.generations.items():
+        assert generation.prompt_ids == list(texts[name].encode()) and len(generation.output_ids) == 24
+        # the continuation is greedy, so each scored token is its position's top-1
+        score = reference.scores[name]
+        assert len(score.logprobs) == 24 and all(max(top, key=top.get) == token for top, token in zip(score.top, generation.output_ids))
+    vllm_reference = collect(base[1], "toy", "vllm", PROBES, 24, None)
+    for name, generation in reference.generations.items():  # the same numbers through the other protocol
+        assert generation.output_ids == vllm_reference.generations[name].output_ids
+        assert reference.scores[name].logprobs == pytest.approx(vllm_reference.scores[name].logprobs)
+    refs = reference.generations
+    same = collect(base[1], "toy", "sglang", PROBES, 24, refs)
+    moved = collect(nudged, "toy", "sglang", PROBES, 24, refs)
+    assert drift(reference, same).mean_abs_dlogprob == 0.0
+    figures = drift(reference, moved)
+    assert 0 < figures.mean_abs_dlogprob < 0.2 and figures.kl > 0

@@ -24,12 +24,13 @@ from rig.errors import RigError
 from rig.observe.fingerprint import CacheFiles, Fingerprint, host_fingerprint, manifest_hashes
 from rig.secrets import redact_for
 from rig.strict_yaml import read_regular
-from rig.typed import Typed
+from rig.typed import Typed, Versioned
 
 RESULTS_DIR = Path(os.environ.get("RIG_RESULTS_DIR", REPO_ROOT / "results"))
 BOOTS_DIR = RESULTS_DIR / "boots"
 STATE_DIR = Path(os.environ.get("RIG_STATE_DIR", REPO_ROOT / ".rig" / "state"))
 RECORD_MAX_BYTES = 4 << 20  # a boot record is a few kB (its fingerprint included)
+BOOT_SCHEMA = 1  # boot.json and the state files; records written before it carried no version are version 1
 # <yyyymmdd>-<hhmmss>-<recipe>[.<variant>]-<4 hex>: the slug is unambiguous between fixed-width parts.
 BOOT_ID = re.compile(r"[0-9]{8}-[0-9]{6}-(?P<recipe>[a-z0-9][a-z0-9-]*)(?:\.(?P<variant>[a-z0-9][a-z0-9-]*))?-[0-9a-f]{4}")
 
@@ -62,11 +63,18 @@ class CacheState(Typed):
     state: Literal["cold", "partial", "warm"] | None = None
     dirs: dict[str, CacheDir] = Field(default_factory=dict)
     log: Literal["reused", "compiled"] | None = None  # what the engine's own log says the boot did (after healthy)
+    # cache -> files it gained while the boot ran, counted at stop (native driver): a boot that filled
+    # a cache compiled or autotuned into it, whatever `state` said at start (a Triton cache of 1 file
+    # is "warm" at start and gained 262 during the boot, whose first request took 1.3 s).
+    grew: dict[str, int] = Field(default_factory=dict)
 
 
-class BootRecord(Typed):
+class BootRecord(Versioned):
     """One boot (results/boots/<id>/boot.json) and, while it is up, its recipe's state file. Read
-    back strictly: a state file that was truncated, extended or edited is refused, not trusted."""
+    back strictly: a state file that was truncated, extended or edited is refused, not trusted, and
+    one of another schema version is refused in one line."""
+
+    schema_version: int = Field(BOOT_SCHEMA, alias="schema")
 
     boot_id: str
     ref: str

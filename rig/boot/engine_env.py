@@ -85,20 +85,35 @@ def cache_dirs(engine: Engine, environ: dict[str, str]) -> dict[str, Path]:
             for name, default in engine.compile_caches}
 
 
+def _count(path: Path) -> tuple[int, int]:
+    files = size = 0
+    for root, _, names in os.walk(path):
+        for file_name in names:
+            files += 1
+            try:
+                size += os.lstat(os.path.join(root, file_name)).st_size
+            except OSError:
+                continue
+    return files, size
+
+
+def cache_growth(state: CacheState) -> dict[str, int]:
+    """cache -> files gained since `state` was taken (only the caches that gained any)."""
+    grew = {}
+    for name, cache in state.dirs.items():
+        files, _ = _count(Path(cache.path))
+        if files > cache.files:
+            grew[name] = files - cache.files
+    return grew
+
+
 def cache_state(engine: Engine, environ: dict[str, str]) -> CacheState:
     """What the compile caches held when the boot started: a warm boot skips compilation and
     autotuning (vLLM's second boot took half the first's time), so boot times and first requests
     are comparable only between boots in the same state."""
     dirs = {}
     for name, path in cache_dirs(engine, environ).items():
-        files = size = 0
-        for root, _, names in os.walk(path):
-            for file_name in names:
-                files += 1
-                try:
-                    size += os.lstat(os.path.join(root, file_name)).st_size
-                except OSError:
-                    continue
+        files, size = _count(path)
         dirs[name] = CacheDir(path=str(path), files=files, bytes=size)
     if not dirs:
         return CacheState()

@@ -177,6 +177,7 @@ class NativeDriver:
         record.stopped = time.time()
         if record.status != "failed":
             record.status = "stopped"
+        record.compile_cache.grew = engine_env.cache_growth(record.compile_cache)
         forget(record)
 
 

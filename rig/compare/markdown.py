@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rig.compare.percentiles import min_count
 from rig.compare.quality import quality_line
-from rig.compare.report import Analysis
+from rig.compare.report import Analysis, BootCaches
 from rig.compare.stats import CONFIDENCE, RATIO, Comparison
 
 
@@ -45,6 +45,16 @@ def comparison_line(scenario: str, label: str, c: Comparison) -> str:
     return "\n".join(lines)
 
 
+def per_token_line(scenario: str, arm: str, c: Comparison) -> str | None:
+    """The headline's boots as time per token, in ms: printed under the headline, with no verdict of
+    its own (the same measurements; the headline's verdict stands)."""
+    if c.delta is None or c.ci is None or c.baseline_mean is None or c.arm_mean is None:
+        return None
+    return (f"{scenario:14} {'  per token ' + arm:24} {_num(c.baseline_mean):>10} -> {_num(c.arm_mean):>10} {'ms per token':15} "
+            f"{c.delta:+.2f} ms [{c.ci[0]:+.2f}, {c.ci[1]:+.2f}] ms   (the headline as time per token: paired t on the "
+            f"boot pairs' differences in ms, {c.pairs} pair(s), {100 * c.confidence:.4g}%; no separate verdict)")
+
+
 def _header(analysis: Analysis) -> list[str]:
     plan = analysis.plan
     arms = [a.name for a in plan.arms]
@@ -72,7 +82,10 @@ def _figures(analysis: Analysis) -> list[str]:
     arms = [a.name for a in analysis.plan.arms]
     lines = ["```"]
     for name, result in analysis.scenarios.items():
-        lines += [comparison_line(name, f"{arms[0]} -> {arm}", c) for arm, c in result.vs.items()]
+        for arm, c in result.vs.items():
+            lines.append(comparison_line(name, f"{arms[0]} -> {arm}", c))
+            per_token = per_token_line(name, arm, result.per_token[arm]) if arm in result.per_token else None
+            lines += [per_token] if per_token else []
         for figure, per_arm in result.latency.items():
             lines += [comparison_line(name, f"  {figure} {arm}", c) for arm, c in per_arm.items()
                       if c.pairs or (c.support and c.support.count_range())]
@@ -128,15 +141,22 @@ def _boots(analysis: Analysis) -> list[str]:
     return lines
 
 
+def _caches(caches: BootCaches | None) -> str:
+    if caches is None:
+        return ""
+    grew = ", ".join(f"{name} +{files}" for name, files in sorted(caches.grew.items()))
+    return f" ({caches.state}" + (f"; filled: {grew})" if grew else "; nothing added)")
+
+
 def _conditions(analysis: Analysis) -> list[str]:
     lines = []
     differences = analysis.fingerprints.differences
     if differences:
         lines.append("\nFingerprint differences between boots: " + "; ".join(
             f"{d.field} ({d.kind})" for d in differences[:20]))
-    healthy = [f"{k} {v:.1f}s" for k, v in analysis.boot_to_healthy_s.items() if v]
+    healthy = [f"{k} {v:.1f}s" + _caches(analysis.boot_caches.get(k)) for k, v in analysis.boot_to_healthy_s.items() if v]
     if healthy:
-        lines.append("\nBoot to healthy: " + ", ".join(healthy))
+        lines.append("\nBoot to healthy (compile caches at start; what the boot added to them): " + ", ".join(healthy))
     for arm, only in analysis.boot_log_diff.items():
         if only:
             lines.append(f"\nBoot-log lines only in {arm}:\n" + "\n".join(f"    {line[:200]}" for line in only[:20]))

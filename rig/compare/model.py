@@ -148,6 +148,8 @@ class BootEntry(Versioned):
     fingerprint: Fingerprint | None = None
     started: float | None = None
     quality: BootQuality | None = None  # continuations and reference scores
+    cache_state: str | None = None  # the engine's compile caches at start: cold / partial / warm (rig.boot.base.CacheState)
+    cache_grew: dict[str, int] = Field(default_factory=dict)  # cache -> files gained while the boot ran
 
     def usable_results(self, scenario: str) -> list[RunResult]:
         """This scenario's usable rounds, in round order."""

@@ -2,14 +2,15 @@
 baseline moves between its own boots?
 
 Three measurements, per boot:
-- Logprob drift (engines whose registry row declares a scoring protocol: today vLLM's
-  `prompt_logprobs`): once per comparison the first baseline boot's greedy continuation
-  of every probe is recorded (token ids); every boot of every arm then scores that same sequence
-  teacher-forced. Per arm, against the baseline boot of the same ABBA block: mean |delta logprob|
-  per token, top-1 agreement, and a KL estimate over the tokens both top-k lists hold plus an
-  "other" bucket (coarse-graining only lowers KL, so it is a lower bound). The noise floor is the
-  same drift between two baseline boots; "outputs moved" needs the arm's drift to exceed it with a
-  95% interval, paired by block like the throughput verdict.
+- Logprob drift (engines whose registry row declares a scoring protocol, SCORING: vLLM's
+  `prompt_logprobs`, SGLang's `input_token_logprobs` from `logprob_start_len`): once per
+  comparison the first baseline boot's greedy continuation of every probe is recorded (token ids);
+  every boot of every arm then scores that same sequence teacher-forced. Per arm, against the
+  baseline boot of the same ABBA block: mean |delta logprob| per token, top-1 agreement, and a KL
+  estimate over the tokens both top-k lists hold plus an "other" bucket (coarse-graining only
+  lowers KL, so it is a lower bound). The noise floor is the same drift between two baseline boots;
+  "outputs moved" is exact where the baseline reproduces bitwise, and otherwise needs the arm's
+  drift to exceed the floor in an exact sign-flip test paired by block (Holm across arms).
 - Where greedy outputs diverge: the first differing token per probe against the reference, and,
   where top-k logprobs came back, whether each side's token was in the other's top-k there
   (vLLM's check_logprobs_close idea): "diverges late, among near-ties" versus "at token 1".
@@ -96,6 +97,53 @@ def _vllm_score(http: Any, base_url: str, model: str, reference: Generation) -> 
     return Score(logprobs=logprobs, top=tops, sequence=sequence_digest(reference))
 
 
+def _sglang_post(http: Any, base_url: str, body: dict[str, Any]) -> dict[str, Any]:
+    response = http.post(f"{base_url}/generate", json={**body, "return_logprob": True, "top_logprobs_num": TOP_K}, timeout=120)
+    response.raise_for_status()
+    return response.json()
+
+
+def _sglang_top(entries: list[list[Any]] | None) -> dict[int, float]:
+    """One position's top-k as SGLang returns it: [[logprob, token id, text], ...]."""
+    return {int(entry[1]): float(entry[0]) for entry in entries or []}
+
+
+def _sglang_generate(http: Any, base_url: str, model: str, probe: Probe, max_tokens: int, pinning: dict[str, Any]) -> Generation:
+    """SGLang's native /generate (sglang 0.5.17 io_struct.GenerateReqInput): the prompt's ids come back
+    as `input_token_logprobs` from logprob_start_len 0, the continuation as `output_ids`."""
+    body = _sglang_post(http, base_url, {"text": probe.text, "logprob_start_len": 0,
+                                         "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0, **pinning}})
+    meta = body["meta_info"]
+    return Generation(prompt_ids=[int(entry[1]) for entry in meta["input_token_logprobs"]],
+                      output_ids=[int(i) for i in body["output_ids"]], text=body.get("text") or "",
+                      top=[_sglang_top(position) for position in meta.get("output_top_logprobs") or []] or None)
+
+
+def _sglang_score(http: Any, base_url: str, model: str, reference: Generation) -> Score:
+    """Teacher-forced: input_token_logprobs from logprob_start_len L start with token L (no logprob:
+    sglang 0.5.17 prepends None and drops the sampled token), so entry j scores token L + j given the
+    tokens before it. L = len(prompt) - 1 puts the continuation's tokens at entries 1..n."""
+    prompt, output = list(reference.prompt_ids or []), list(reference.output_ids or [])
+    body = _sglang_post(http, base_url, {"input_ids": prompt + output, "logprob_start_len": len(prompt) - 1,
+                                         "sampling_params": {"max_new_tokens": 1, "temperature": 0}})
+    meta = body["meta_info"]
+    entries, tops = meta["input_token_logprobs"][1:], (meta.get("input_top_logprobs") or [])[1:]
+    if [int(entry[1]) for entry in entries] != output:
+        raise ValueError("SGLang scored other tokens than the reference continuation (logprob_start_len semantics changed?)")
+    return Score(logprobs=[float(entry[0]) for entry in entries], top=[_sglang_top(position) for position in tops],
+                 sequence=sequence_digest(reference))
+
+
+Generate = Callable[[Any, str, str, Probe, int, dict[str, Any]], Generation]
+ScoreFn = Callable[[Any, str, str, Generation], Score]
+# The engine registry's `scoring` values: how a server generates with token ids and scores a given
+# sequence teacher-forced.
+SCORING: dict[str, tuple[Generate, ScoreFn]] = {
+    "vllm-prompt-logprobs": (_vllm_generate, _vllm_score),
+    "sglang-input-logprobs": (_sglang_generate, _sglang_score),
+}
+
+
 def sequence_digest(generation: Generation) -> str:
     import hashlib
 
@@ -118,12 +166,13 @@ def collect(base_url: str, model: str, engine: str, chosen: list[Probe], max_tok
     pinning = dict(row.length_pinning)
     quality = BootQuality(scoring=row.scoring)
     with client.session() as http:
-        if row.scoring == "vllm-prompt-logprobs":
+        if row.scoring is not None:
+            generate, score = SCORING[row.scoring]
             for probe in chosen:
-                quality.generations[probe.name] = _vllm_generate(http, base_url, model, probe, max_tokens, pinning)
+                quality.generations[probe.name] = generate(http, base_url, model, probe, max_tokens, pinning)
             scored = reference if reference is not None else (quality.generations if defines_reference else {})
             for name, generation in scored.items():
-                quality.scores[name] = _vllm_score(http, base_url, model, generation)
+                quality.scores[name] = score(http, base_url, model, generation)
             if not scored:
                 quality.note = "no reference continuation yet (no baseline boot had scored): this boot's drift is not measured"
         else:

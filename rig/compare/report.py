@@ -40,6 +40,9 @@ from rig.typed import Typed, Versioned
 ArmBoots = dict[str, dict[int, list[float]]]  # arm -> ABBA block -> the boot's usable figures
 GOODPUT = "goodput_req_s"
 GOODPUT_WORDS = ("higher (better)", "lower (worse)")
+STEP_FIGURE = "ms_per_token"
+STEP_UNIT = "ms per token"
+PER_USER_RATE = HEADLINE["decode"].unit  # a headline in this unit also reads as time per token: 1000 / rate
 
 
 @dataclass
@@ -78,6 +81,10 @@ class ScenarioResult(Typed):
     latency: dict[str, dict[str, Comparison]]  # figure -> arm -> comparison
     goodput: dict[str, Comparison]  # arm -> goodput (requests/s meeting the SLOs) against the baseline; {} without SLOs
     boots: ArmBoots  # usable headline figures
+    # arm -> the headline's own boots as time per token (1000 / tok/s per user), a paired difference
+    # in ms: what a per-token change (an injected delay, a slower kernel) is in its own unit. The
+    # same measurements as the headline, so it is no further verdict; {} for other headlines.
+    per_token: dict[str, Comparison] = Field(default_factory=dict)
 
 
 class SecondaryFamily(Typed):
@@ -144,6 +151,13 @@ class TimelineBoot(Typed):
     rounds: dict[str, list[float | None]]  # scenario -> each round's headline
 
 
+class BootCaches(Typed):
+    """A boot's compile caches: their state at start and the files each gained while it ran."""
+
+    state: str | None
+    grew: dict[str, int]
+
+
 class Analysis(Versioned):
     """compare.json."""
 
@@ -151,6 +165,7 @@ class Analysis(Versioned):
     plan: ComparePlan
     boots: BootTally
     boot_to_healthy_s: dict[str, float | None]
+    boot_caches: dict[str, BootCaches] = Field(default_factory=dict)  # boot -> its compile caches, where recorded
     scenarios: dict[str, ScenarioResult]
     family: SecondaryFamily
     greedy: GreedyIdentity
@@ -197,6 +212,12 @@ def goodput_boots(entries: list[BootEntry], scenario: str) -> ArmBoots:
         if values:
             boots.setdefault(entry.arm, {})[entry.block] = values
     return boots
+
+
+def per_token_boots(headline_boots: ArmBoots) -> ArmBoots:
+    """Each usable round's decode rate as milliseconds per token (a round without tokens has none)."""
+    return {arm: {block: [1000.0 / v for v in values if v > 0] for block, values in blocks.items()}
+            for arm, blocks in headline_boots.items()}
 
 
 def percentile_boots(entries: list[BootEntry], scenario: str, figure: LatencyFigure) -> PercentileBoots:
@@ -266,8 +287,14 @@ def scenario_result(plan: ComparePlan, figures: ScenarioFigures, family: Seconda
                                       family.confidence, first, scale=DIFFERENCE, unit="req/s", words=GOODPUT_WORDS,
                                       names=(baseline, arm))
                    for arm in arms[1:]}
+    per_token = {}
+    if headline.unit == PER_USER_RATE:
+        per_token_ms = per_token_boots(figures.headline_boots)
+        per_token = {arm: compare_boots(per_token_ms.get(baseline, {}), per_token_ms.get(arm, {}), STEP_FIGURE, False, target,
+                                        CONFIDENCE, first, scale=DIFFERENCE, unit=STEP_UNIT, names=(baseline, arm))
+                     for arm in arms[1:]}
     return ScenarioResult(kind=figures.kind, unit=headline.unit, headline=headline.name, vs=vs,
-                          latency=latency, goodput=goodput, boots=figures.headline_boots)
+                          latency=latency, goodput=goodput, boots=figures.headline_boots, per_token=per_token)
 
 
 def headline_comparisons(plan: ComparePlan, entries: list[BootEntry]) -> list[Comparison]:
@@ -333,6 +360,8 @@ def analyze(plan: ComparePlan, entries: list[BootEntry]) -> Analysis:
                         imported=[ImportedBoot(index=e.index, arm=e.arm, block=e.block, spec=e.spec, boot_id=e.boot_id)
                                   for e in entries if e.spec.startswith("imported:")]),
         boot_to_healthy_s={f"{e.index:02d}-{e.arm}": e.healthy_after_s for e in entries},
+        boot_caches={f"{e.index:02d}-{e.arm}": BootCaches(state=e.cache_state, grew=e.cache_grew)
+                     for e in entries if e.cache_state is not None},
         scenarios=scenarios,
         family=family,
         greedy=greedy_report(entries, arms, plan.control.name if plan.control else None),

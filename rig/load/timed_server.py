@@ -68,8 +68,9 @@ class TimedServer:
                 if not request.get("stream"):
                     # non-streamed completions are the quality tests' scored requests; anything else
                     # this server does not serve answers 404, as a real server would
-                    known = path.split("?")[0] == "/v1/completions"
-                    data = json.dumps(toy_lm.complete(request, self.perturb) if known else {"detail": "Not Found"}).encode()
+                    route = {"/v1/completions": toy_lm.complete, "/generate": toy_lm.generate}.get(path.split("?")[0])
+                    known = route is not None
+                    data = json.dumps(route(request, self.perturb) if route else {"detail": "Not Found"}).encode()
                     status = b"200 OK" if known else b"404 Not Found"
                     writer.write(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (status, len(data))
                                  + data)

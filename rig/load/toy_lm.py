@@ -1,6 +1,6 @@
 """A deterministic toy language model for the timed test server's non-streamed completions: the
 logprob scoring and divergence code is tested against real HTTP responses in vLLM's format
-without a GPU. Tokens are bytes (text is UTF-8); only printable ASCII is ever generated.
+(`/v1/completions`) and SGLang's (`/generate`) without a GPU. Tokens are bytes (text is UTF-8); only printable ASCII is ever generated.
 `perturb` adds a small deterministic change to every logit: an arm that "changes numerics"."""
 
 from __future__ import annotations
@@ -70,3 +70,41 @@ def complete(request: dict, perturb: float = 0.0) -> dict:
             for i in range(1, len(ids))]
     return {"id": "cmpl-toy", "object": "text_completion", "model": request.get("model"), "choices": [choice],
             "usage": {"prompt_tokens": len(ids), "completion_tokens": len(output), "total_tokens": len(ids) + len(output)}}
+
+
+def _sglang_entry(logprob: float | None, token: int) -> list:
+    return [logprob, token, None]  # [logprob, token id, text]: text only with return_text_in_logprobs
+
+
+def generate(request: dict, perturb: float = 0.0) -> dict:
+    """An SGLang-format /generate response (non-streamed), as sglang 0.5.17 builds it
+    (managers/scheduler_components/logprob_result_processor.py, tokenizer_manager.py): greedy
+    generation; with return_logprob, `meta_info.input_token_logprobs` from logprob_start_len on
+    (default -1: none), whose first entry has no logprob (`[None] + logprobs[:-1]`), so entry j is
+    token start + j scored from the tokens before it; `output_token_logprobs`; and with
+    top_logprobs_num the top-k lists per position of both."""
+    ids = list(request["input_ids"]) if request.get("input_ids") is not None else encode(str(request.get("text") or ""))
+    params = request.get("sampling_params") or {}
+    max_new = int(params.get("max_new_tokens", 16))
+    k = int(request.get("top_logprobs_num") or 0)
+    context, output, out_logprobs, out_tops = list(ids), [], [], []
+    for _ in range(max_new):
+        dist = logprobs(context, perturb)
+        token = max(dist, key=dist.get)
+        output.append(token)
+        out_logprobs.append(_sglang_entry(dist[token], token))
+        out_tops.append([_sglang_entry(lp, t) for t, lp in top_k(dist, k).items()])
+        context.append(token)
+    meta: dict = {"id": "toy", "finish_reason": {"type": "length", "length": max_new}, "prompt_tokens": len(ids),
+                  "completion_tokens": len(output), "cached_tokens": 0}
+    if request.get("return_logprob"):
+        start = int(request.get("logprob_start_len", -1))
+        positions = range(start, len(ids)) if 0 <= start < len(ids) else range(0)
+        meta["input_token_logprobs"] = [_sglang_entry(None if i == start else logprobs(ids[:i], perturb)[ids[i]], ids[i])
+                                        for i in positions]
+        meta["output_token_logprobs"] = out_logprobs
+        if k:
+            meta["input_top_logprobs"] = [None if i == start else [_sglang_entry(lp, t) for t, lp in top_k(logprobs(ids[:i], perturb), k).items()]
+                                          for i in positions]
+            meta["output_top_logprobs"] = out_tops
+    return {"text": decode(output), "output_ids": output, "meta_info": meta}
