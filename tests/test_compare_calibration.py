@@ -18,6 +18,7 @@ import math
 import numpy as np
 import pytest
 
+from rig.compare.calibration import Cell, Noise, cell
 from rig.compare.stats import compare_boots
 
 SIMULATIONS = 2000
@@ -28,58 +29,30 @@ SETTINGS = [(0.03, 0.01), (0.01, 0.01)]  # (boot sd, round sd)
 DESIGNS = [2, 3, 4, 6, 8]  # boot pairs
 
 
-def simulate(pairs: int, boot_sd: float, round_sd: float, true_pct: float, rng: np.random.Generator) -> dict:
-    baseline, arm = {}, {}
-    effect = math.log1p(true_pct / 100)
-    for block in range(pairs):
-        drift = rng.normal(0, DRIFT_SD)
-        baseline[block] = list(100 * np.exp(drift + rng.normal(0, boot_sd) + rng.normal(0, round_sd, ROUNDS)))
-        arm[block] = list(100 * np.exp(effect + drift + rng.normal(0, boot_sd) + rng.normal(0, round_sd, ROUNDS)))
-    result = compare_boots(baseline, arm)
-    decided = result.verdict in ("faster", "slower")
-    covered = result.ci is not None and result.ci[0] <= true_pct <= result.ci[1]
-    wrong_sign = decided and (result.verdict == "slower") == (true_pct > 0) and true_pct != 0
-    right_sign = decided and not wrong_sign and true_pct != 0
-    return {"decided": decided, "covered": covered, "interval": result.ci is not None, "wrong": wrong_sign,
-            "right": right_sign, "half": result.precision_pct}
-
-
-def cell(pairs: int, boot_sd: float, round_sd: float, true_pct: float, seed: int) -> dict[str, float]:
-    rng = np.random.default_rng(seed)
-    runs = [simulate(pairs, boot_sd, round_sd, true_pct, rng) for _ in range(SIMULATIONS)]
-    intervals = [r for r in runs if r["interval"]]
-    return {
-        "verdicts": sum(r["decided"] for r in runs) / len(runs),
-        "coverage": sum(r["covered"] for r in intervals) / len(intervals) if intervals else float("nan"),
-        "wrong": sum(r["wrong"] for r in runs) / len(runs),
-        "power": sum(r["right"] for r in runs) / len(runs),
-        "half": float(np.median([r["half"] for r in intervals])) if intervals else float("nan"),
-    }
-
-
-def build_table() -> dict[tuple, dict[str, float]]:
+def build_table() -> dict[tuple, Cell]:
     out = {}
     seed = 1
     for boot_sd, round_sd in SETTINGS:
         for pairs in DESIGNS:
             for true_pct in (0.0, 2.0):
                 seed += 1
-                out[(boot_sd, round_sd, pairs, true_pct)] = cell(pairs, boot_sd, round_sd, true_pct, seed)
+                out[(boot_sd, round_sd, pairs, true_pct)] = cell(pairs, Noise(boot_sd, round_sd, DRIFT_SD, ROUNDS), true_pct,
+                                                                 SIMULATIONS, seed)
     lines = [f"calibration: {SIMULATIONS} simulated comparisons per cell, {ROUNDS} rounds per boot, block drift sd {100 * DRIFT_SD:.0f}%",
              f"{'boot sd':>7} {'round sd':>8} {'pairs':>5} | {'false verdicts':>14} {'coverage':>8} | "
              f"{'power@2%':>8} {'wrong sign':>10} {'coverage':>8} | {'precision':>9}"]
     for boot_sd, round_sd in SETTINGS:
         for pairs in DESIGNS:
             null, effect = out[(boot_sd, round_sd, pairs, 0.0)], out[(boot_sd, round_sd, pairs, 2.0)]
-            lines.append(f"{100 * boot_sd:6.0f}% {100 * round_sd:7.0f}% {pairs:5d} | {100 * null['verdicts']:13.1f}% "
-                         f"{100 * null['coverage']:7.1f}% | {100 * effect['power']:7.1f}% {100 * effect['wrong']:9.2f}% "
-                         f"{100 * effect['coverage']:7.1f}% | {null['half']:8.2f}%")
+            lines.append(f"{100 * boot_sd:6.0f}% {100 * round_sd:7.0f}% {pairs:5d} | {100 * null.verdicts:13.1f}% "
+                         f"{100 * null.coverage:7.1f}% | {100 * effect.power:7.1f}% {100 * effect.wrong:9.2f}% "
+                         f"{100 * effect.coverage:7.1f}% | {null.precision_pct:8.2f}%")
     print("\n" + "\n".join(lines))
     return out
 
 
 @pytest.fixture(scope="module")
-def table() -> dict[tuple, dict[str, float]]:
+def table() -> dict[tuple, Cell]:
     return build_table()
 
 
@@ -89,8 +62,8 @@ def test_no_change_gives_at_most_5_percent_verdicts_and_covers(table, setting):
 
     for pairs in {DEFAULT_BOOTS, 6}:
         null = table[(*setting, pairs, 0.0)]
-        assert null["verdicts"] <= 0.05 + MC_SLACK, (setting, pairs, null)
-        assert null["coverage"] >= 0.93, (setting, pairs, null)
+        assert null.verdicts <= 0.05 + MC_SLACK, (setting, pairs, null)
+        assert null.coverage >= 0.93, (setting, pairs, null)
 
 
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: f"boot{100 * s[0]:.0f}-round{100 * s[1]:.0f}")
@@ -101,14 +74,14 @@ def test_a_real_change_is_covered_and_almost_never_gets_the_wrong_sign(table, se
 
     for pairs in DESIGNS:
         effect = table[(*setting, pairs, 2.0)]
-        assert effect["coverage"] >= 0.93, (setting, pairs, effect)
+        assert effect.coverage >= 0.93, (setting, pairs, effect)
         if pairs >= DEFAULT_BOOTS:
-            assert effect["wrong"] < 0.01, (setting, pairs, effect)
+            assert effect.wrong < 0.01, (setting, pairs, effect)
 
 
 def test_power_with_quiet_boots_and_six_pairs(table):
     """Boot sd 1%, 6 pairs: a true 2% change gets the right-signed verdict in most comparisons."""
-    assert table[(0.01, 0.01, 6, 2.0)]["power"] > 0.5
+    assert table[(0.01, 0.01, 6, 2.0)].power > 0.5
 
 
 def test_one_pair_gets_no_interval_and_says_how_many_more():
