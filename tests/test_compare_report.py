@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from simulated_runs import SCENARIO, Design, simulate_comparison
 
+from rig.boot.base import CacheState
 from rig.compare.arms import Arm
 from rig.compare.goodput import Goodput
 from rig.compare.markdown import comparison_line, markdown
@@ -211,6 +212,7 @@ def test_the_plot_band_is_the_noise_of_each_delta(simulated, tmp_path):
     write_report(tmp_path, analysis)
     saved = json.loads((tmp_path / "compare.json").read_text())
     assert saved["family"]["size"] == 5 and (tmp_path / "compare.png").stat().st_size > 0
+    assert b"tEXtSoftware" not in (tmp_path / "compare.png").read_bytes()
     assert saved["scenarios"][SCENARIO]["latency"]["ttft_p99_ms"]["b"]["support"]["needed"] == 299
 
 
@@ -237,10 +239,10 @@ def test_a_per_user_rate_is_also_printed_as_time_per_token_in_ms():
 
 def test_each_boots_compile_caches_are_printed_beside_its_boot_time():
     entries = [entry(0, 0, "a", [100.0] * 3), entry(1, 0, "b", [100.0] * 3)]
-    entries[0].healthy_after_s, entries[0].cache_state = 127.7, "cold"
-    entries[0].cache_grew = {"TRITON_CACHE_DIR": 1, "VLLM_CACHE_ROOT": 1}
-    entries[1].healthy_after_s, entries[1].cache_state = 89.7, "warm"
-    entries[1].cache_grew = {"TRITON_CACHE_DIR": 262}
+    entries[0].healthy_after_s = 127.7
+    entries[0].compile_cache = CacheState(state="cold", grew={"TRITON_CACHE_DIR": 1, "VLLM_CACHE_ROOT": 1})
+    entries[1].healthy_after_s = 89.7
+    entries[1].compile_cache = CacheState(state="warm", grew={"TRITON_CACHE_DIR": 262})
     line = printed(markdown(analyze(plan_for(1), entries)), "Boot to healthy")
     assert "00-a 127.7s (cold; filled: TRITON_CACHE_DIR +1, VLLM_CACHE_ROOT +1)" in line
     assert "01-b 89.7s (warm; filled: TRITON_CACHE_DIR +262)" in line

@@ -41,6 +41,7 @@ def test_a_timeline_has_a_panel_per_kind_of_data(tmp_path):
     events, metrics, gpus = synthetic_inputs(tmp_path)
     full = write_timeline(tmp_path / "full.png", events, metrics, gpus, window=(101.0, 109.0), title="synthetic")
     assert full.exists() and panels_drawn(full) == 5  # tok/s, requests, KV usage, clocks, power
+    assert b"tEXtSoftware" not in full.read_bytes()  # matplotlib's default chunk names its home page
 
 
 def test_panels_without_data_are_left_out(tmp_path):

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from rig.boot.base import CacheState
 from rig.compare.percentiles import min_count
 from rig.compare.quality import quality_line
-from rig.compare.report import Analysis, BootCaches
+from rig.compare.report import Analysis
 from rig.compare.stats import CONFIDENCE, RATIO, Comparison
 
 
@@ -141,7 +142,7 @@ def _boots(analysis: Analysis) -> list[str]:
     return lines
 
 
-def _caches(caches: BootCaches | None) -> str:
+def _caches(caches: CacheState | None) -> str:
     if caches is None:
         return ""
     grew = ", ".join(f"{name} +{files}" for name, files in sorted(caches.grew.items()))

@@ -12,6 +12,7 @@ from pathlib import Path
 from pydantic import Field, JsonValue, model_validator
 
 from rig.atomic import write_text_atomic
+from rig.boot.base import CacheState
 from rig.boot.checks import BootCheck
 from rig.compare.arms import Arm, boot_order
 from rig.compare.goodput import Goodput
@@ -148,8 +149,7 @@ class BootEntry(Versioned):
     fingerprint: Fingerprint | None = None
     started: float | None = None
     quality: BootQuality | None = None  # continuations and reference scores
-    cache_state: str | None = None  # the engine's compile caches at start: cold / partial / warm (rig.boot.base.CacheState)
-    cache_grew: dict[str, int] = Field(default_factory=dict)  # cache -> files gained while the boot ran
+    compile_cache: CacheState | None = None  # the engine's compile caches at start and what the boot added
 
     def usable_results(self, scenario: str) -> list[RunResult]:
         """This scenario's usable rounds, in round order."""

@@ -15,6 +15,7 @@ import numpy as np
 from rig.compare.quality import quality_short
 from rig.compare.report import Analysis, ScenarioResult
 from rig.compare.stats import RATIO, Comparison
+from rig.png import save_png
 
 
 def as_percent(c: Comparison) -> tuple[float, tuple[float, float], tuple[float, float]] | None:
@@ -95,5 +96,5 @@ def plot(analysis: Analysis, path: Path) -> None:
         right.set_title("effect: headline, latency, goodput" + "".join(
             f"\n{arm}: {quality_short(quality, arm)}" for arm in arm_names[1:]) if quality else
             "effect: headline, latency, goodput", fontsize=7 if quality else None)
-    figure.savefig(path, dpi=110)
+    save_png(figure, path)
     plt.close(figure)

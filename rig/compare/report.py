@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
+from rig.boot.base import CacheState
 from rig.compare.conditions import FingerprintReport, boot_log_diff, fingerprint_report
 from rig.compare.identity import BatchingIdentity, GreedyIdentity, batching_identity, greedy_report
 from rig.compare.model import COMPARE_SCHEMA, BootEntry, ComparePlan
@@ -151,13 +152,6 @@ class TimelineBoot(Typed):
     rounds: dict[str, list[float | None]]  # scenario -> each round's headline
 
 
-class BootCaches(Typed):
-    """A boot's compile caches: their state at start and the files each gained while it ran."""
-
-    state: str | None
-    grew: dict[str, int]
-
-
 class Analysis(Versioned):
     """compare.json."""
 
@@ -165,7 +159,7 @@ class Analysis(Versioned):
     plan: ComparePlan
     boots: BootTally
     boot_to_healthy_s: dict[str, float | None]
-    boot_caches: dict[str, BootCaches] = Field(default_factory=dict)  # boot -> its compile caches, where recorded
+    boot_caches: dict[str, CacheState] = Field(default_factory=dict)  # boot -> its compile caches, where recorded
     scenarios: dict[str, ScenarioResult]
     family: SecondaryFamily
     greedy: GreedyIdentity
@@ -360,8 +354,8 @@ def analyze(plan: ComparePlan, entries: list[BootEntry]) -> Analysis:
                         imported=[ImportedBoot(index=e.index, arm=e.arm, block=e.block, spec=e.spec, boot_id=e.boot_id)
                                   for e in entries if e.spec.startswith("imported:")]),
         boot_to_healthy_s={f"{e.index:02d}-{e.arm}": e.healthy_after_s for e in entries},
-        boot_caches={f"{e.index:02d}-{e.arm}": BootCaches(state=e.cache_state, grew=e.cache_grew)
-                     for e in entries if e.cache_state is not None},
+        boot_caches={f"{e.index:02d}-{e.arm}": e.compile_cache for e in entries
+                     if e.compile_cache is not None and e.compile_cache.state is not None},
         scenarios=scenarios,
         family=family,
         greedy=greedy_report(entries, arms, plan.control.name if plan.control else None),

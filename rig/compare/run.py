@@ -155,7 +155,7 @@ def run_boot(plan: ComparePlan, index: int, block: int, arm: Arm, out: Path, pro
     finally:
         driver.down(record)
         marker.unlink(missing_ok=True)
-        entry.cache_state, entry.cache_grew = record.compile_cache.state, record.compile_cache.grew
+        entry.compile_cache = record.compile_cache
     return entry
 
 

@@ -26,6 +26,7 @@ from rig.load.runner import LoadTarget, results_root, run_scenario
 from rig.load.scenarios import ARRIVAL_KINDS, MAX_RATE, MAX_USERS, Scenario
 from rig.load.session import acquire_target, default_small, note_run, scenarios_for, settle_estimate, warmup_pending
 from rig.load.summary import RunSummary
+from rig.png import save_png
 from rig.typed import Typed, Versioned
 
 SWEEP_SCHEMA = 1
@@ -219,7 +220,7 @@ def plot(rows: list[SweepPoint], path: Path, unit: str, slos: dict[str, float] |
             if not ok:
                 axis.axvspan(x * 0.98, x * 1.02, color="red", alpha=0.15)
     figure.suptitle(title + "  (red: run not usable)", fontsize=10)
-    figure.savefig(path, dpi=110)
+    save_png(figure, path)
     plt.close(figure)
 
 

@@ -42,6 +42,17 @@ def top_k(dist: dict[int, float], k: int, actual: int | None = None) -> dict[int
     return chosen
 
 
+def greedy(ids: list[int], steps: int, perturb: float = 0.0) -> list[tuple[int, dict[int, float]]]:
+    """Greedy generation: each step's chosen token and the distribution it was chosen from."""
+    context, out = list(ids), []
+    for _ in range(steps):
+        dist = logprobs(context, perturb)
+        token = max(dist, key=dist.get)
+        out.append((token, dist))
+        context.append(token)
+    return out
+
+
 def complete(request: dict, perturb: float = 0.0) -> dict:
     """A vLLM-format /v1/completions response (non-streamed): greedy generation, `logprobs` top-k per
     generated token, `prompt_logprobs` per prompt position, token ids when asked."""
@@ -50,14 +61,9 @@ def complete(request: dict, perturb: float = 0.0) -> dict:
     max_tokens = int(request.get("max_tokens") or 16)
     k = int(request.get("logprobs") or 0)
     as_ids = bool(request.get("return_tokens_as_token_ids"))
-    context, output, tops = list(ids), [], []
-    for _ in range(max_tokens):
-        dist = logprobs(context, perturb)
-        token = max(dist, key=dist.get)
-        output.append(token)
-        if k:
-            tops.append({(f"token_id:{t}" if as_ids else decode([t])): lp for t, lp in top_k(dist, k).items()})
-        context.append(token)
+    steps = greedy(ids, max_tokens, perturb)
+    output = [token for token, _ in steps]
+    tops = [{(f"token_id:{t}" if as_ids else decode([t])): lp for t, lp in top_k(dist, k).items()} for _, dist in steps]
     choice: dict = {"index": 0, "text": decode(output), "finish_reason": "length"}
     if k:
         choice["logprobs"] = {"tokens": [decode([t]) for t in output], "top_logprobs": tops}
@@ -87,14 +93,8 @@ def generate(request: dict, perturb: float = 0.0) -> dict:
     params = request.get("sampling_params") or {}
     max_new = int(params.get("max_new_tokens", 16))
     k = int(request.get("top_logprobs_num") or 0)
-    context, output, out_logprobs, out_tops = list(ids), [], [], []
-    for _ in range(max_new):
-        dist = logprobs(context, perturb)
-        token = max(dist, key=dist.get)
-        output.append(token)
-        out_logprobs.append(_sglang_entry(dist[token], token))
-        out_tops.append([_sglang_entry(lp, t) for t, lp in top_k(dist, k).items()])
-        context.append(token)
+    steps = greedy(ids, max_new, perturb)
+    output = [token for token, _ in steps]
     meta: dict = {"id": "toy", "finish_reason": {"type": "length", "length": max_new}, "prompt_tokens": len(ids),
                   "completion_tokens": len(output), "cached_tokens": 0}
     if request.get("return_logprob"):
@@ -102,9 +102,9 @@ def generate(request: dict, perturb: float = 0.0) -> dict:
         positions = range(start, len(ids)) if 0 <= start < len(ids) else range(0)
         meta["input_token_logprobs"] = [_sglang_entry(None if i == start else logprobs(ids[:i], perturb)[ids[i]], ids[i])
                                         for i in positions]
-        meta["output_token_logprobs"] = out_logprobs
+        meta["output_token_logprobs"] = [_sglang_entry(dist[token], token) for token, dist in steps]
         if k:
             meta["input_top_logprobs"] = [None if i == start else [_sglang_entry(lp, t) for t, lp in top_k(logprobs(ids[:i], perturb), k).items()]
                                           for i in positions]
-            meta["output_top_logprobs"] = out_tops
+            meta["output_top_logprobs"] = [[_sglang_entry(lp, t) for t, lp in top_k(dist, k).items()] for _, dist in steps]
     return {"text": decode(output), "output_ids": output, "meta_info": meta}

@@ -19,6 +19,7 @@ import numpy as np  # noqa: E402
 
 from rig.observe import jsonl  # noqa: E402
 from rig.observe.server_metrics import gauge_series  # noqa: E402
+from rig.png import save_png  # noqa: E402
 
 Series = list[tuple[float, float]]
 
@@ -102,6 +103,6 @@ def write_timeline(out_path: Path | str, token_events: Iterable[tuple[float, flo
     figure.tight_layout()
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out_path, dpi=110)
+    save_png(figure, out_path)
     plt.close(figure)
     return out_path
