@@ -108,7 +108,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         raise RigError("command line", "--port", f"{args.port} is not a TCP port", "pass a port from 1 to 65535")
     overlay = _env_pairs(args.env)
     check_overlay(resolved, overlay, "command line", "--env")
-    record = driver_for(resolved, args.driver).up(resolved, overlay, port=args.port)
+    record = driver_for(resolved, args.driver).up(resolved, overlay, port=args.port, cold_caches=args.cold_caches)
     check = check_boot(record, resolved)
     print(f"{record.ref} up: {record.base_url} model={record.served_model} boot={record.boot_id} "
           f"healthy after {record.healthy_after_s:.1f}s")
@@ -273,7 +273,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     _, analysis = compare(args.recipe, args.arm, args.control, args.boots, args.rounds, args.scenario, small,
                           args.workers, args.resume, duration_s=args.duration, target_pct=args.target,
                           max_boots=args.max_boots, goodput=args.goodput, accept_fingerprint=args.accept_fingerprint,
-                          cold_caches=args.cold_caches)
+                          cold_caches=args.cold_caches, burn_in=not args.no_burn_in)
     if analysis.void:
         return Exit.VOID
     blind = analysis.greedy.control is not None and analysis.greedy.control.discriminates is False
@@ -302,7 +302,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from rig.compare.design import DEFAULT_BOOTS, DEFAULT_ROUNDS
+    from rig.compare.design import DEFAULT_BOOTS, DEFAULT_ROUND_S, DEFAULT_ROUNDS
 
     parser = argparse.ArgumentParser(prog="rig", description=__doc__, epilog=help_text(),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -332,6 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", action="append", help="extra environment for the server, KEY=VALUE")
     p.add_argument("--port", type=int)
     p.add_argument("--driver", choices=["native", "compose"])
+    p.add_argument("--cold-caches", action="store_true", help="empty compile/kernel caches of this boot's own (the "
+                   "user's caches are not touched): a boot that compiles, as a machine's first boot does")
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("down", help="stop a booted recipe")
@@ -421,10 +423,13 @@ def build_parser() -> argparse.ArgumentParser:
     size.add_argument("--small", action="store_true")
     size.add_argument("--full", action="store_true")
     p.add_argument("--workers", type=int)
-    p.add_argument("--duration", type=float, help="override every scenario's measurement window, seconds")
+    p.add_argument("--duration", type=float, help="every round's measurement window, seconds (default: "
+                   f"{DEFAULT_ROUND_S:g} at full sizes, each scenario's own at small sizes)")
     p.add_argument("--resume", help="a results/compare/<timestamp> directory to continue")
     p.add_argument("--cold-caches", action="store_true", help="boot every engine with empty compile/kernel caches of "
                    "its own (boot times then compare like with like; the user's caches are not touched)")
+    p.add_argument("--no-burn-in", action="store_true", help="skip the boot-state control: no discarded burn-in boot "
+                   "first, no second boot of a measured boot that compiled (the report then says the states were only recorded)")
     p.add_argument("--no-keep-text", action="store_true", help="keep no output text in the records (only hashes); "
                    "the coherence checks then have nothing to read")
     p.set_defaults(func=cmd_compare)

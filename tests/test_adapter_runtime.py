@@ -208,3 +208,42 @@ print(f"busy {busy:.3f} idle {idle:.3f}")
     # Without RIG_ENGINE it cannot tell vLLM's target from transformers': it refuses, loudly.
     result, manifests = run_engine(script, {"RIG_TOKEN_DELAY_MS": "50"}, tmp_path / "unknown")
     assert "token_delay REFUSED (refused): RIG_ENGINE= does not name one of transformers, vllm" in result.stderr
+
+
+def test_gpu_delay_refuses_without_a_gpu_and_leaves_the_step_alone(tmp_path):
+    """gpu_delay adds GPU time; on a machine without a CUDA device it refuses with that reason (the
+    boot check then voids the boot) and the worker's step is the engine's own."""
+    script = """
+import types
+from vllm.v1.worker.gpu_worker import Worker
+print("wrapped", getattr(Worker.execute_model, "__rig_adapter__", None))
+print("steps", Worker().execute_model(types.SimpleNamespace(total_num_scheduled_tokens=3)))
+"""
+    result, manifests = run_engine(script, {"RIG_GPU_DELAY_US": "44", "RIG_ENGINE": "vllm"}, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "wrapped None" in result.stdout and "steps 3" in result.stdout
+    assert "gpu_delay REFUSED (refused): no CUDA device" in result.stderr
+    entry = manifests[0]["adapters"]["gpu_delay"]
+    assert entry["state"] == "refused" and "needs a GPU" in entry["reason"]
+    result, manifests = run_engine(script, {"RIG_GPU_DELAY_US": "-3", "RIG_ENGINE": "vllm"}, tmp_path / "negative")
+    assert "gpu_delay REFUSED (refused): RIG_GPU_DELAY_US must be a number of microseconds" in result.stderr
+
+
+def test_gpu_delay_reads_its_added_time_from_step_periods():
+    """added_per_step on synthetic GPU timestamps: blocks of steps alternate with and without the
+    spin; only periods between two steps of one kind count, by median, so prefill steps and idle gaps
+    between requests (outliers in both kinds) move nothing, and block transitions are left out."""
+    from rig_adapters.adapters.gpu_delay import added_per_step
+
+    marks, now = [], 0.0
+    for step in range(256):
+        spun = (step // 32) % 2 == 0
+        marks.append((spun, now))
+        period = 4.452 if spun else 4.400  # ms
+        if step % 57 == 0:
+            period += 3.0  # a prefill step or the gap before the next request
+        now += period
+    added, with_spin, without = added_per_step(marks)
+    assert added == pytest.approx(52.0, abs=1e-6)
+    assert with_spin == without == 4 * 31 and with_spin + without == 255 - 7  # 7 transitions, the last mark ends nothing
+    assert added_per_step([(True, 0.0), (False, 4.4)]) is None

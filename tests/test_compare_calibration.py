@@ -125,3 +125,40 @@ def test_target_mode_keeps_its_coverage():
     slack = 2.5 * math.sqrt(0.05 * 0.95 / runs)
     assert results[0.0][0] >= 0.93 and results[2.0][0] >= 0.93, results
     assert results[0.0][1] <= 0.05 + slack, results
+
+
+# ---- the boot-state control at the noise measured on the H200 (benchmarks/RESULTS.md, "Resolution") ----
+
+from rig.compare.design import DEFAULT_BOOTS, DEFAULT_ROUNDS  # noqa: E402
+
+H200_NOISE = Noise(boot_sd=0.001, round_sd=0.0004, drift_sd=0.001, rounds=DEFAULT_ROUNDS, first_boot_pct=-0.8)
+
+
+@pytest.fixture(scope="module")
+def control_cells() -> dict[tuple[bool, float], Cell]:
+    cells = {(burn_in, true_pct): cell(DEFAULT_BOOTS, H200_NOISE, true_pct, SIMULATIONS, seed, burn_in)
+             for seed, (burn_in, true_pct) in enumerate([(b, t) for b in (False, True) for t in (0.0, 0.5, -0.5)], 700)}
+    print(f"\nboot-state control at the H200's noise (boot sd 0.1%, round sd 0.04%), a -0.8% first boot, "
+          f"{DEFAULT_BOOTS} pairs x {DEFAULT_ROUNDS} rounds:")
+    for (burn_in, true_pct), c in cells.items():
+        print(f"  control {'on ' if burn_in else 'off'} true {true_pct:+.1f}%: verdicts {100 * c.verdicts:5.1f}% "
+              f"coverage {100 * c.coverage:5.1f}% power {100 * c.power:5.1f}% precision {c.precision_pct:.2f}%")
+    return cells
+
+
+def test_the_first_boot_artifact_costs_power_and_coverage_without_the_control(control_cells):
+    """What the artifact does to an uncontrolled design (why the control exists): the baseline's first
+    boot reads 0.8% low, so one pair of four is off by 0.8%; the interval widens and a true +0.5%
+    is missed about 4 times in 10, a true -0.5% almost always (the bias hides it)."""
+    assert control_cells[(False, 0.5)].power < 0.7 and control_cells[(False, -0.5)].power < 0.1
+    assert control_cells[(False, 0.0)].precision_pct > 2 * control_cells[(True, 0.0)].precision_pct
+
+
+def test_the_control_gives_no_false_verdicts_beyond_5_percent_and_resolves_half_a_percent(control_cells):
+    """With the compiled first boot kept as a burn-in, the default design at the H200's noise: with
+    nothing changed, verdicts at the stated 5% and 95% coverage; a true +-0.5% found with >= 80% power."""
+    null = control_cells[(True, 0.0)]
+    assert null.verdicts <= 0.05 + MC_SLACK and abs(null.coverage - 0.95) <= MC_SLACK
+    for true_pct in (0.5, -0.5):
+        effect = control_cells[(True, true_pct)]
+        assert effect.power >= 0.8 and effect.wrong == 0.0 and abs(effect.coverage - 0.95) <= MC_SLACK

@@ -134,8 +134,8 @@ def test_percentiles_pool_each_boots_rounds_and_print_their_counts(simulated):
         low, high = c.support.count_range()
         line = printed(text, f"{figure.name} b")
         if high < c.support.needed:
-            assert f"refused: a {c.support.percentile} needs >= {c.support.needed} samples per boot, these boots had " \
-                   f"{low}-{high}" in line
+            assert f"refused, not part of the family: a {c.support.percentile} needs >= {c.support.needed} samples per boot, " \
+                   f"these boots had {low}-{high}" in line
         else:
             assert f"{c.support.percentile} of {low}-{high} samples per boot" in line
             # each pair's delta is the ratio of the two boots' pooled percentiles
@@ -233,8 +233,20 @@ def test_a_per_user_rate_is_also_printed_as_time_per_token_in_ms():
     assert c.ci == pytest.approx(((arm - base).mean() - half, (arm - base).mean() + half))
     assert c.ci[0] < 20.0 < c.ci[1]
     line = printed(markdown(analysis), "per token b")
-    assert f"{c.delta:+.2f} ms [{c.ci[0]:+.2f}, {c.ci[1]:+.2f}] ms" in line and "no separate verdict" in line
+    assert f"{c.delta:+.2f} ms [{c.ci[0]:+.2f} ms, {c.ci[1]:+.2f} ms]" in line and "no separate verdict" in line
     assert analysis.scenarios[SCENARIO].vs["b"].verdict == "slower"  # the one verdict, the headline's
+    assert not c.decided and "no verdict of its own" in c.verdict  # compare.json holds none for it either
+
+
+def test_a_per_token_change_under_a_millisecond_is_printed_in_microseconds():
+    """gpu_delay's +1% on an H200 is ~52 us per token: printed as +0.05 ms it would read as nothing."""
+    entries = []
+    for block in range(3):
+        entries += [entry(2 * block, block, "a", [227.30 + 0.02 * block] * 2), entry(2 * block + 1, block, "b", [224.65] * 2)]
+    analysis = analyze(plan_for(3), entries)
+    c = analysis.scenarios[SCENARIO].per_token["b"]
+    line = printed(markdown(analysis), "per token b")
+    assert f"{1000 * c.delta:+.1f} us [{1000 * c.ci[0]:+.1f} us, {1000 * c.ci[1]:+.1f} us]" in line
 
 
 def test_each_boots_compile_caches_are_printed_beside_its_boot_time():
@@ -246,3 +258,61 @@ def test_each_boots_compile_caches_are_printed_beside_its_boot_time():
     line = printed(markdown(analyze(plan_for(1), entries)), "Boot to healthy")
     assert "00-a 127.7s (cold; filled: TRITON_CACHE_DIR +1, VLLM_CACHE_ROOT +1)" in line
     assert "01-b 89.7s (warm; filled: TRITON_CACHE_DIR +262)" in line
+
+
+def test_a_known_effect_is_held_against_the_per_token_interval():
+    """gpu_delay's own in-place measurement (added_us, us per step) beside the per-token interval: the
+    report says whether the interval covers it; a baseline arm with the adapter too is subtracted."""
+    entries = []
+    for block in range(3):
+        for index, arm, rate, added in ((2 * block, "a", 227.30 + 0.01 * block, None), (2 * block + 1, "b", 224.65, 51.8)):
+            e = entry(index, block, arm, [rate] * 2)
+            if added is not None:
+                e.adapter_stats = {"gpu_delay": {"added_us": {"count": 1, "mean": added, "sum": added}}}
+            entries.append(e)
+    analysis = analyze(plan_for(3), entries)
+    (effect,) = analysis.known_effects
+    assert (effect.adapter, effect.arm, effect.boots) == ("gpu_delay", "b", 3)
+    assert effect.per_token_ms == pytest.approx(0.0518) and effect.covered
+    assert "gpu_delay measured +51.8 us per token (added_us, mean of 3 boot(s)); the per-token interval" in markdown(analysis)
+    far = [e.model_copy(update={"adapter_stats": {"gpu_delay": {"added_us": {"count": 1, "mean": 44.0, "sum": 44.0}}}})
+           if e.arm == "b" else e for e in entries]
+    assert analyze(plan_for(3), far).known_effects[0].covered is False
+    assert "does NOT cover it" in markdown(analyze(plan_for(3), far))
+
+
+def test_rounds_that_began_while_an_adapter_measured_itself_are_left_out():
+    from rig.compare.run import leave_out_rounds_measured_during
+
+    e = entry(0, 0, "b", [224.6, 224.7])
+    e.rounds[0][SCENARIO].window, e.rounds[1][SCENARIO].window = (100.0, 110.0), (130.0, 140.0)
+    e.adapter_stats = {"gpu_delay": {"measured_until": {"count": 1, "mean": 105.0, "sum": 105.0}}}
+    leave_out_rounds_measured_during(e)
+    assert not e.rounds[0][SCENARIO].usable and e.rounds[1][SCENARIO].usable
+    assert "gpu_delay was still measuring its effect" in e.rounds[0][SCENARIO].problems[0]
+
+
+def test_stein_with_fewer_than_two_usable_first_stage_pairs_gives_no_interval():
+    """Voided boots left one of Stein's four first-stage pairs: its sd is undefined, and the sd of
+    every pair is not Stein's procedure; no interval, no verdict, and planning asks for the cap."""
+    baseline = {0: [100.0], 4: [100.0], 5: [100.5], 6: [99.8]}
+    arm = {0: [103.0], 1: [103.0], 4: [103.1], 5: [103.2], 6: [102.9]}
+    c = compare_boots(baseline, arm, target_pct=1.0, first_stage=4)
+    assert c.pairs == 4 and c.ci is None and not c.decided and c.pairs_for_target is None
+    assert "only 1 of Stein's 4 first-stage pair(s) are usable" in c.verdict
+
+
+def test_headline_comparisons_judge_a_lower_is_better_headline_as_such():
+    """An open-loop headline (median E2E, lower is better) that rose is "higher (worse)" in the
+    planning comparisons too, not "faster"."""
+    from rig.compare.report import headline_comparisons
+
+    plan = ComparePlan(recipe="tiny-cpu", arms=[Arm(name="a"), Arm(name="b")], control=None, boots=3, rounds=1,
+                       scenarios=["open-loop"], small=True)
+    entries = []
+    for block in range(3):
+        for index, arm, value in ((2 * block, "a", 100.0 + block), (2 * block + 1, "b", 120.0 + block)):
+            entries.append(BootEntry(index=index, block=block, arm=arm, spec="", control=False, attempt=1, rounds=[
+                {"open-loop": RunResult(scenario="open-loop", dir="", figures={"e2e_p50_ms": value}, problems=[])}]))
+    (c,) = headline_comparisons(plan, entries)
+    assert not c.higher_is_better and c.verdict == "higher (worse)"

@@ -146,13 +146,13 @@ def test_log_normalisation_keeps_what_identifies_a_line():
 def test_resume_redoes_exactly_the_missing_boots(tmp_path, monkeypatch):
     calls = []
 
-    def fake_boot(plan, index, block, arm, out, progress):
+    def fake_boot(plan, index, block, arm, out, progress, burn_in=False):
         attempt, _ = compare_run._attempt_dir(out, index, arm)
         (out / "runs" / f"{index:02d}-{arm.name}" / f"attempt-{attempt}").mkdir(parents=True)
         calls.append((index, attempt))
         if index == 2 and attempt == 1:
             raise KeyboardInterrupt
-        return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=attempt,
+        return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=attempt, burn_in=burn_in,
                          rounds=[{"prose-c1": RunResult(scenario="prose-c1", dir="", figures={"user_decode_tok_s": 100.0 + index}, problems=[])}])
 
     monkeypatch.setattr(compare_run, "run_boot", fake_boot)
@@ -172,9 +172,9 @@ def test_resume_redoes_exactly_the_missing_boots(tmp_path, monkeypatch):
 
 
 def test_target_adds_pairs_until_met_or_limit(tmp_path, monkeypatch):
-    def fake_boot(plan, index, block, arm, out, progress):
+    def fake_boot(plan, index, block, arm, out, progress, burn_in=False):
         value = 100.0 * (1.05 if arm.name == "b" else 1.0) * (1 + 0.002 * ((index * 7) % 5 - 2))
-        return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1,
+        return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1, burn_in=burn_in,
                          rounds=[{"prose-c1": RunResult(scenario="prose-c1", dir="", figures={"user_decode_tok_s": value}, problems=[])}])
 
     monkeypatch.setattr(compare_run, "run_boot", fake_boot)
@@ -204,9 +204,9 @@ def test_a_planted_fingerprint_difference_voids_the_comparison(tmp_path, monkeyp
     from rig.compare.report import analyze
     from rig.observe.fingerprint import Fingerprint, GpuFacts
 
-    def fake_boot(plan, index, block, arm, out, progress):
+    def fake_boot(plan, index, block, arm, out, progress, burn_in=False):
         limit = 600.0 if (arm.name == "b" and block == 1) else 700.0
-        return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1,
+        return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1, burn_in=burn_in,
                          fingerprint=Fingerprint(taken_at=0.0, hostname="box", kernel="6.8", os="linux", cpu="cpu", cpu_count=1,
                                                  environment={}, driver_version="580.159.04", gpu_count=1,
                                                  gpus=[GpuFacts(index=0, name="H200", power_limit_w=limit)]),
@@ -231,3 +231,83 @@ def test_goodput_slos_parse_and_refuse_in_one_line():
     for bad in ("ttft<2s", "ttft<=2", "speed<=1s", "ttft<=-1s", "ttft<=xs"):
         with pytest.raises(RigError, match="--goodput"):
             parse_slos(bad)
+
+
+def test_the_burn_in_boot_and_a_boot_that_compiled_are_measured_but_never_paired(tmp_path, monkeypatch):
+    """The boot-state control: a measured boot whose log says it compiled (its figure low, as a cold
+    H200 boot read 1.4% low) is kept as a burn-in and booted again; where the engine's log cannot tell,
+    the comparison opens with a burn-in boot of the baseline arm. Neither enters the pairs; the report
+    says what each read."""
+    from rig.boot.base import CacheState
+    from rig.compare.markdown import markdown
+    from rig.compare.report import analyze
+
+    compiled_once = {"b"}
+    calls = []
+
+    def fake_boot(plan, index, block, arm, out, progress, burn_in=False):
+        calls.append((index, arm.name, burn_in))
+        log = "compiled" if burn_in or arm.name in compiled_once else "reused"
+        compiled_once.discard(arm.name) if not burn_in else None
+        value = 100.0 * (0.992 if burn_in else 1.0) * (1 + 0.001 * ((index * 7) % 5 - 2))
+        return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1, burn_in=burn_in,
+                         compile_cache=CacheState(state="cold" if log == "compiled" else "warm", log=log),
+                         rounds=[{"prose-c1": RunResult(scenario="prose-c1", dir="", figures={"user_decode_tok_s": value}, problems=[])}])
+
+    monkeypatch.setattr(compare_run, "run_boot", fake_boot)
+    plan = ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:X=0"), parse_arm("b:X=1")], control=None, boots=2, rounds=1,
+                       scenarios=["prose-c1"], small=True, burn_in_first=True)
+    entries = compare_run.run_compare(plan, tmp_path, progress=False)
+    # burn-in (0, a); block 0: a, b (compiled: booted again), block 1: b, a
+    assert calls == [(0, "a", True), (1, "a", False), (2, "b", False), (2, "b", False), (3, "b", False), (4, "a", False)]
+    assert sorted(p.name for p in (tmp_path / "boots").iterdir()) == [
+        "00-a.json", "01-a.json", "02-b.burn-in.json", "02-b.json", "03-b.json", "04-a.json"]
+    analysis = analyze(plan, entries)
+    c = analysis.scenarios["prose-c1"].vs["b"]
+    assert c.pairs == 2 and analysis.void is None and analysis.boots.used == 4
+    state = analysis.boot_state
+    assert [b.boot for b in state.burn_in] == ["00-a", "02-b.burn-in"] and not state.compiled
+    assert state.burn_in[0].vs_measured_pct["prose-c1"] == pytest.approx(-0.8, abs=0.3)
+    text = markdown(analysis)
+    assert "Boot-state control: a burn-in boot of the baseline arm" in text and "burn-in 00-a (the comparison's first boot" in text
+    # A resume reads both entries of the redone position back and boots nothing.
+    calls.clear()
+    again = compare_run.run_compare(ComparePlan.read(tmp_path), tmp_path, progress=False)
+    assert calls == [] and len(again) == len(entries)
+    # Measured boots in different states (one compiled, the others reused) void the verdict.
+    mixed = [e.model_copy(update={"compile_cache": CacheState(state="cold", log="compiled")}) if e.index == 3 else e
+             for e in entries]
+    assert "compile_cache.log" in (analyze(plan, mixed).void or "")
+    assert analyze(plan.model_copy(update={"accept_fingerprint": ["compile_cache.log"]}), mixed).void is None
+
+
+def test_a_first_boot_that_compiled_is_booted_again_without_a_leading_burn_in(tmp_path, monkeypatch):
+    """vLLM says in its log whether a boot compiled: no leading burn-in then; the machine's first boot
+    (cold caches, compiled) is kept as a burn-in and booted again, and a warm machine pays nothing."""
+    from rig.boot.base import CacheState
+    from rig.compare.report import analyze
+
+    cold = {"caches": True}
+    calls = []
+
+    def fake_boot(plan, index, block, arm, out, progress, burn_in=False):
+        calls.append(index)
+        log = "compiled" if cold["caches"] else "reused"
+        cold["caches"] = False
+        value = 100.0 * (0.986 if log == "compiled" else 1.0) * (1 + 0.001 * ((index * 7) % 5 - 2))
+        return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1, burn_in=burn_in,
+                         compile_cache=CacheState(state="cold" if log == "compiled" else "partial", log=log),
+                         rounds=[{"prose-c1": RunResult(scenario="prose-c1", dir="", figures={"user_decode_tok_s": value}, problems=[])}])
+
+    monkeypatch.setattr(compare_run, "run_boot", fake_boot)
+    plan = ComparePlan(recipe="llama8b-h200", arms=[parse_arm("a:X=0"), parse_arm("b:X=0")], control=None, boots=2, rounds=1,
+                       scenarios=["prose-c1"], small=True)
+    entries = compare_run.run_compare(plan, tmp_path / "cold", progress=False)
+    assert calls == [0, 0, 1, 2, 3]
+    analysis = analyze(plan, entries)
+    assert [b.boot for b in analysis.boot_state.burn_in] == ["00-a.burn-in"] and analysis.void is None
+    assert analysis.boot_state.burn_in[0].vs_measured_pct["prose-c1"] == pytest.approx(-1.4, abs=0.3)
+    assert "kept as a burn-in and booted again" in analysis.boot_state.control
+    calls.clear()
+    compare_run.run_compare(plan.model_copy(), tmp_path / "warm", progress=False)  # the caches now hold it
+    assert calls == [0, 1, 2, 3]

@@ -49,6 +49,9 @@ def test_matrix_for_every_recipe():
         ("glm52-tp6", "w4a8_pad"): "redundant",
         ("tiny-cpu", "token_delay"): "would arm",
     }
+    # gpu_delay is enabled by comparison arms (RIG_GPU_DELAY_US=...), not by a variant of its recipe.
+    row = next(line for line in lines if line.startswith("llama8b-h200") and " gpu_delay " in line)
+    assert "no      would arm: vllm.v1.worker.gpu_worker.Worker.execute_model" in row, row
     for (recipe, adapter), state in expect.items():
         row = next(line for line in lines if line.startswith(recipe) and f" {adapter} " in line)
         assert f"yes     {state}" in row, row

@@ -88,6 +88,9 @@ class AdapterSpec:
     redundant_if: tuple[str, str, str] | None = None
     # Kernel-library entry points the adapter's route depends on (verified, never patched).
     kernels: tuple[KernelEntry, ...] = ()
+    # A test instrument's known effect per generated token: (the manifest statistic that measured
+    # it, milliseconds per unit of that statistic). A comparison holds its per-token delta against it.
+    effect: tuple[str, float] | None = None
 
     @property
     def module(self) -> str:
@@ -124,6 +127,11 @@ _MXFP8_LINEAR_PARAMS = (
     "backend",
     "pin_tactic",
 )
+
+# vLLM's per-step call in every worker process (TP ranks run it side by side, so a step is longer by
+# a delay once), whichever model runner (V1 or V2) the worker built: token_delay's and gpu_delay's target.
+_VLLM_STEP = Target("vllm.v1.worker.gpu_worker", "Worker.execute_model", "install_execute_model", ("self", "scheduler_output"),
+                    positional=2, engine="vllm")
 
 REGISTRY: tuple[AdapterSpec, ...] = (
     AdapterSpec(
@@ -206,16 +214,7 @@ REGISTRY: tuple[AdapterSpec, ...] = (
                 positional=1,  # the wrapper forwards *args and **kwargs untouched
                 engine="transformers",
             ),
-            # vLLM's per-step call in every worker process (TP ranks sleep side by side, so a step
-            # is longer by the delay once), whichever model runner (V1 or V2) the worker built.
-            Target(
-                "vllm.v1.worker.gpu_worker",
-                "Worker.execute_model",
-                "install_execute_model",
-                ("self", "scheduler_output"),
-                positional=2,
-                engine="vllm",
-            ),
+            _VLLM_STEP,
         ),
         lifecycle=Lifecycle(
             works_around="nothing: gives comparisons a known effect size on tiny-cpu",
@@ -225,6 +224,29 @@ REGISTRY: tuple[AdapterSpec, ...] = (
         ),
         recipes=("tiny-cpu", "tiny-cpu-docker", "llama-h200"),
         test_only=True,
+        effect=("injected_ms", 1.0),
+    ),
+    AdapterSpec(
+        name="gpu_delay",
+        summary="test-only: a fixed GPU time per engine step (a spin kernel on the step's CUDA stream), what it adds measured on the GPU",
+        gate="RIG_GPU_DELAY_US",
+        settings=(),
+        engines=("vllm",),
+        targets=(
+            # The spin is stream-ordered before the step's kernels and graph replays, so
+            # asynchronous scheduling cannot hide it.
+            _VLLM_STEP,
+        ),
+        lifecycle=Lifecycle(
+            works_around="nothing: gives comparisons on a GPU engine a known effect that host-side delays cannot be (async scheduling hides them)",
+            redundant_when="never (test instrument)",
+            last_gain="n/a",
+            measured_on="n/a",
+        ),
+        after=("token_delay",),
+        recipes=("llama-h200", "llama8b-h200"),
+        test_only=True,
+        effect=("added_us", 0.001),
     ),
     AdapterSpec(
         name="gemm_shapes",

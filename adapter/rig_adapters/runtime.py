@@ -10,6 +10,7 @@ Targets are patched the moment their module finishes executing (an import hook),
 
 from __future__ import annotations
 
+import atexit
 import functools
 import importlib
 import importlib.abc
@@ -115,6 +116,16 @@ MANIFEST = Manifest()
 os.register_at_fork(after_in_child=lambda: MANIFEST.reset_for_process(inherited=True))
 
 
+def _flush_at_exit() -> None:
+    """Statistics are written at most once a second while they accumulate: the last ones at exit."""
+    with MANIFEST.lock:
+        if any(entry.get("stats") for entry in MANIFEST.data.get("adapters", {}).values()):
+            MANIFEST.write()
+
+
+atexit.register(_flush_at_exit)
+
+
 class AdapterContext:
     """What an installer gets: the target, its current value, and the evidence helpers."""
 
@@ -166,6 +177,13 @@ class AdapterContext:
             if now - getattr(self, "_last_stat_write", 0.0) >= every_s:
                 self._last_stat_write = now
                 MANIFEST.write()
+
+    def note(self, detail: str) -> None:
+        """A finding of the adapter's own (what it measured), logged once and kept in the manifest."""
+        logger.warning("%s measured: %s", self.spec.name, detail)
+        with MANIFEST.lock:
+            MANIFEST.adapter(self.spec).setdefault("notes", []).append({"time": time.time(), "detail": detail})
+            MANIFEST.write()
 
     def record_shapes(self, shapes: dict[str, Any]) -> None:
         """What the engine allocated on this rank (the gemm_shapes instrument), in the manifest."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rig.compare.arms import check_arms, parse_arm
-from rig.compare.design import DEFAULT_BOOTS, DEFAULT_ROUNDS
+from rig.compare.design import DEFAULT_BOOTS, DEFAULT_ROUND_S, DEFAULT_ROUNDS
 from rig.compare.goodput import parse_slos
 from rig.compare.model import ComparePlan
 from rig.compare.output import write_report
@@ -13,6 +13,7 @@ from rig.compare.report import Analysis, analyze
 from rig.compare.run import compare_root, run_compare
 from rig.compare.stats import MIN_PAIRS_FOR_TARGET
 from rig.deploy.recipe import load, split_ref
+from rig.engines import ENGINES
 from rig.errors import RigError
 from rig.load.scenarios import load_scenario
 from rig.load.session import default_small
@@ -22,7 +23,7 @@ def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, 
             small: bool | None, workers: int | None, resume: str | None, progress: bool = True,
             duration_s: float | None = None, target_pct: float | None = None, max_boots: int | None = None,
             goodput: str | None = None, accept_fingerprint: list[str] | None = None,
-            cold_caches: bool = False) -> tuple[Path, Analysis]:
+            cold_caches: bool = False, burn_in: bool = True) -> tuple[Path, Analysis]:
     name, variant = split_ref(recipe)
     if variant:
         raise RigError("command line", "recipe", "compare takes a recipe name; variants are arms", f"use --arm NAME:@{variant}")
@@ -48,9 +49,13 @@ def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, 
     resolved = load(name)
     if target_pct is not None:
         boots = max(boots, MIN_PAIRS_FOR_TARGET)  # Stein's first stage
+    small = default_small(resolved) if small is None else small
+    if duration_s is None and not small:
+        duration_s = DEFAULT_ROUND_S  # a round is one of several: shorter than a scenario's lone run
     plan = ComparePlan(recipe=name, arms=arms, control=controls[0] if controls else None, boots=boots, rounds=rounds,
-                       scenarios=scenarios or ["prose-c1"], small=default_small(resolved) if small is None else small,
-                       workers=workers, duration_s=duration_s, target_pct=target_pct,
+                       scenarios=scenarios or ["prose-c1"], small=small,
+                       workers=workers, duration_s=duration_s, target_pct=target_pct, boot_state_control=burn_in,
+                       burn_in_first=burn_in and ENGINES[resolved.recipe.engine.name].compile_log is None,
                        max_boots=(max_boots or 2 * boots) if target_pct is not None else None,
                        first_stage=boots if target_pct is not None else None,
                        slos=parse_slos(goodput), accept_fingerprint=list(accept_fingerprint or []), cold_caches=cold_caches)

@@ -1,12 +1,17 @@
-"""What besides speed may differ between boots: host and image conditions (fingerprints) and the
-lines of the boot logs only one arm printed."""
+"""What besides speed may differ between boots: host and image conditions (fingerprints), the
+GPUs' clocks, power and clock-event reasons during every measured window, each boot's state (its
+compile caches; the burn-in boots of the boot-state control) and the lines of the boot logs only
+one arm printed."""
 
 from __future__ import annotations
 
+import fnmatch
+import math
 import re
 from pathlib import Path
 
-from rig.compare.model import BootEntry
+from rig.boot.base import CacheState
+from rig.compare.model import BootEntry, ComparePlan
 from rig.observe.fingerprint import FingerprintDifference, fingerprint_differences, voiding_differences
 from rig.typed import Typed
 
@@ -46,14 +51,131 @@ def log_lines(path: str | None) -> set[str]:
 
 def boot_log_diff(entries: list[BootEntry], arms: list[str]) -> dict[str, list[str]]:
     """Lines that appear in some boot of one arm and in no boot of any other arm."""
-    per_arm = {arm: set().union(*[log_lines(e.log_path) for e in entries if e.arm == arm and not e.control] or [set()])
+    per_arm = {arm: set().union(*[log_lines(e.log_path) for e in entries if e.arm == arm and not e.control and not e.burn_in] or [set()])
                for arm in arms}
     return {arm: sorted(lines - set().union(*[per_arm[o] for o in arms if o != arm]))[:50] for arm, lines in per_arm.items()}
 
 
 def fingerprint_report(entries: list[BootEntry], accepted: list[str]) -> FingerprintReport:
-    fingerprints = {f"{e.index:02d}-{e.arm}": e.fingerprint for e in entries if e.fingerprint and not e.voided}
+    fingerprints = {f"{e.index:02d}-{e.arm}": e.fingerprint for e in entries if e.fingerprint and not e.voided and not e.burn_in}
     differences = fingerprint_differences(fingerprints) if len(fingerprints) > 1 else []  # type: ignore[arg-type]
     voiding = voiding_differences(differences, accepted)
     return FingerprintReport(boots=len(fingerprints), differences=differences, voiding=voiding, accepted=accepted)
+
+
+GPU_EVENTS_FIELD = "gpu.clock_events"  # the name --accept-fingerprint takes for a clock-event difference
+
+
+class GpuBoot(Typed):
+    """One measured boot's serving GPUs over its usable windows."""
+
+    boot: str  # NN-arm
+    windows: int
+    sm_mhz_mean: float | None  # mean over the windows of each window's mean, serving GPUs averaged
+    sm_mhz_min: float | None
+    power_w_mean: float | None
+    temp_c_max: float | None
+    clock_events: list[str]  # non-idle clock-event ("throttle") reasons seen in any window
+
+
+class GpuConditions(Typed):
+    """The GPUs during every measured window, and whether a clock-event reason (a power cap, thermal
+    or hardware slowdown) held in some boots and not in others: then one arm may have run slower
+    clocks, and the difference voids the verdict unless accepted (--accept-fingerprint gpu.clock_events)."""
+
+    boots: list[GpuBoot]
+    differing_events: list[str]  # reasons seen in some measured boots but not in all
+    voiding: bool
+
+
+def gpu_conditions(entries: list[BootEntry], accepted: list[str]) -> GpuConditions:
+    boots = []
+    for entry in entries:
+        if not entry.measured:
+            continue
+        windows = [result.gpu for round_results in entry.rounds for result in round_results.values()
+                   if result.usable and result.gpu]
+        gpus = [t for window in windows for t in window.values()]
+        if not gpus:
+            continue
+        sm = [t.sm_mhz for t in gpus if t.sm_mhz]
+        power = [t.power_w for t in gpus if t.power_w]
+        temps = [t.temp_c.max for t in gpus if t.temp_c]
+        boots.append(GpuBoot(boot=f"{entry.index:02d}-{entry.arm}", windows=len(windows),
+                             sm_mhz_mean=sum(s.mean for s in sm) / len(sm) if sm else None,
+                             sm_mhz_min=min(s.min for s in sm) if sm else None,
+                             power_w_mean=sum(p.mean for p in power) / len(power) if power else None,
+                             temp_c_max=max(temps) if temps else None,
+                             clock_events=sorted({name for t in gpus for name in t.clock_events})))
+    seen = [set(b.clock_events) for b in boots]
+    differing = sorted(set().union(*seen) - set.intersection(*seen)) if seen else []
+    accepted_here = any(fnmatch.fnmatchcase(GPU_EVENTS_FIELD, pattern) for pattern in accepted)
+    return GpuConditions(boots=boots, differing_events=differing, voiding=bool(differing) and not accepted_here)
+
+
+class BurnInBoot(Typed):
+    """A boot measured but paired with nothing, and what its boot state cost against the same arm's
+    measured boots (the cold-boot effect, where it compiled)."""
+
+    boot: str  # NN-arm
+    why: str
+    compile_cache: CacheState | None
+    headline: dict[str, float | None]  # scenario -> mean of its usable rounds' headline figure
+    vs_measured_pct: dict[str, float | None]  # scenario -> percent against the same arm's measured boots (geometric)
+
+
+class BootState(Typed):
+    """The boot-state control a comparison applied, the burn-in boots it kept, and whether the
+    measured boots still differ in state (some compiled, some reused their caches: voids)."""
+
+    control: str
+    burn_in: list[BurnInBoot]
+    compiled: list[str]  # measured boots whose engine log says they compiled
+    reused: list[str]  # measured boots whose engine log says they reused every compilation
+    voiding: bool
+
+
+BOOT_STATE_FIELD = "compile_cache.log"
+
+
+def _geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def boot_state(plan: ComparePlan, entries: list[BootEntry], headlines: dict[str, str]) -> BootState:
+    """`headlines`: scenario -> its headline figure's name."""
+    if not plan.boot_state_control:
+        control = "none (--no-burn-in): each boot's cache state is recorded and checked, not controlled"
+    elif plan.cold_caches:
+        control = "every boot cold (--cold-caches: empty caches of its own, so every boot compiles, in the same state)"
+    elif plan.burn_in_first:
+        control = ("a burn-in boot of the baseline arm before block 0 (this engine's log does not say whether a boot "
+                   "compiled, so the first boot is never measured)")
+    else:
+        control = ("a measured boot whose engine log says it compiled (its caches did not hold its configuration) is "
+                   "kept as a burn-in and booted again, so every measured boot reused its caches")
+    burn_in = []
+    for entry in entries:
+        if not entry.burn_in or entry.voided:
+            continue
+        why = ("the comparison's first boot" if entry.block < 0 else
+               "compiled (its caches did not hold this configuration): booted again")
+        headline, versus = {}, {}
+        for scenario, figure in headlines.items():
+            own = entry.usable_figures(scenario, figure)
+            headline[scenario] = sum(own) / len(own) if own else None
+            measured = [sum(v) / len(v) for e in entries if e.measured and e.arm == entry.arm
+                        and (v := e.usable_figures(scenario, figure))]
+            reference = _geomean(measured)
+            versus[scenario] = (100 * (headline[scenario] / reference - 1)
+                                if headline[scenario] and reference else None)
+        burn_in.append(BurnInBoot(boot=f"{entry.index:02d}-{entry.arm}" + (".burn-in" if entry.block >= 0 else ""), why=why,
+                                  compile_cache=entry.compile_cache, headline=headline, vs_measured_pct=versus))
+    measured = [e for e in entries if e.measured]
+    compiled = [f"{e.index:02d}-{e.arm}" for e in measured if e.compiled]
+    reused = [f"{e.index:02d}-{e.arm}" for e in measured if e.compile_cache is not None and e.compile_cache.log == "reused"]
+    accepted = any(fnmatch.fnmatchcase(BOOT_STATE_FIELD, pattern) for pattern in plan.accept_fingerprint)
+    return BootState(control=control, burn_in=burn_in, compiled=compiled, reused=reused,
+                     voiding=bool(compiled) and bool(reused) and not accepted)
 

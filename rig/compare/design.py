@@ -1,11 +1,25 @@
 """The default design of a comparison, read by `rig compare` (its parser and its handler) and
 `make compare` alike; standard library only, so the command line's parser stays cheap.
 
-Boot pairs: from the calibration table (tests/test_compare_calibration.py), 4 pairs is the
-smallest design whose wrong-signed verdicts stay well under 1% at boot sd 3% (2 pairs: 1.4%,
-3: 0.8%, 4: 0.15%) while false verdicts stay at the stated 5%; with quiet boots (sd 1%) its
-intervals reach a precision of about 2.3%. Use --target to plan for a precision.
+Derived from the noise measured on real engines and the calibration simulation through the
+comparison's own statistics (rig/compare/calibration.py, benchmarks/design_at_real_noise.py,
+benchmarks/RESULTS.md "Resolution"):
+
+- Boot pairs: on one H200 (vLLM 0.24.0, 8B widths, TP1, CUDA graphs, prose at c=1; 2026-12-01) eight
+  warm boots gave boot sd 0.01% and round sd 0.02% (10 s rounds). At that noise 2 pairs already
+  resolve a 0.5% change with 98% power; 4 pairs keep >= 99% up to the ~0.1% spread between warm
+  boots that two other machines showed (0.1%/0.04%), and 76% even at ten times the measured noise
+  (0.1%/0.2%), with false verdicts at the stated 5% throughout. 4 pairs is also the smallest design
+  whose wrong-signed verdicts stay well under 1% at boot sd 3% (the calibration table), so one
+  default serves noisier engines too. Use --target to plan for a precision instead.
+- Rounds: boot noise dominates, so a third round buys almost nothing (precision 0.21% with 2
+  rounds, 0.20% with 3 at 0.1%/0.04%): 2 rounds per boot.
+- Round length: 10 s of steady-state window per round at full (GPU) sizes (round sd 0.02%); small
+  (CPU) sizes keep each scenario's own duration.
+- Boot state: a boot that compiled reads 1.1-1.4% low for its whole life (rig/compare/run.py keeps
+  it as a burn-in and boots it again).
 """
 
 DEFAULT_BOOTS = 4  # boot pairs (boots per arm, ABBA)
-DEFAULT_ROUNDS = 3  # measured rounds per boot
+DEFAULT_ROUNDS = 2  # measured rounds per boot
+DEFAULT_ROUND_S = 10.0  # measured window of each round at full sizes (--duration overrides it)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rig.boot.base import CacheState
 from rig.compare.percentiles import min_count
 from rig.compare.quality import quality_line
-from rig.compare.report import Analysis
+from rig.compare.report import Analysis, KnownEffect
 from rig.compare.stats import CONFIDENCE, RATIO, Comparison
 
 
@@ -46,20 +46,33 @@ def comparison_line(scenario: str, label: str, c: Comparison) -> str:
     return "\n".join(lines)
 
 
+def _ms(value: float) -> str:
+    """A time per token: in microseconds below a millisecond (a 44 us effect must not read +0.05)."""
+    return f"{1000 * value:+.1f} us" if abs(value) < 1 else f"{value:+.2f} ms"
+
+
 def per_token_line(scenario: str, arm: str, c: Comparison) -> str | None:
-    """The headline's boots as time per token, in ms: printed under the headline, with no verdict of
-    its own (the same measurements; the headline's verdict stands)."""
+    """The headline's boots as time per token: printed under the headline, with no verdict of its
+    own (the same measurements; the headline's verdict stands)."""
     if c.delta is None or c.ci is None or c.baseline_mean is None or c.arm_mean is None:
         return None
     return (f"{scenario:14} {'  per token ' + arm:24} {_num(c.baseline_mean):>10} -> {_num(c.arm_mean):>10} {'ms per token':15} "
-            f"{c.delta:+.2f} ms [{c.ci[0]:+.2f}, {c.ci[1]:+.2f}] ms   (the headline as time per token: paired t on the "
-            f"boot pairs' differences in ms, {c.pairs} pair(s), {100 * c.confidence:.4g}%; no separate verdict)")
+            f"{_ms(c.delta)} [{_ms(c.ci[0])}, {_ms(c.ci[1])}]   (the headline as time per token: paired t on the "
+            f"boot pairs' differences, {c.pairs} pair(s), {100 * c.confidence:.4g}%; no separate verdict)")
+
+
+def known_effect_line(effect: KnownEffect) -> str:
+    held = ("no interval to hold it against" if effect.covered is None else
+            f"the per-token interval [{_ms(effect.interval_ms[0])}, {_ms(effect.interval_ms[1])}] "  # type: ignore[index]
+            + ("covers it" if effect.covered else "does NOT cover it"))
+    return (f"{'':14} {'  known effect ' + effect.arm:24} {effect.adapter} measured {_ms(effect.per_token_ms)} per token "
+            f"({effect.statistic}, mean of {effect.boots} boot(s)); {held}")
 
 
 def _header(analysis: Analysis) -> list[str]:
     plan = analysis.plan
     arms = [a.name for a in plan.arms]
-    planned = analysis.boots.planned - (1 if plan.control else 0)
+    planned = analysis.boots.planned - (1 if plan.control else 0) - (1 if plan.burn_in_first else 0)
     headlines = len(analysis.scenarios) * (len(arms) - 1)
     family = analysis.family
     lines = [f"# rig compare {plan.recipe}: {' vs '.join(arms)}",
@@ -87,6 +100,7 @@ def _figures(analysis: Analysis) -> list[str]:
             lines.append(comparison_line(name, f"{arms[0]} -> {arm}", c))
             per_token = per_token_line(name, arm, result.per_token[arm]) if arm in result.per_token else None
             lines += [per_token] if per_token else []
+            lines += [known_effect_line(e) for e in analysis.known_effects if e.scenario == name and e.arm == arm]
         for figure, per_arm in result.latency.items():
             lines += [comparison_line(name, f"  {figure} {arm}", c) for arm, c in per_arm.items()
                       if c.pairs or (c.support and c.support.count_range())]
@@ -142,6 +156,43 @@ def _boots(analysis: Analysis) -> list[str]:
     return lines
 
 
+def _boot_state(analysis: Analysis) -> list[str]:
+    """The boot-state control, and what each burn-in boot read against its arm's measured boots."""
+    state = analysis.boot_state
+    if state is None:
+        return []
+    lines = [f"\nBoot-state control: {state.control}."]
+    for boot in state.burn_in:
+        figures = ", ".join(f"{scenario} {_num(value)}" + (f" ({versus:+.2f}% vs the arm's measured boots)"
+                                                           if (versus := boot.vs_measured_pct.get(scenario)) is not None else "")
+                            for scenario, value in boot.headline.items() if value is not None)
+        cache = boot.compile_cache
+        caches = (f"; caches {cache.state or 'not recorded'} at start, engine log: {cache.log or 'no compile lines'}"
+                  if cache is not None else "")
+        lines.append(f"- burn-in {boot.boot} ({boot.why}{caches}): " + (figures or "no usable round"))
+    if state.compiled:
+        lines.append(f"- measured boots that compiled: {', '.join(state.compiled)}"
+                     + (" (with others that reused their caches: the boot states differ)" if state.voiding else ""))
+    return lines
+
+
+def _gpus(analysis: Analysis) -> list[str]:
+    gpu = analysis.gpu
+    if gpu is None or not gpu.boots:
+        return []
+    sm = [b.sm_mhz_mean for b in gpu.boots if b.sm_mhz_mean is not None]
+    power = [b.power_w_mean for b in gpu.boots if b.power_w_mean is not None]
+    events = sorted({name for b in gpu.boots for name in b.clock_events})
+    line = (f"\nGPUs during the measured windows ({len(gpu.boots)} boots): SM clock "
+            + (f"{min(sm):.0f}-{max(sm):.0f} MHz (boot means)" if sm else "not read")
+            + (f", power {min(power):.0f}-{max(power):.0f} W" if power else "")
+            + (f"; clock-event reasons: {', '.join(events)}" if events else "; no clock-event reason (no power cap, "
+               "thermal or hardware slowdown) in any window"))
+    if gpu.differing_events:
+        line += f"; in some boots only: {', '.join(gpu.differing_events)}" + (" (voids the verdict)" if gpu.voiding else " (accepted)")
+    return [line]
+
+
 def _caches(caches: CacheState | None) -> str:
     if caches is None:
         return ""
@@ -177,7 +228,7 @@ def _quality(analysis: Analysis) -> list[str]:
     return lines
 
 
-SECTIONS = (_header, _figures, _quality, _target_section, _greedy, _batching, _boots, _conditions)
+SECTIONS = (_header, _figures, _quality, _target_section, _greedy, _batching, _boots, _boot_state, _gpus, _conditions)
 
 
 def markdown(analysis: Analysis) -> str:

@@ -18,12 +18,15 @@ from rig.compare.arms import Arm, boot_order
 from rig.compare.goodput import Goodput
 from rig.compare.percentiles import LatencyHistogram
 from rig.observe.fingerprint import Fingerprint
+from rig.observe.gpu import GpuTelemetry
 from rig.typed import Typed, Versioned
 
-COMPARE_SCHEMA = 4
+COMPARE_SCHEMA = 5
 PLAN_MAX_BYTES = 1 << 20
 ENTRY_MAX_BYTES = 16 << 20
 IMPORTED_INDEX = 100  # boots imported from another tool (rig import --compare) are numbered from here
+# The ABBA block of the comparison's burn-in boot: before block 0, paired with nothing.
+BURN_IN_BLOCK = -1
 
 
 class ComparePlan(Versioned):
@@ -46,6 +49,11 @@ class ComparePlan(Versioned):
     slos: dict[str, float] | None = None  # goodput SLOs in seconds: ttft, tpot, e2e (vLLM's --goodput)
     accept_fingerprint: list[str] = Field(default_factory=list)  # fingerprint fields allowed to differ (globs)
     cold_caches: bool = False  # every boot starts with empty compile/kernel caches of its own
+    # The boot-state control (rig.compare.run): a measured boot whose engine log says it compiled is
+    # kept as a burn-in and booted again; where the engine's log cannot tell, a burn-in boot of the
+    # baseline arm opens the comparison instead (burn_in_first).
+    boot_state_control: bool = True
+    burn_in_first: bool = False
     created: float = Field(default_factory=time.time)
 
     # (block, arm) of every boot in the order they run: derived, written for readers of plan.json,
@@ -58,8 +66,10 @@ class ComparePlan(Versioned):
         return self
 
     def order(self) -> list[tuple[int, Arm]]:
-        """The control (if any) boots first, so its index stays put when --target adds pairs."""
-        return ([(0, self.control)] if self.control else []) + boot_order(self.arms, self.boots)
+        """The burn-in boot (if any), then the control (if any), then the ABBA blocks: the first two
+        come first so that their indices stay put when --target adds pairs."""
+        return (([(BURN_IN_BLOCK, self.arms[0])] if self.burn_in_first else []) + ([(0, self.control)] if self.control else [])
+                + boot_order(self.arms, self.boots))
 
     def write(self, out: Path) -> None:
         self._derive()
@@ -82,6 +92,10 @@ class RunResult(Typed):
     # Per-request latencies of the window (ms), by rig.load.summary.LATENCY_SAMPLES name: a boot's
     # percentiles are read from its usable rounds pooled (rig.compare.percentiles).
     latency: dict[str, LatencyHistogram] = Field(default_factory=dict)
+    # The serving GPUs over the window (NVML index -> clocks, power, clock-event reasons): conditions
+    # the comparison checks between boots (rig.compare.conditions.gpu_conditions). None: no telemetry.
+    gpu: dict[str, GpuTelemetry] | None = None
+    window: tuple[float, float] | None = None  # the measured window (wall time), for checks against adapter timings
 
     @property
     def usable(self) -> bool:
@@ -136,6 +150,9 @@ class BootEntry(Versioned):
     spec: str
     control: bool
     attempt: int  # 1 + earlier attempts of this boot that did not finish (interrupted)
+    # A burn-in boot: measured like the others but paired with nothing (the comparison's first boot,
+    # or a measured boot that compiled and was booted again); its figures show what boot state costs.
+    burn_in: bool = False
     boot_id: str | None = None
     voided: bool = False
     problems: list[str] = Field(default_factory=list)
@@ -150,6 +167,18 @@ class BootEntry(Versioned):
     started: float | None = None
     quality: BootQuality | None = None  # continuations and reference scores
     compile_cache: CacheState | None = None  # the engine's compile caches at start and what the boot added
+    # Seconds each part of the boot took (up, checks, load, greedy, quality, down): what a user pays per boot.
+    phases_s: dict[str, float] = Field(default_factory=dict)
+
+    @property
+    def measured(self) -> bool:
+        """A boot whose figures enter the comparison: not voided, not the control, not a burn-in."""
+        return not self.voided and not self.control and not self.burn_in
+
+    @property
+    def compiled(self) -> bool:
+        """The engine's own log says this boot compiled (its caches did not hold the configuration)."""
+        return self.compile_cache is not None and self.compile_cache.log == "compiled"
 
     def usable_results(self, scenario: str) -> list[RunResult]:
         """This scenario's usable rounds, in round order."""
@@ -163,11 +192,12 @@ class BootEntry(Versioned):
                 for index, round_results in enumerate(self.rounds) for name, result in round_results.items() if result.problems]
 
     @staticmethod
-    def path(out: Path, index: int, arm: str) -> Path:
-        return out / "boots" / f"{index:02d}-{arm}.json"
+    def path(out: Path, index: int, arm: str, burn_in: bool = False) -> Path:
+        """boots/NN-arm.json; a measured position's compiled first boot is boots/NN-arm.burn-in.json."""
+        return out / "boots" / f"{index:02d}-{arm}{'.burn-in' if burn_in else ''}.json"
 
-    def write(self, out: Path) -> None:
-        write_text_atomic(self.path(out, self.index, self.arm), self.json_text())
+    def write(self, out: Path, as_burn_in: bool = False) -> None:
+        write_text_atomic(self.path(out, self.index, self.arm, as_burn_in), self.json_text())
 
     @classmethod
     def read(cls, path: Path) -> BootEntry:

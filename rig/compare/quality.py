@@ -569,7 +569,7 @@ def analyze_quality(plan: ComparePlan, entries: list[BootEntry], encode: Encode 
 
     arms = [a.name for a in plan.arms]
     baseline = arms[0]
-    usable = [e for e in entries if not e.voided and not e.control]
+    usable = [e for e in entries if e.measured]
     boots: dict[str, dict[int, BootQuality]] = {}
     for entry in sorted(usable, key=lambda e: e.index):
         if entry.quality:

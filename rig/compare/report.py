@@ -15,7 +15,15 @@ from dataclasses import dataclass
 from pydantic import Field
 
 from rig.boot.base import CacheState
-from rig.compare.conditions import FingerprintReport, boot_log_diff, fingerprint_report
+from rig.compare.conditions import (
+    BootState,
+    FingerprintReport,
+    GpuConditions,
+    boot_log_diff,
+    boot_state,
+    fingerprint_report,
+    gpu_conditions,
+)
 from rig.compare.identity import BatchingIdentity, GreedyIdentity, batching_identity, greedy_report
 from rig.compare.model import COMPARE_SCHEMA, BootEntry, ComparePlan
 from rig.compare.percentiles import min_count, percentile_label, pooled_percentile
@@ -86,6 +94,21 @@ class ScenarioResult(Typed):
     # in ms: what a per-token change (an injected delay, a slower kernel) is in its own unit. The
     # same measurements as the headline, so it is no further verdict; {} for other headlines.
     per_token: dict[str, Comparison] = Field(default_factory=dict)
+
+
+class KnownEffect(Typed):
+    """A test instrument's own measurement of what it adds per token (its registry row's `effect`),
+    held against the per-token interval the comparison found: the check that rig recovers a known
+    effect on this engine."""
+
+    scenario: str
+    arm: str
+    adapter: str
+    statistic: str
+    per_token_ms: float  # the arm's boots' mean minus the baseline's (0 where the baseline has none)
+    boots: int  # measured boots of the arm whose manifest holds the statistic
+    interval_ms: tuple[float, float] | None
+    covered: bool | None  # the per-token interval holds the known effect; None without an interval
 
 
 class SecondaryFamily(Typed):
@@ -167,7 +190,10 @@ class Analysis(Versioned):
     fingerprints: FingerprintReport
     boot_log_diff: dict[str, list[str]]
     target: TargetReport | None
-    void: str | None = None  # why no verdict stands (an unaccepted fingerprint difference)
+    gpu: GpuConditions | None = None  # the GPUs during every measured window
+    boot_state: BootState | None = None  # the boot-state control applied, its burn-in boots
+    known_effects: list[KnownEffect] = Field(default_factory=list)
+    void: str | None = None  # why no verdict stands (an unaccepted condition difference)
     quality: QualityReport | None = None  # outputs moved or not
     timeline: list[TimelineBoot] = Field(default_factory=list)  # boots in time order, for the plot
 
@@ -186,7 +212,7 @@ def _encoder(plan: ComparePlan) -> Encode | None:
 
 
 def _measured(entries: list[BootEntry]) -> list[BootEntry]:
-    return [e for e in entries if not e.voided and not e.control]
+    return [e for e in entries if e.measured]
 
 
 def figure_boots(entries: list[BootEntry], scenario: str, figure: str) -> ArmBoots:
@@ -255,6 +281,14 @@ def _target(plan: ComparePlan) -> tuple[float, int | None]:
     return plan.target_pct or DEFAULT_TARGET_PCT, plan.first_stage if plan.target_pct is not None else None
 
 
+STEP_TIME_VERDICT = "no verdict of its own: the headline's verdict stands (same boots, in ms per token)"
+
+
+def _no_verdict(comparison: Comparison) -> Comparison:
+    """The per-token view of a headline: its interval, never a second verdict that could disagree."""
+    return comparison.model_copy(update={"decided": False, "verdict": STEP_TIME_VERDICT})
+
+
 def scenario_result(plan: ComparePlan, figures: ScenarioFigures, family: SecondaryFamily) -> ScenarioResult:
     arms = [a.name for a in plan.arms]
     baseline = arms[0]
@@ -272,8 +306,8 @@ def scenario_result(plan: ComparePlan, figures: ScenarioFigures, family: Seconda
             c.support = percentile.support((baseline, arm))
             refused, counts = c.support.refused(), c.support.count_range()
             if refused and c.pairs < MIN_PAIRS and counts:
-                c.verdict = (f"refused: a {c.support.percentile} needs >= {c.support.needed} samples per boot, these boots had "
-                             f"{counts[0]}-{counts[1]} (more rounds or a longer duration_s)")
+                c.verdict = (f"refused, not part of the family: a {c.support.percentile} needs >= {c.support.needed} samples "
+                             f"per boot, these boots had {counts[0]}-{counts[1]} (more rounds or a longer duration_s)")
             latency[percentile.figure.name][arm] = c
     goodput = {}
     if figures.goodput is not None:
@@ -284,11 +318,45 @@ def scenario_result(plan: ComparePlan, figures: ScenarioFigures, family: Seconda
     per_token = {}
     if headline.unit == PER_USER_RATE:
         per_token_ms = per_token_boots(figures.headline_boots)
-        per_token = {arm: compare_boots(per_token_ms.get(baseline, {}), per_token_ms.get(arm, {}), STEP_FIGURE, False, target,
-                                        CONFIDENCE, first, scale=DIFFERENCE, unit=STEP_UNIT, names=(baseline, arm))
+        per_token = {arm: _no_verdict(compare_boots(per_token_ms.get(baseline, {}), per_token_ms.get(arm, {}), STEP_FIGURE,
+                                                    False, target, CONFIDENCE, first, scale=DIFFERENCE, unit=STEP_UNIT,
+                                                    names=(baseline, arm)))
                      for arm in arms[1:]}
     return ScenarioResult(kind=figures.kind, unit=headline.unit, headline=headline.name, vs=vs,
                           latency=latency, goodput=goodput, boots=figures.headline_boots, per_token=per_token)
+
+
+def _effect_ms(entries: list[BootEntry], arm: str, adapter: str, statistic: str, factor: float) -> list[float]:
+    values = []
+    for entry in _measured(entries):
+        stats = entry.adapter_stats.get(adapter)
+        value = stats.get(statistic) if isinstance(stats, dict) else None
+        if entry.arm == arm and isinstance(value, dict) and isinstance(value.get("mean"), (int, float)):
+            values.append(factor * float(value["mean"]))
+    return values
+
+
+def known_effects(plan: ComparePlan, entries: list[BootEntry], scenarios: dict[str, ScenarioResult]) -> list[KnownEffect]:
+    from rig_adapters.registry import REGISTRY
+
+    arms = [a.name for a in plan.arms]
+    out = []
+    for name, result in scenarios.items():
+        for arm, per_token in result.per_token.items():
+            for spec in REGISTRY:
+                if spec.effect is None:
+                    continue
+                statistic, factor = spec.effect
+                values = _effect_ms(entries, arm, spec.name, statistic, factor)
+                if not values:
+                    continue
+                baseline = _effect_ms(entries, arms[0], spec.name, statistic, factor)
+                effect = sum(values) / len(values) - (sum(baseline) / len(baseline) if baseline else 0.0)
+                interval = per_token.ci
+                out.append(KnownEffect(scenario=name, arm=arm, adapter=spec.name, statistic=statistic, per_token_ms=effect,
+                                       boots=len(values), interval_ms=interval,
+                                       covered=None if interval is None else interval[0] <= effect <= interval[1]))
+    return out
 
 
 def headline_comparisons(plan: ComparePlan, entries: list[BootEntry]) -> list[Comparison]:
@@ -299,7 +367,8 @@ def headline_comparisons(plan: ComparePlan, entries: list[BootEntry]) -> list[Co
     for name in plan.scenarios:
         headline = HEADLINE[load_scenario(name).kind]
         boots = figure_boots(entries, name, headline.name)
-        out += [compare_boots(boots.get(arms[0], {}), boots.get(arm, {}), headline.name, True, target, CONFIDENCE, first)
+        out += [compare_boots(boots.get(arms[0], {}), boots.get(arm, {}), headline.name, headline.higher_is_better, target,
+                              CONFIDENCE, first)
                 for arm in arms[1:]]
     return out
 
@@ -341,10 +410,17 @@ def analyze(plan: ComparePlan, entries: list[BootEntry]) -> Analysis:
     family = secondary_family(plan, figures)
     scenarios = {name: scenario_result(plan, figures[name], family) for name in plan.scenarios}
     fingerprints = fingerprint_report(entries, plan.accept_fingerprint)
+    gpus = gpu_conditions(entries, plan.accept_fingerprint)
+    state = boot_state(plan, entries, {name: HEADLINE[load_scenario(name).kind].name for name in plan.scenarios})
+    fields = sorted({d.field for d in fingerprints.voiding})
+    if gpus.voiding:
+        fields.append(f"gpu.clock_events: {', '.join(gpus.differing_events)} in some boots' windows only")
+    if state.voiding:
+        fields.append(f"compile_cache.log: {', '.join(state.compiled)} compiled, {', '.join(state.reused)} reused")
     void = None
-    if fingerprints.voiding:
-        fields = ", ".join(sorted({d.field for d in fingerprints.voiding}))
-        void = f"the boots ran under different conditions ({fields}); accept with --accept-fingerprint FIELD if intended"
+    if fields:
+        void = (f"the boots ran under different conditions ({'; '.join(fields)}); accept with --accept-fingerprint FIELD "
+                "if intended")
     return Analysis(
         plan=plan,
         boots=BootTally(planned=len(plan.order()), used=len(_measured(entries)),
@@ -363,9 +439,12 @@ def analyze(plan: ComparePlan, entries: list[BootEntry]) -> Analysis:
         fingerprints=fingerprints,
         boot_log_diff=boot_log_diff(entries, arms),
         target=target_report(plan, entries),
+        gpu=gpus,
+        boot_state=state,
+        known_effects=known_effects(plan, entries, scenarios),
         void=void,
         quality=analyze_quality(plan, entries, _encoder(plan)),
-        timeline=[TimelineBoot(index=e.index, arm=e.arm, block=e.block, voided=e.voided, control=e.control,
+        timeline=[TimelineBoot(index=e.index, arm=e.arm, block=e.block, voided=e.voided, control=e.control or e.burn_in,
                                rounds={name: [r[name].figures.get(scenarios[name].headline) if r[name].usable else None
                                               for r in e.rounds if name in r] for name in plan.scenarios})
                   for e in sorted(entries, key=lambda e: (e.started or 0, e.index))],

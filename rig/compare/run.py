@@ -2,7 +2,14 @@
 first run after every boot, runs R interleaved rounds, checks greedy identity, shuts every boot
 down (also when it fails), and writes each finished boot at once. Each attempt at a boot has its
 own directory, so a resumed comparison redoes exactly the boots that did not finish, and a
-server left behind by a killed attempt is stopped before its redo."""
+server left behind by a killed attempt is stopped before its redo.
+
+The boot-state control (on unless --no-burn-in): on one H200 the boot that compiled its caches
+decoded 0.8% slower than later boots of the same configuration, and under ABBA that boot is always
+the baseline's. So the comparison opens with a burn-in boot of the baseline arm (measured, kept,
+paired with nothing), and a measured boot whose engine log says it compiled (an arm whose
+configuration the caches did not hold yet) is kept as a burn-in and booted again at once. Every
+measured boot then starts from caches that hold its configuration."""
 
 from __future__ import annotations
 
@@ -19,7 +26,16 @@ from rig.boot.checks import check_boot, read_manifests
 from rig.chat import stream_chat
 from rig.compare.arms import Arm
 from rig.compare.goodput import goodput
-from rig.compare.model import ENTRY_MAX_BYTES, IMPORTED_INDEX, BootEntry, BootQuality, ComparePlan, QualityReference, RunResult
+from rig.compare.model import (
+    BURN_IN_BLOCK,
+    ENTRY_MAX_BYTES,
+    IMPORTED_INDEX,
+    BootEntry,
+    BootQuality,
+    ComparePlan,
+    QualityReference,
+    RunResult,
+)
 from rig.compare.percentiles import LatencyHistogram
 from rig.deploy.recipe import Resolved
 from rig.errors import RigError
@@ -69,8 +85,27 @@ def run_result(summary: RunSummary, records: list[RequestRecord], out_dir: Path,
     window = summary.metrics.window
     samples = latency_samples(completed_in_window(records, window.start, window.end), run_tokens_per_chunk(records))
     latency = {name: LatencyHistogram.of(1000 * value for value in getattr(samples, name)) for name in LATENCY_SAMPLES}
+    telemetry = summary.observations.gpu if summary.observations else None
+    gpu = {index: t for index, t in telemetry.gpus.items() if t.serving} if telemetry and telemetry.gpus else None
     return RunResult(scenario=summary.name, dir=str(out_dir), figures=summary.figures(), problems=summary.problems(),
-                     goodput=goodput(records, summary, slos) if slos else None, latency=latency)
+                     goodput=goodput(records, summary, slos) if slos else None, latency=latency, gpu=gpu,
+                     window=(window.start, window.end))
+
+
+def leave_out_rounds_measured_during(entry: BootEntry) -> None:
+    """An adapter that measures its own effect in place (gpu_delay alternates with and without its
+    spin over its first steps) records until when; a round whose window began before that saw the
+    alternation, not the arm, and is left out with the reason."""
+    for name, stats in entry.adapter_stats.items():
+        until = stats.get("measured_until") if isinstance(stats, dict) else None
+        until_s = until.get("mean") if isinstance(until, dict) else None
+        if not isinstance(until_s, (int, float)):
+            continue
+        for round_results in entry.rounds:
+            for result in round_results.values():
+                if result.window is not None and result.window[0] < until_s:
+                    result.problems.append(f"{name} was still measuring its effect (with and without it, alternately) "
+                                           f"until {until_s - result.window[0]:.1f} s into this round's window")
 
 
 def _attempt_dir(out: Path, index: int, arm: Arm) -> tuple[int, Path]:
@@ -107,29 +142,35 @@ def stop_leftover(out: Path, index: int, arm: Arm, recipe: str) -> str | None:
     return note
 
 
-def run_boot(plan: ComparePlan, index: int, block: int, arm: Arm, out: Path, progress: bool) -> BootEntry:
+def run_boot(plan: ComparePlan, index: int, block: int, arm: Arm, out: Path, progress: bool,
+             burn_in: bool = False) -> BootEntry:
+    """One boot: up, checks, warmup and rounds, then (a measured boot) greedy identity and quality
+    probes, down. A burn-in boot runs the rounds only: its figures show the boot-state effect."""
     base = arm.base(plan.recipe)
     resolved = arm.resolve(plan.recipe)
     driver = driver_for(base)
     attempt, runs_dir = _attempt_dir(out, index, arm)
     runs_dir.mkdir(parents=True)  # an attempt killed while booting still counts as one
-    entry = BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=arm is plan.control,
-                      attempt=attempt, started=time.time())
+    entry = BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=arm is plan.control and not burn_in,
+                      attempt=attempt, started=time.time(), burn_in=burn_in)
     marker = _in_progress(out, index, arm)
     since = time.time()
     write_text_atomic(marker, BootMarker(attempt=attempt, boot_id=None, since=since).json_text())
+    clock = _PhaseClock(entry)
     try:
         record = driver.up(base, overlay=arm.overlay(), progress=progress, cold_caches=plan.cold_caches)
     except BootFailed as error:
         entry.voided, entry.problems = True, [str(error)]
         marker.unlink(missing_ok=True)
         return entry
+    clock.lap("up")
     write_text_atomic(marker, BootMarker(attempt=attempt, boot_id=record.boot_id, since=since).json_text())
     entry.boot_id, entry.healthy_after_s, entry.log_path = record.boot_id, record.healthy_after_s, record.log_path
     entry.fingerprint = record.fingerprint
     try:
         check = check_boot(record, resolved, arm.overlay())
         entry.check = check
+        clock.lap("checks")
         if not check.ok:
             entry.voided, entry.problems = True, check.problems
             return entry
@@ -138,11 +179,16 @@ def run_boot(plan: ComparePlan, index: int, block: int, arm: Arm, out: Path, pro
             shift = round_index % len(plan.scenarios)
             names = plan.scenarios[shift:] + plan.scenarios[:shift]  # interleaved: the order rotates per round
             root = runs_dir / f"round-{round_index}"
-            summaries = run_scenarios(target, names, plan.small, plan.workers, root, progress=progress, duration_s=plan.duration_s)
+            summaries = run_scenarios(target, names, plan.small, plan.workers, root, progress=progress,
+                                      duration_s=plan.duration_s)
             entry.rounds.append({s.name: run_result(s, read_records(root / s.name), root / s.name, plan.slos)
                                  for s in summaries if not s.warmup})
-        entry.greedy = greedy_identity(record.base_url, record.served_model or "", plan.small)
-        entry.quality = boot_quality(plan, out, resolved, record, baseline=arm is plan.arms[0] and not entry.control)
+        clock.lap("load")
+        if not burn_in:
+            entry.greedy = greedy_identity(record.base_url, record.served_model or "", plan.small)
+            clock.lap("greedy")
+            entry.quality = boot_quality(plan, out, resolved, record, baseline=arm is plan.arms[0] and not entry.control)
+            clock.lap("quality")
         # Evidence that the adapters ran on their targets exists only once the model has served.
         after = check_boot(record, resolved, arm.overlay(), after_load=True)
         entry.check = after
@@ -150,13 +196,28 @@ def run_boot(plan: ComparePlan, index: int, block: int, arm: Arm, out: Path, pro
             entry.voided, entry.problems = True, after.problems
         entry.adapter_stats = {name: adapter["stats"] for manifest in read_manifests(record.manifest_dir)
                                for name, adapter in manifest.get("adapters", {}).items() if adapter.get("stats")}
+        leave_out_rounds_measured_during(entry)
     except Exception as error:  # noqa: BLE001 - whatever broke after the boot voids this boot, not the comparison
         entry.voided, entry.problems = True, [str(error) if isinstance(error, RigError) else f"{type(error).__name__}: {error}"]
     finally:
+        clock.lap("checks" if "load" in entry.phases_s else "other")
         driver.down(record)
+        clock.lap("down")
         marker.unlink(missing_ok=True)
         entry.compile_cache = record.compile_cache
     return entry
+
+
+class _PhaseClock:
+    """Adds the seconds since the last lap to entry.phases_s[name] (a name may take several laps)."""
+
+    def __init__(self, entry: BootEntry) -> None:
+        self.entry, self.last = entry, time.monotonic()
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.entry.phases_s[name] = round(self.entry.phases_s.get(name, 0.0) + now - self.last, 2)
+        self.last = now
 
 
 def run_compare(plan: ComparePlan, out: Path, progress: bool = True) -> list[BootEntry]:
@@ -198,23 +259,44 @@ def run_compare(plan: ComparePlan, out: Path, progress: bool = True) -> list[Boo
         plan.write(out)
 
 
+def _read_entry(path: Path) -> BootEntry | None:
+    """A finished boot's entry; None when absent, or damaged (renamed aside: the boot is redone)."""
+    if not path.exists():
+        return None
+    try:
+        return BootEntry.read(path)
+    except (ValueError, TypeError, KeyError):
+        path.rename(path.with_suffix(".unreadable"))
+        return None
+
+
 def _run_order(plan: ComparePlan, out: Path, progress: bool) -> list[BootEntry]:
     entries = []
     order = plan.order()
     for index, (block, arm) in enumerate(order):
-        path = BootEntry.path(out, index, arm.name)
-        if path.exists():
-            try:
-                entries.append(BootEntry.read(path))
-                continue
-            except (ValueError, TypeError, KeyError):
-                path.rename(path.with_suffix(".unreadable"))  # a truncated entry: redo the boot
+        burn_in = block == BURN_IN_BLOCK
+        compiled_first = None if burn_in else _read_entry(BootEntry.path(out, index, arm.name, burn_in=True))
+        entries += [compiled_first] if compiled_first else []
+        done = _read_entry(BootEntry.path(out, index, arm.name))
+        if done is not None:
+            entries.append(done)
+            continue
         leftover = stop_leftover(out, index, arm, plan.recipe)
         if progress:
-            print(f"compare: boot {index + 1}/{len(order)}: {arm.name} ({arm.spec}), block {block}"
+            role = "burn-in, paired with nothing" if burn_in else f"block {block}"
+            print(f"compare: boot {index + 1}/{len(order)}: {arm.name} ({arm.spec}), {role}"
                   + (f" ({leftover})" if leftover else ""))
         try:
-            entry = run_boot(plan, index, block, arm, out, progress)
+            entry = run_boot(plan, index, block, arm, out, progress, burn_in=burn_in)
+            if plan.boot_state_control and not plan.cold_caches and compiled_first is None and entry.measured and entry.compiled:
+                # Its caches did not hold this arm's configuration: keep it as a burn-in, boot it again.
+                entry.burn_in = True
+                entry.write(out, as_burn_in=True)
+                entries.append(entry)
+                if progress:
+                    print(f"compare: boot {index + 1} compiled (its caches did not hold {arm.name}'s configuration): "
+                          "kept as a burn-in, booting it again")
+                entry = run_boot(plan, index, block, arm, out, progress)
         except Interrupted:
             raise KeyboardInterrupt from None  # nothing written for this boot: a resume redoes it
         entry.write(out)
@@ -238,15 +320,16 @@ def imported_entries(out: Path, plan: ComparePlan) -> list[BootEntry]:
 
 
 def all_entries(out: Path, plan: ComparePlan) -> list[BootEntry]:
-    """Every finished boot of a comparison directory, planned and imported, without running any."""
+    """Every finished boot of a comparison directory, planned (burn-ins included) and imported,
+    without running any."""
     entries = []
     for index, (_, arm) in enumerate(plan.order()):
-        path = BootEntry.path(out, index, arm.name)
-        if path.exists():
-            try:
-                entries.append(BootEntry.read(path))
-            except (ValueError, TypeError, KeyError):
-                continue
+        for path in (BootEntry.path(out, index, arm.name, burn_in=True), BootEntry.path(out, index, arm.name)):
+            if path.exists():
+                try:
+                    entries.append(BootEntry.read(path))
+                except (ValueError, TypeError, KeyError):
+                    continue
     return entries + imported_entries(out, plan)
 
 

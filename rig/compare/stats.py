@@ -275,7 +275,13 @@ def compare_boots(baseline: dict[int, list[float]], arm: dict[int, list[float]],
     sd = float(diffs.std(ddof=1))
     df = len(blocks) - 1
     first = [d for block, d in zip(blocks, diffs) if block < first_stage] if first_stage else []
-    if first_stage and len(first) >= MIN_PAIRS:
+    if first_stage and len(first) < MIN_PAIRS:
+        # Stein's interval takes its sd from the first stage alone; with voided boots leaving fewer
+        # than two first-stage pairs there is none, and the sd of every pair is not Stein's procedure.
+        return Comparison(**common, delta=delta, ci=None, precision_pct=None, pair_sd=None, pairs_for_target=None,
+                          decided=False, verdict=f"no verdict: only {len(first)} of Stein's {first_stage} first-stage pair(s) "
+                          "are usable (voided boots), so the first stage has no sd; start a new comparison")
+    if first_stage:
         sd, df = float(np.std(first, ddof=1)), len(first) - 1
         common["method"] = (f"Stein two-stage: t interval on {what} of ABBA boot-pair means, {len(blocks)} pair(s), "
                             f"sd from the {len(first)} first-stage pair(s), {df} df, {_confidence_label(confidence)}")
