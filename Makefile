@@ -99,4 +99,4 @@ lab-down: ## stop what `make lab` started (keeps .rig/lab caches and registry st
 	lab/lab.sh down
 
 rehearse: setup ## build a GPU recipe's Dockerfile unchanged on the lab's STAND-IN base and arm its adapters
-	$(PY) -m rig.deploy.rehearse rehearse $(RECIPE)
+	$(PY) -m rig.boot.rehearse rehearse $(RECIPE)

@@ -261,8 +261,18 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     from rig.load.peers import import_file
 
-    return import_file(Path(args.file), args.scenario, Path(args.out) if args.out else None,
-                       Path(args.compare) if args.compare else None, args.arm, args.block)
+    if (args.compare is None) != (args.arm is None) or (args.block is not None and args.compare is None):
+        raise RigError("command line", "--compare/--arm/--block", "--compare and --arm go together (--block only with them)",
+                       "e.g. --compare results/compare/20261201-101010 --arm before")
+    if args.compare is None:
+        import_file(Path(args.file), args.scenario, Path(args.out) if args.out else None)
+        return Exit.OK
+    from rig.compare.imported import comparison_for, join
+
+    plan = comparison_for(Path(args.compare), args.arm, args.scenario)
+    imported = import_file(Path(args.file), args.scenario or plan.scenarios[0], Path(args.out) if args.out else None)
+    join(Path(args.compare), plan, args.arm, args.block, imported, Path(args.file))
+    return Exit.OK
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -428,8 +438,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", help="a results/compare/<timestamp> directory to continue")
     p.add_argument("--cold-caches", action="store_true", help="boot every engine with empty compile/kernel caches of "
                    "its own (boot times then compare like with like; the user's caches are not touched)")
-    p.add_argument("--no-burn-in", action="store_true", help="skip the boot-state control: no discarded burn-in boot "
-                   "first, no second boot of a measured boot that compiled (the report then says the states were only recorded)")
+    p.add_argument("--no-burn-in", action="store_true", help="skip the boot-state control: no burn-in boot first, no "
+                   "second boot of a measured boot that compiled; states are still recorded and a difference still voids")
     p.add_argument("--no-keep-text", action="store_true", help="keep no output text in the records (only hashes); "
                    "the coherence checks then have nothing to read")
     p.set_defaults(func=cmd_compare)

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from rig.errors import RigError
+from rig.errors import Damaged, NotFound
 from rig.grammar import find_control_characters
 
 MAX_DEPTH = 32
@@ -189,20 +189,20 @@ def read_regular(path: Path, max_bytes: int, where: str | None = None,
         # O_NONBLOCK: opening a FIFO must not wait for a writer; it changes nothing for a regular file.
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     except FileNotFoundError:
-        raise RigError(where, "(file)", *missing) from None
+        raise NotFound(where, "(file)", *missing) from None
     except PermissionError:
-        raise RigError(where, "(file)", "cannot be read (permission denied)", "make it readable by this user") from None
+        raise Damaged(where, "(file)", "cannot be read (permission denied)", "make it readable by this user") from None
     except OSError as error:
         problem = "the name is too long" if error.errno == errno.ENAMETOOLONG else f"cannot be read ({error.strerror})"
-        raise RigError(where, "(file)", problem, "pass a regular file") from None
+        raise Damaged(where, "(file)", problem, "pass a regular file") from None
     try:
         info = os.fstat(descriptor)
         if stat.S_ISDIR(info.st_mode):
-            raise RigError(where, "(file)", "is a directory, not a file", f"pass a file; {missing[1]}")
+            raise Damaged(where, "(file)", "is a directory, not a file", f"pass a file; {missing[1]}")
         if not stat.S_ISREG(info.st_mode):
-            raise RigError(where, "(file)", "is not a regular file (a device, pipe or socket)", "pass a regular file")
+            raise Damaged(where, "(file)", "is not a regular file (a device, pipe or socket)", "pass a regular file")
         if info.st_size > max_bytes:
-            raise RigError(where, "(file)", f"{info.st_size} bytes is larger than this file may be ({max_bytes} at most)",
+            raise Damaged(where, "(file)", f"{info.st_size} bytes is larger than this file may be ({max_bytes} at most)",
                            "pass the right file; nothing rig reads is that large")
         chunks, total = [], 0
         while total <= max_bytes:
@@ -212,11 +212,11 @@ def read_regular(path: Path, max_bytes: int, where: str | None = None,
             chunks.append(chunk)
             total += len(chunk)
     except OSError as error:
-        raise RigError(where, "(file)", f"cannot be read ({error.strerror})", "pass a regular file") from None
+        raise Damaged(where, "(file)", f"cannot be read ({error.strerror})", "pass a regular file") from None
     finally:
         os.close(descriptor)
     if total > max_bytes:  # it grew while being read
-        raise RigError(where, "(file)", f"larger than this file may be ({max_bytes} bytes at most)", "pass the right file")
+        raise Damaged(where, "(file)", f"larger than this file may be ({max_bytes} bytes at most)", "pass the right file")
     return b"".join(chunks)
 
 
@@ -229,22 +229,33 @@ def load_yaml_file(path: Path, max_bytes: int = MAX_BYTES, where: str | None = N
     try:
         return load_strict(data, max_bytes)
     except YamlRefused as error:
-        raise RigError(where, error.where, error.problem, error.fix or fix) from None
+        raise Damaged(where, error.where, error.problem, error.fix or fix) from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         problem = " ".join(str(getattr(error, "problem", None) or error).split())
-        raise RigError(where, f"line {mark.line + 1}" if mark else "(file)", f"not valid YAML ({problem})",
+        raise Damaged(where, f"line {mark.line + 1}" if mark else "(file)", f"not valid YAML ({problem})",
                        "fix the YAML syntax") from None
     except RecursionError:
-        raise RigError(where, "(file)", f"nested deeper than {MAX_DEPTH} levels", fix) from None
+        raise Damaged(where, "(file)", f"nested deeper than {MAX_DEPTH} levels", fix) from None
 
 
 def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    keys = [key for key, _ in pairs]
-    duplicated = sorted({key for key in keys if keys.count(key) > 1})
-    if duplicated:
-        raise ValueError(f"duplicate key {duplicated[0]!r}")
-    return dict(pairs)
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ValueError(f"duplicate key {key!r}")
+        seen[key] = value
+    return seen
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def strict_json(text: str | bytes) -> Any:
+    """json.loads that refuses duplicate keys (last-wins elsewhere) and NaN/Infinity (not JSON; a NaN
+    figure or timestamp poisons every mean and comparison it enters). ValueError otherwise."""
+    return json.loads(text, object_pairs_hook=_refuse_duplicates, parse_constant=_refuse_constant)
 
 
 def load_json_file(path: Path, max_bytes: int = MAX_BYTES, where: str | None = None,
@@ -254,8 +265,8 @@ def load_json_file(path: Path, max_bytes: int = MAX_BYTES, where: str | None = N
     where = where or str(path)
     data = read_regular(path, max_bytes, where, missing)
     try:
-        return json.loads(decode_text(data, max_bytes), object_pairs_hook=_refuse_duplicates)
+        return strict_json(decode_text(data, max_bytes))
     except YamlRefused as error:
-        raise RigError(where, error.where, error.problem, fix) from None
+        raise Damaged(where, error.where, error.problem, fix) from None
     except (ValueError, RecursionError) as error:
-        raise RigError(where, "(file)", f"not valid JSON ({' '.join(str(error).split())})", fix) from None
+        raise Damaged(where, "(file)", f"not valid JSON ({' '.join(str(error).split())})", fix) from None

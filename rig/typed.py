@@ -17,7 +17,7 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from rig.errors import RigError
+from rig.errors import Damaged
 
 
 class Typed(BaseModel):
@@ -28,7 +28,7 @@ class Typed(BaseModel):
     # objects first, and strict validation then refuses a JSON array for a tuple.
 
 
-class StoredRecordError(RigError, ValueError):
+class StoredRecordError(Damaged):
     """A stored record that is not one this rig writes (damaged, edited, or another schema version):
     one line, naming where it was read from, the field, what is wrong and what to do."""
 

@@ -127,7 +127,7 @@ def test_target_mode_keeps_its_coverage():
     assert results[0.0][1] <= 0.05 + slack, results
 
 
-# ---- the boot-state control at the noise measured on the H200 (benchmarks/RESULTS.md, "Resolution") ----
+# ---- the boot-state control at ten times the boot noise measured on the H200 (RESULTS.md, "Resolution") ----
 
 from rig.compare.design import DEFAULT_BOOTS, DEFAULT_ROUNDS  # noqa: E402
 
@@ -138,7 +138,7 @@ H200_NOISE = Noise(boot_sd=0.001, round_sd=0.0004, drift_sd=0.001, rounds=DEFAUL
 def control_cells() -> dict[tuple[bool, float], Cell]:
     cells = {(burn_in, true_pct): cell(DEFAULT_BOOTS, H200_NOISE, true_pct, SIMULATIONS, seed, burn_in)
              for seed, (burn_in, true_pct) in enumerate([(b, t) for b in (False, True) for t in (0.0, 0.5, -0.5)], 700)}
-    print(f"\nboot-state control at the H200's noise (boot sd 0.1%, round sd 0.04%), a -0.8% first boot, "
+    print(f"\nboot-state control at boot sd 0.1% (ten times the H200's), round sd 0.04%, a -0.8% first boot, "
           f"{DEFAULT_BOOTS} pairs x {DEFAULT_ROUNDS} rounds:")
     for (burn_in, true_pct), c in cells.items():
         print(f"  control {'on ' if burn_in else 'off'} true {true_pct:+.1f}%: verdicts {100 * c.verdicts:5.1f}% "
@@ -155,8 +155,9 @@ def test_the_first_boot_artifact_costs_power_and_coverage_without_the_control(co
 
 
 def test_the_control_gives_no_false_verdicts_beyond_5_percent_and_resolves_half_a_percent(control_cells):
-    """With the compiled first boot kept as a burn-in, the default design at the H200's noise: with
-    nothing changed, verdicts at the stated 5% and 95% coverage; a true +-0.5% found with >= 80% power."""
+    """With the compiled first boot kept as a burn-in, the default design at ten times the H200's boot
+    noise: with nothing changed, verdicts at the stated 5% and 95% coverage; a true +-0.5% found with
+    >= 80% power."""
     null = control_cells[(True, 0.0)]
     assert null.verdicts <= 0.05 + MC_SLACK and abs(null.coverage - 0.95) <= MC_SLACK
     for true_pct in (0.5, -0.5):

@@ -15,7 +15,6 @@ from simulated_runs import SCENARIO, Design, simulate_comparison
 
 from rig.boot.base import CacheState
 from rig.compare.arms import Arm
-from rig.compare.goodput import Goodput
 from rig.compare.markdown import comparison_line, markdown
 from rig.compare.model import BootEntry, ComparePlan, RunResult
 from rig.compare.output import write_report
@@ -33,6 +32,7 @@ from rig.compare.stats import (
     t_quantile,
     target_met,
 )
+from rig.load.goodput import Goodput
 from rig.load.summary import LATENCY
 
 HEADLINE = "user_decode_tok_s"
@@ -273,12 +273,17 @@ def test_a_known_effect_is_held_against_the_per_token_interval():
     analysis = analyze(plan_for(3), entries)
     (effect,) = analysis.known_effects
     assert (effect.adapter, effect.arm, effect.boots) == ("gpu_delay", "b", 3)
-    assert effect.per_token_ms == pytest.approx(0.0518) and effect.covered
-    assert "gpu_delay measured +51.8 us per token (added_us, mean of 3 boot(s)); the per-token interval" in markdown(analysis)
+    assert effect.per_token_ms == pytest.approx(0.0518) and effect.covered and effect.effect_interval_ms is None  # no spread
+    assert "gpu_delay measured +51.8 us per token (added_us, 3 boot(s)); the per-token interval" in markdown(analysis)
+    spread = [e.model_copy(update={"adapter_stats": {"gpu_delay": {"added_us": {"count": 1, "mean": v, "sum": v}}}})
+              if e.arm == "b" else e for e, v in zip(entries, [0, 49.0, 0, 52.0, 0, 50.5])]
+    moved = analyze(plan_for(3), spread).known_effects[0]
+    low, high = moved.effect_interval_ms
+    assert low < 0.0505 < high and moved.covered
     far = [e.model_copy(update={"adapter_stats": {"gpu_delay": {"added_us": {"count": 1, "mean": 44.0, "sum": 44.0}}}})
            if e.arm == "b" else e for e in entries]
     assert analyze(plan_for(3), far).known_effects[0].covered is False
-    assert "does NOT cover it" in markdown(analyze(plan_for(3), far))
+    assert "does NOT agree with it" in markdown(analyze(plan_for(3), far))
 
 
 def test_rounds_that_began_while_an_adapter_measured_itself_are_left_out():
@@ -316,3 +321,59 @@ def test_headline_comparisons_judge_a_lower_is_better_headline_as_such():
                 {"open-loop": RunResult(scenario="open-loop", dir="", figures={"e2e_p50_ms": value}, problems=[])}]))
     (c,) = headline_comparisons(plan, entries)
     assert not c.higher_is_better and c.verdict == "higher (worse)"
+
+
+def _with_gpu(e: BootEntry, events: list[str], sm: float = 1980.0) -> BootEntry:
+    from rig.observe.gpu import GpuTelemetry, Spread
+
+    telemetry = GpuTelemetry(samples=40, sm_mhz=Spread(mean=sm, min=sm, max=sm), mem_mhz=None, power_w=Spread(mean=498.0, min=490.0, max=505.0),
+                             power_limit_w=700.0, temp_c=Spread(mean=50.0, min=49.0, max=51.0), util_gpu_pct=None,
+                             util_mem_pct=None, energy_j=None, energy_source=None, clock_events=events, serving=True)
+    for round_results in e.rounds:
+        for result in round_results.values():
+            result.gpu = {"0": telemetry}
+    return e
+
+
+def test_a_clock_event_reason_voids_only_when_one_arm_alone_saw_it():
+    def boots(events_for):
+        return [_with_gpu(entry(2 * b + i, b, arm, [100.0, 100.1]), events_for(arm, b)) for b in range(3)
+                for i, arm in enumerate(("a", "b"))]
+
+    one_arm = analyze(plan_for(3), boots(lambda arm, b: ["sw_power_cap"] if arm == "b" and b == 1 else []))
+    assert one_arm.gpu.by_arm_events == ["sw_power_cap"] and "gpu.clock_events" in (one_arm.void or "")
+    both = analyze(plan_for(3), boots(lambda arm, b: ["sw_power_cap"] if b == 1 else []))
+    assert both.gpu.differing_events == ["sw_power_cap"] and not both.gpu.voiding and both.void is None
+    assert "seen in every arm's boots: reported only" in markdown(both)
+    accepted = plan_for(3).model_copy(update={"accept_fingerprint": ["gpu.*"]})
+    assert analyze(accepted, boots(lambda arm, b: ["sw_power_cap"] if arm == "b" else [])).void is None
+
+
+def test_an_adapter_measurement_that_never_ended_leaves_every_round_out():
+    from rig.compare.run import leave_out_rounds_measured_during
+
+    e = entry(0, 0, "b", [224.6, 224.7])
+    e.adapter_stats = {"gpu_delay": {"measuring_from": {"count": 1, "mean": 50.0, "sum": 50.0}}}
+    leave_out_rounds_measured_during(e)
+    assert not any(r[SCENARIO].usable for r in e.rounds) and "when the boot ended" in e.rounds[0][SCENARIO].problems[0]
+
+
+def test_adapter_statistics_of_several_engine_processes_merge():
+    """Two TP ranks' manifests: counts and sums add up, the measurement ended when the last rank's did."""
+    from rig.compare.run import merged_adapter_stats
+
+    ranks = [{"adapters": {"gpu_delay": {"stats": {"added_us": {"count": 1, "sum": 50.0, "mean": 50.0},
+                                                   "measured_until": {"count": 1, "sum": t, "mean": t}}}}} for t in (100.0, 103.0)]
+    ranks[1]["adapters"]["gpu_delay"]["stats"]["added_us"] = {"count": 1, "sum": 54.0, "mean": 54.0}
+    merged = merged_adapter_stats(ranks)["gpu_delay"]
+    assert merged["added_us"] == {"count": 2, "sum": 104.0, "mean": 52.0} and merged["measured_until"]["mean"] == 103.0
+
+
+def test_target_stops_when_voided_boots_left_steins_first_stage_without_an_sd():
+    from rig.compare.report import planned_pairs
+
+    plan = plan_for(4).model_copy(update={"target_pct": 0.5, "max_boots": 8, "first_stage": 4})
+    entries = [entry(0, 0, "a", [100.0]), entry(1, 0, "b", [103.0])] + [entry(i, 1 + i // 2, arm, [0.0], voided=True)
+                                                                        for i, arm in zip(range(2, 8), "abbaab")]
+    entries += [entry(8, 4, "a", [100.5]), entry(9, 4, "b", [103.1])]
+    assert planned_pairs(plan, entries) == plan.boots

@@ -4,6 +4,7 @@ derived boot checks, greedy identity, log normalisation, resume."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -13,7 +14,7 @@ from rig.compare import run as compare_run
 from rig.compare.arms import Arm, boot_order, check_arms, parse_arm
 from rig.compare.conditions import normalize
 from rig.compare.identity import greedy_report
-from rig.compare.model import BootEntry, ComparePlan, RunResult
+from rig.compare.model import COMPARE_SCHEMA, BootEntry, ComparePlan, RunResult
 from rig.compare.stats import compare_boots, noise_components, pairs_needed
 from rig.errors import RigError
 
@@ -146,7 +147,7 @@ def test_log_normalisation_keeps_what_identifies_a_line():
 def test_resume_redoes_exactly_the_missing_boots(tmp_path, monkeypatch):
     calls = []
 
-    def fake_boot(plan, index, block, arm, out, progress, burn_in=False):
+    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False):
         attempt, _ = compare_run._attempt_dir(out, index, arm)
         (out / "runs" / f"{index:02d}-{arm.name}" / f"attempt-{attempt}").mkdir(parents=True)
         calls.append((index, attempt))
@@ -161,7 +162,7 @@ def test_resume_redoes_exactly_the_missing_boots(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         compare_run.run_compare(plan, tmp_path, progress=False)
     assert sorted(p.name for p in (tmp_path / "boots").iterdir()) == ["00-a.json", "01-b.json"]
-    entries = compare_run.run_compare(plan, tmp_path, progress=False)
+    _, entries = compare_run.run_compare(plan, tmp_path, progress=False)
     assert calls == [(0, 1), (1, 1), (2, 1), (2, 2), (3, 1)] and [e.index for e in entries] == [0, 1, 2, 3]
     assert [e.attempt for e in entries] == [1, 1, 2, 1] and not any(e.voided for e in entries)
     assert json.loads((tmp_path / "plan.json").read_text())["order"] == [[0, "a"], [0, "b"], [1, "b"], [1, "a"]]
@@ -172,7 +173,7 @@ def test_resume_redoes_exactly_the_missing_boots(tmp_path, monkeypatch):
 
 
 def test_target_adds_pairs_until_met_or_limit(tmp_path, monkeypatch):
-    def fake_boot(plan, index, block, arm, out, progress, burn_in=False):
+    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False):
         value = 100.0 * (1.05 if arm.name == "b" else 1.0) * (1 + 0.002 * ((index * 7) % 5 - 2))
         return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1, burn_in=burn_in,
                          rounds=[{"prose-c1": RunResult(scenario="prose-c1", dir="", figures={"user_decode_tok_s": value}, problems=[])}])
@@ -180,7 +181,7 @@ def test_target_adds_pairs_until_met_or_limit(tmp_path, monkeypatch):
     monkeypatch.setattr(compare_run, "run_boot", fake_boot)
     plan = ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:X=0"), parse_arm("b:X=1")], control=None, boots=4, rounds=1,
                        scenarios=["prose-c1"], small=True, target_pct=0.5, max_boots=8, first_stage=4)
-    entries = compare_run.run_compare(plan, tmp_path, progress=False)
+    _, entries = compare_run.run_compare(plan, tmp_path, progress=False)
     from rig.compare.report import analyze
 
     saved = ComparePlan.read(tmp_path)
@@ -193,7 +194,7 @@ def test_target_adds_pairs_until_met_or_limit(tmp_path, monkeypatch):
     assert order[:4] == [(0, "a"), (0, "b"), (1, "b"), (1, "a")] and order[8:10] == [(4, "a"), (4, "b")]
     loose = ComparePlan(recipe="tiny-cpu", arms=plan.arms, control=None, boots=4, rounds=1, scenarios=["prose-c1"], small=True,
                         target_pct=3.0, max_boots=8, first_stage=4)
-    entries = compare_run.run_compare(loose, tmp_path / "loose", progress=False)
+    _, entries = compare_run.run_compare(loose, tmp_path / "loose", progress=False)
     analysis = analyze(ComparePlan.read(tmp_path / "loose"), entries)
     assert len(entries) == 8 and analysis.target.met, analysis.target
 
@@ -204,7 +205,7 @@ def test_a_planted_fingerprint_difference_voids_the_comparison(tmp_path, monkeyp
     from rig.compare.report import analyze
     from rig.observe.fingerprint import Fingerprint, GpuFacts
 
-    def fake_boot(plan, index, block, arm, out, progress, burn_in=False):
+    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False):
         limit = 600.0 if (arm.name == "b" and block == 1) else 700.0
         return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1, burn_in=burn_in,
                          fingerprint=Fingerprint(taken_at=0.0, hostname="box", kernel="6.8", os="linux", cpu="cpu", cpu_count=1,
@@ -215,7 +216,7 @@ def test_a_planted_fingerprint_difference_voids_the_comparison(tmp_path, monkeyp
     monkeypatch.setattr(compare_run, "run_boot", fake_boot)
     plan = ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:X=0"), parse_arm("b:X=1")], control=None, boots=2, rounds=1,
                        scenarios=["prose-c1"], small=True)
-    entries = compare_run.run_compare(plan, tmp_path / "one", progress=False)
+    _, entries = compare_run.run_compare(plan, tmp_path / "one", progress=False)
     analysis = analyze(plan, entries)
     assert analysis.void and "gpus.0.power_limit_w" in analysis.void
     assert "VOID" in markdown(analysis)
@@ -224,7 +225,7 @@ def test_a_planted_fingerprint_difference_voids_the_comparison(tmp_path, monkeyp
 
 
 def test_goodput_slos_parse_and_refuse_in_one_line():
-    from rig.compare.goodput import parse_slos
+    from rig.load.goodput import parse_slos
 
     assert parse_slos("ttft<=2s,tpot<=50ms") == {"ttft": 2.0, "tpot": 0.05}
     assert parse_slos(None) is None
@@ -245,10 +246,11 @@ def test_the_burn_in_boot_and_a_boot_that_compiled_are_measured_but_never_paired
     compiled_once = {"b"}
     calls = []
 
-    def fake_boot(plan, index, block, arm, out, progress, burn_in=False):
+    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False):
         calls.append((index, arm.name, burn_in))
         log = "compiled" if burn_in or arm.name in compiled_once else "reused"
         compiled_once.discard(arm.name) if not burn_in else None
+        burn_in = burn_in or (redo_if_compiled and log == "compiled")
         value = 100.0 * (0.992 if burn_in else 1.0) * (1 + 0.001 * ((index * 7) % 5 - 2))
         return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1, burn_in=burn_in,
                          compile_cache=CacheState(state="cold" if log == "compiled" else "warm", log=log),
@@ -257,7 +259,7 @@ def test_the_burn_in_boot_and_a_boot_that_compiled_are_measured_but_never_paired
     monkeypatch.setattr(compare_run, "run_boot", fake_boot)
     plan = ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:X=0"), parse_arm("b:X=1")], control=None, boots=2, rounds=1,
                        scenarios=["prose-c1"], small=True, burn_in_first=True)
-    entries = compare_run.run_compare(plan, tmp_path, progress=False)
+    _, entries = compare_run.run_compare(plan, tmp_path, progress=False)
     # burn-in (0, a); block 0: a, b (compiled: booted again), block 1: b, a
     assert calls == [(0, "a", True), (1, "a", False), (2, "b", False), (2, "b", False), (3, "b", False), (4, "a", False)]
     assert sorted(p.name for p in (tmp_path / "boots").iterdir()) == [
@@ -272,7 +274,7 @@ def test_the_burn_in_boot_and_a_boot_that_compiled_are_measured_but_never_paired
     assert "Boot-state control: a burn-in boot of the baseline arm" in text and "burn-in 00-a (the comparison's first boot" in text
     # A resume reads both entries of the redone position back and boots nothing.
     calls.clear()
-    again = compare_run.run_compare(ComparePlan.read(tmp_path), tmp_path, progress=False)
+    _, again = compare_run.run_compare(ComparePlan.read(tmp_path), tmp_path, progress=False)
     assert calls == [] and len(again) == len(entries)
     # Measured boots in different states (one compiled, the others reused) void the verdict.
     mixed = [e.model_copy(update={"compile_cache": CacheState(state="cold", log="compiled")}) if e.index == 3 else e
@@ -290,10 +292,11 @@ def test_a_first_boot_that_compiled_is_booted_again_without_a_leading_burn_in(tm
     cold = {"caches": True}
     calls = []
 
-    def fake_boot(plan, index, block, arm, out, progress, burn_in=False):
+    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False):
         calls.append(index)
         log = "compiled" if cold["caches"] else "reused"
         cold["caches"] = False
+        burn_in = burn_in or (redo_if_compiled and log == "compiled")
         value = 100.0 * (0.986 if log == "compiled" else 1.0) * (1 + 0.001 * ((index * 7) % 5 - 2))
         return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1, burn_in=burn_in,
                          compile_cache=CacheState(state="cold" if log == "compiled" else "partial", log=log),
@@ -302,7 +305,7 @@ def test_a_first_boot_that_compiled_is_booted_again_without_a_leading_burn_in(tm
     monkeypatch.setattr(compare_run, "run_boot", fake_boot)
     plan = ComparePlan(recipe="llama8b-h200", arms=[parse_arm("a:X=0"), parse_arm("b:X=0")], control=None, boots=2, rounds=1,
                        scenarios=["prose-c1"], small=True)
-    entries = compare_run.run_compare(plan, tmp_path / "cold", progress=False)
+    _, entries = compare_run.run_compare(plan, tmp_path / "cold", progress=False)
     assert calls == [0, 0, 1, 2, 3]
     analysis = analyze(plan, entries)
     assert [b.boot for b in analysis.boot_state.burn_in] == ["00-a.burn-in"] and analysis.void is None
@@ -311,3 +314,84 @@ def test_a_first_boot_that_compiled_is_booted_again_without_a_leading_burn_in(tm
     calls.clear()
     compare_run.run_compare(plan.model_copy(), tmp_path / "warm", progress=False)  # the caches now hold it
     assert calls == [0, 1, 2, 3]
+
+
+def test_caches_that_never_persist_stop_the_redoing_and_the_report_says_so(tmp_path, monkeypatch):
+    """Every boot compiles (a compile cache the boot cannot keep): the first is redone once, the redo
+    compiles again, and from then on nothing is redone; the control does not claim reused caches."""
+    from rig.boot.base import CacheState
+    from rig.compare.report import analyze
+
+    calls = []
+
+    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False):
+        calls.append(index)
+        return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1,
+                         burn_in=burn_in or redo_if_compiled, compile_cache=CacheState(state="cold", log="compiled"),
+                         rounds=[{"prose-c1": RunResult(scenario="prose-c1", dir="", figures={"user_decode_tok_s": 100.0 + index % 3},
+                                                        problems=[])}])
+
+    monkeypatch.setattr(compare_run, "run_boot", fake_boot)
+    plan = ComparePlan(recipe="llama8b-h200", arms=[parse_arm("a:X=0"), parse_arm("b:X=0")], control=None, boots=2, rounds=1,
+                       scenarios=["prose-c1"], small=True)
+    _, entries = compare_run.run_compare(plan, tmp_path, progress=False)
+    assert calls == [0, 0, 1, 2, 3]
+    state = analyze(plan, entries).boot_state
+    assert "compiled again" in state.control and "reused its caches" not in state.control and not state.voiding
+    calls.clear()
+    compare_run.run_compare(ComparePlan.read(tmp_path), tmp_path, progress=False)
+    assert calls == []
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "wrong schema", "a directory", "a fifo"])
+def test_resume_redoes_a_boot_whose_entry_is_damaged_and_loses_nothing(tmp_path, monkeypatch, damage):
+    """A machine that lost power mid-write, a full disk, an older rig, a stray directory or FIFO: the
+    damaged entry is kept aside (never deleted), exactly that boot is redone as a new attempt, the
+    other boots are read back, and the first attempt's runs stay."""
+    calls = []
+
+    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False):
+        attempt, runs = compare_run._attempt_dir(out, index, arm)
+        runs.mkdir(parents=True)
+        (runs / "kept.txt").write_text("measured")
+        calls.append((index, attempt))
+        return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=attempt,
+                         rounds=[{"prose-c1": RunResult(scenario="prose-c1", dir="", figures={"user_decode_tok_s": 100.0 + index}, problems=[])}])
+
+    monkeypatch.setattr(compare_run, "run_boot", fake_boot)
+    plan = ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:X=0"), parse_arm("b:X=1")], control=None, boots=2, rounds=1,
+                       scenarios=["prose-c1"], small=True)
+    compare_run.run_compare(plan, tmp_path, progress=False)
+    entry = tmp_path / "boots" / "02-b.json"
+    text = entry.read_text()
+    entry.unlink()
+    if damage == "truncated":
+        entry.write_text(text[: len(text) // 2])
+    elif damage == "empty":
+        entry.write_text("")
+    elif damage == "wrong schema":
+        assert f'"schema": {COMPARE_SCHEMA}' in text
+        entry.write_text(text.replace(f'"schema": {COMPARE_SCHEMA}', '"schema": 4', 1))
+    elif damage == "a directory":
+        entry.mkdir()
+    else:
+        os.mkfifo(entry)
+    calls.clear()
+    _, entries = compare_run.run_compare(ComparePlan.read(tmp_path), tmp_path, progress=False)
+    assert calls == [(2, 2)] and [e.index for e in entries] == [0, 1, 2, 3] and entries[2].attempt == 2
+    aside = [p for p in (tmp_path / "boots").iterdir() if ".unreadable-" in p.name]
+    assert len(aside) == 1 and aside[0].name.startswith("02-b.json.unreadable-")
+    assert (tmp_path / "runs" / "02-b" / "attempt-1" / "kept.txt").read_text() == "measured"
+
+
+def test_a_damaged_plan_is_one_line_and_the_boots_stay(tmp_path):
+    (tmp_path / "boots").mkdir()
+    (tmp_path / "boots" / "00-a.json").write_text("{}")
+    (tmp_path / "plan.json").write_text(f'{{"schema": {COMPARE_SCHEMA}, "recipe": "tiny-cpu", "arms": [')
+    plan = ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:X=0"), parse_arm("b:X=1")], control=None, boots=2, rounds=1,
+                       scenarios=["prose-c1"], small=True)
+    from rig.errors import Damaged
+
+    with pytest.raises(Damaged, match="unreadable comparison plan") as caught:
+        compare_run.run_compare(plan, tmp_path, progress=False)
+    assert "\n" not in str(caught.value) and (tmp_path / "boots" / "00-a.json").exists()

@@ -61,7 +61,8 @@ def test_the_spin_lengthens_each_step_by_what_it_measured(tmp_path):
     entry = next(json.loads(p.read_text())["adapters"]["gpu_delay"] for p in manifests.glob("manifest-*.json"))
     stats = entry["stats"]
     assert entry["state"] == "armed" and entry["first_use"] is not None and entry["notes"]
-    assert 45 <= stats["spin_us"]["mean"] <= 55, stats  # the spin itself is the asked-for 50 us
+    # The spin between its events: the asked-for 50 us of cycles plus its launch (6-9 us on an H200).
+    assert 50 <= stats["spin_us"]["mean"] <= 62, stats
     reported = stats["added_us"]["mean"]  # what the adapter measured it adds to a step, in place
     independent = timing["delayed_us"] - timing["plain_us"]
     assert abs(reported - independent) <= 0.05 * independent + 2, (timing, stats)

@@ -301,7 +301,9 @@ def test_a_plan_on_disk_is_parsed_again(tmp_path):
     data = json.loads((tmp_path / "plan.json").read_text())
     data["arms"][1]["image_tag"] = "v2; curl x"  # the spec still says image=v2
     (tmp_path / "plan.json").write_text(json.dumps(data))
-    with pytest.raises(ValueError, match="does not match its spec"):
+    from rig.errors import Damaged
+
+    with pytest.raises(Damaged, match="does not match its spec"):
         ComparePlan.read(tmp_path)
     data["arms"][1] = {**data["arms"][1], "image_tag": None, "spec": "b:LD_PRELOAD=/x.so", "env": {"LD_PRELOAD": "/x.so"}}
     (tmp_path / "plan.json").write_text(json.dumps(data))

@@ -85,8 +85,8 @@ CRAFTED = {
     "prompt set with dot dot": (_with(BASE, prompt_set=".."), "prompt_set"),
     "prompt set absolute": (_with(BASE, prompt_set="/etc/hostname"), "prompt_set"),
     "prompt set missing": (_with(BASE, prompt_set="nosuchset"), "prompt_set"),
-    "name with newline": (_with(BASE, name="a\nb"), "(file)"),  # the strict reader refuses it first
-    "name with bidi override": (_with(BASE, name="ab\u202ecd"), "(file)"),  # the strict reader refuses it first
+    "name with newline": (_with(BASE, name="a\nb"), "name"),  # the strict reader refuses it first, naming the field
+    "name with bidi override": (_with(BASE, name="ab\u202ecd"), "name"),  # the strict reader refuses it first, naming the field
     "trace file not a name or jsonl": (_with(TRACE, trace={"file": "../../etc/passwd"}), "trace.file"),
     # sections that do not belong to the kind
     "arrivals on a closed loop": (_with(BASE, arrivals={"rate": 1}), "(top level)"),

@@ -133,15 +133,15 @@ def test_the_comparison_runs_its_load_through_the_session_not_the_loadtest_comma
 
 def test_the_docker_client_has_its_own_module():
     users = {module for module, targets in GRAPH.items() if "rig.docker_client" in targets}
-    assert {"rig.deploy.build", "rig.deploy.rehearse", "rig.boot.compose", "rig.drift"} <= users
-    for module in ("rig.deploy.build", "rig.deploy.rehearse", "rig.drift"):
+    assert {"rig.deploy.build", "rig.boot.rehearse", "rig.boot.compose", "rig.drift"} <= users
+    for module in ("rig.deploy.build", "rig.boot.rehearse", "rig.drift"):
         assert "rig.boot.compose" not in GRAPH[module], module
 
 
 def test_the_pin_store_is_apart_from_the_rehearsal():
     """render, build and pin read the lab's pins; only the rehearsal builds on them."""
     for module in ("rig.deploy.render", "rig.deploy.build", "rig.deploy.pin"):
-        assert "rig.deploy.pins" in GRAPH[module] and "rig.deploy.rehearse" not in GRAPH[module]
+        assert "rig.deploy.pins" in GRAPH[module] and "rig.boot.rehearse" not in GRAPH[module]
     assert GRAPH["rig.deploy.pins"] <= {"rig.atomic", "rig.deploy.recipe", "rig.strict_yaml"}
 
 
@@ -150,3 +150,32 @@ def test_the_readme_documents_every_exit_code():
     section = readme.split("### Exit codes", 1)[1].split("\n## ", 1)[0]
     documented = {row.split("|")[1].strip() for row in section.splitlines() if re.match(r"\| [0-9]", row)}
     assert documented == {str(int(code)) for code in Exit} | {f"{SIGNALLED}+N"}
+
+
+def package(module: str) -> str:
+    """rig.load.metrics -> load; rig.cli -> (top)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or module in {f"rig.{p}" for p in ("load", "compare", "boot", "deploy", "observe", "audit")} \
+        else "(top)"
+
+
+# The flow's direction: a package imports only packages before it (recipe -> boot -> load -> compare).
+# load measures; compare reads what load measured, never the other way round. deploy renders and
+# builds; it never boots.
+FORBIDDEN = {("load", "compare"), ("deploy", "boot"), ("deploy", "load"), ("deploy", "compare"), ("boot", "load"),
+             ("boot", "compare"), ("observe", "compare"), ("observe", "load")}
+
+
+@pytest.mark.parametrize("direction", sorted(FORBIDDEN), ids=lambda d: f"{d[0]}-not-{d[1]}")
+def test_packages_import_only_along_the_flow(direction):
+    source, target = direction
+    found = sorted(f"{module} -> {imported}" for module, imports in GRAPH.items() if package(module) == source
+                   for imported in imports if package(imported) == target)
+    assert found == [], found
+
+
+def test_every_slo_names_a_per_request_figure():
+    from rig.load.goodput import SLO_KEYS
+    from rig.load.request_metrics import PER_REQUEST
+
+    assert set(SLO_KEYS) <= set(PER_REQUEST)

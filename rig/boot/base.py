@@ -20,11 +20,11 @@ from rig.atomic import write_text_atomic
 from rig.deploy.recipe import REPO_ROOT, Resolved, check_overlay
 from rig.deploy.render import COMPOSE_DIR
 from rig.engines import Engine
-from rig.errors import RigError
+from rig.errors import Damaged, RigError
 from rig.observe.fingerprint import CacheFiles, Fingerprint, host_fingerprint, manifest_hashes
 from rig.secrets import redact_for
 from rig.strict_yaml import read_regular
-from rig.typed import Typed, Versioned
+from rig.typed import Typed, Versioned, first_problem
 
 RESULTS_DIR = Path(os.environ.get("RIG_RESULTS_DIR", REPO_ROOT / "results"))
 BOOTS_DIR = RESULTS_DIR / "boots"
@@ -126,14 +126,12 @@ class BootRecord(Versioned):
         try:
             record = cls.model_validate_json(text)
         except ValidationError as error:
-            first = error.errors()[0]
-            field = ".".join(str(part) for part in first["loc"]) or "(file)"
-            problem = " ".join(first["msg"].split())
-            raise RigError(_shown(path), field, f"not a complete boot record ({problem})", fix) from None
+            field, problem = first_problem(error)
+            raise Damaged(_shown(path), field, f"not a complete boot record ({problem})", fix) from None
         problem = record.inconsistency()
         if problem:
             field, why = problem
-            raise RigError(_shown(path), field, f"not a boot record rig wrote ({why})", fix)
+            raise Damaged(_shown(path), field, f"not a boot record rig wrote ({why})", fix)
         return record
 
     def inconsistency(self) -> tuple[str, str] | None:

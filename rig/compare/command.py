@@ -6,7 +6,6 @@ from pathlib import Path
 
 from rig.compare.arms import check_arms, parse_arm
 from rig.compare.design import DEFAULT_BOOTS, DEFAULT_ROUND_S, DEFAULT_ROUNDS
-from rig.compare.goodput import parse_slos
 from rig.compare.model import ComparePlan
 from rig.compare.output import write_report
 from rig.compare.report import Analysis, analyze
@@ -15,6 +14,7 @@ from rig.compare.stats import MIN_PAIRS_FOR_TARGET
 from rig.deploy.recipe import load, split_ref
 from rig.engines import ENGINES
 from rig.errors import RigError
+from rig.load.goodput import parse_slos
 from rig.load.scenarios import load_scenario
 from rig.load.session import default_small
 
@@ -62,8 +62,8 @@ def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, 
     out = Path(resume) if resume else compare_root()
     if resume and not (out / "plan.json").exists():
         raise RigError(str(out), "--resume", "no comparison (plan.json) in this directory", "name a results/compare/<timestamp> directory")
-    entries = run_compare(plan, out, progress)
-    analysis = analyze(ComparePlan.read(out), entries)
+    plan, entries = run_compare(plan, out, progress)
+    analysis = analyze(plan, entries)
     text = write_report(out, analysis)
     print(text)
     print(f"report: {out}/compare.md, compare.json, compare.png, boot-log-diff.txt")

@@ -10,8 +10,10 @@ import math
 import re
 from pathlib import Path
 
+from pydantic import Field
+
 from rig.boot.base import CacheState
-from rig.compare.model import BootEntry, ComparePlan
+from rig.compare.model import BURN_IN_BLOCK, BootEntry, ComparePlan
 from rig.observe.fingerprint import FingerprintDifference, fingerprint_differences, voiding_differences
 from rig.typed import Typed
 
@@ -70,6 +72,7 @@ class GpuBoot(Typed):
     """One measured boot's serving GPUs over its usable windows."""
 
     boot: str  # NN-arm
+    arm: str
     windows: int
     sm_mhz_mean: float | None  # mean over the windows of each window's mean, serving GPUs averaged
     sm_mhz_min: float | None
@@ -80,11 +83,13 @@ class GpuBoot(Typed):
 
 class GpuConditions(Typed):
     """The GPUs during every measured window, and whether a clock-event reason (a power cap, thermal
-    or hardware slowdown) held in some boots and not in others: then one arm may have run slower
-    clocks, and the difference voids the verdict unless accepted (--accept-fingerprint gpu.clock_events)."""
+    or hardware slowdown) held in the boots of some arm and in no boot of another: then that arm may
+    have run at slower clocks, and the difference voids the verdict unless accepted
+    (--accept-fingerprint gpu.clock_events). A reason seen in boots of every arm is reported only."""
 
     boots: list[GpuBoot]
     differing_events: list[str]  # reasons seen in some measured boots but not in all
+    by_arm_events: list[str] = Field(default_factory=list)  # reasons seen in some arm's boots and in none of another's
     voiding: bool
 
 
@@ -101,7 +106,7 @@ def gpu_conditions(entries: list[BootEntry], accepted: list[str]) -> GpuConditio
         sm = [t.sm_mhz for t in gpus if t.sm_mhz]
         power = [t.power_w for t in gpus if t.power_w]
         temps = [t.temp_c.max for t in gpus if t.temp_c]
-        boots.append(GpuBoot(boot=f"{entry.index:02d}-{entry.arm}", windows=len(windows),
+        boots.append(GpuBoot(boot=f"{entry.index:02d}-{entry.arm}", arm=entry.arm, windows=len(windows),
                              sm_mhz_mean=sum(s.mean for s in sm) / len(sm) if sm else None,
                              sm_mhz_min=min(s.min for s in sm) if sm else None,
                              power_w_mean=sum(p.mean for p in power) / len(power) if power else None,
@@ -109,8 +114,10 @@ def gpu_conditions(entries: list[BootEntry], accepted: list[str]) -> GpuConditio
                              clock_events=sorted({name for t in gpus for name in t.clock_events})))
     seen = [set(b.clock_events) for b in boots]
     differing = sorted(set().union(*seen) - set.intersection(*seen)) if seen else []
+    arms = {b.arm for b in boots}
+    by_arm = sorted(reason for reason in differing if {b.arm for b in boots if reason in b.clock_events} != arms)
     accepted_here = any(fnmatch.fnmatchcase(GPU_EVENTS_FIELD, pattern) for pattern in accepted)
-    return GpuConditions(boots=boots, differing_events=differing, voiding=bool(differing) and not accepted_here)
+    return GpuConditions(boots=boots, differing_events=differing, by_arm_events=by_arm, voiding=bool(by_arm) and not accepted_here)
 
 
 class BurnInBoot(Typed):
@@ -154,12 +161,12 @@ def boot_state(plan: ComparePlan, entries: list[BootEntry], headlines: dict[str,
                    "compiled, so the first boot is never measured)")
     else:
         control = ("a measured boot whose engine log says it compiled (its caches did not hold its configuration) is "
-                   "kept as a burn-in and booted again, so every measured boot reused its caches")
+                   "kept as a burn-in and booted again")
     burn_in = []
     for entry in entries:
         if not entry.burn_in or entry.voided:
             continue
-        why = ("the comparison's first boot" if entry.block < 0 else
+        why = ("the comparison's first boot" if entry.block == BURN_IN_BLOCK else
                "compiled (its caches did not hold this configuration): booted again")
         headline, versus = {}, {}
         for scenario, figure in headlines.items():
@@ -170,10 +177,14 @@ def boot_state(plan: ComparePlan, entries: list[BootEntry], headlines: dict[str,
             reference = _geomean(measured)
             versus[scenario] = (100 * (headline[scenario] / reference - 1)
                                 if headline[scenario] and reference else None)
-        burn_in.append(BurnInBoot(boot=f"{entry.index:02d}-{entry.arm}" + (".burn-in" if entry.block >= 0 else ""), why=why,
+        burn_in.append(BurnInBoot(boot=f"{entry.index:02d}-{entry.arm}" + ("" if entry.block == BURN_IN_BLOCK else ".burn-in"), why=why,
                                   compile_cache=entry.compile_cache, headline=headline, vs_measured_pct=versus))
     measured = [e for e in entries if e.measured]
     compiled = [f"{e.index:02d}-{e.arm}" for e in measured if e.compiled]
+    if plan.boot_state_control and not plan.cold_caches and not plan.burn_in_first:
+        control += (": every measured boot reused its caches" if not compiled else
+                    f"; but {len(compiled)} measured boot(s) compiled again (the caches did not persist between boots), "
+                    "so redoing stopped and the states are only recorded")
     reused = [f"{e.index:02d}-{e.arm}" for e in measured if e.compile_cache is not None and e.compile_cache.log == "reused"]
     accepted = any(fnmatch.fnmatchcase(BOOT_STATE_FIELD, pattern) for pattern in plan.accept_fingerprint)
     return BootState(control=control, burn_in=burn_in, compiled=compiled, reused=reused,

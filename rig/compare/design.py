@@ -7,7 +7,7 @@ benchmarks/RESULTS.md "Resolution"):
 
 - Boot pairs: on one H200 (vLLM 0.24.0, 8B widths, TP1, CUDA graphs, prose at c=1; 2026-12-01) eight
   warm boots gave boot sd 0.01% and round sd 0.02% (10 s rounds). At that noise 2 pairs already
-  resolve a 0.5% change with 98% power; 4 pairs keep >= 99% up to the ~0.1% spread between warm
+  resolve a 0.5% change with 98% power; 4 pairs keep 98-99% up to the ~0.1% spread between warm
   boots that two other machines showed (0.1%/0.04%), and 76% even at ten times the measured noise
   (0.1%/0.2%), with false verdicts at the stated 5% throughout. 4 pairs is also the smallest design
   whose wrong-signed verdicts stay well under 1% at boot sd 3% (the calibration table), so one

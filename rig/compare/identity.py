@@ -45,7 +45,7 @@ def greedy_report(entries: list[BootEntry], arms: list[str], control: str | None
     """Identity proves something only where the server reproduces itself: within-arm identity first
     (else inconclusive), then across arms; the control is compared per prompt against every boot
     of the baseline, and discriminates only if the baseline was reproducible."""
-    usable = [e for e in entries if not e.voided and e.greedy]
+    usable = [e for e in entries if not e.voided and not e.burn_in and e.greedy]
     main = [e for e in usable if not e.control]
     prompts = sorted({p for e in main for p in e.greedy})
     within = {arm: {p: len({e.greedy.get(p) for e in main if e.arm == arm}) == 1 for p in prompts}
@@ -90,7 +90,7 @@ def batching_identity(entries: list[BootEntry], arms: list[str]) -> BatchingIden
     by_key: dict[tuple[str, str, str], dict[str, set[str]]] = {}
     greedy: dict[str, bool] = {}  # scenario -> runs at temperature 0 (each scenario file read once)
     for entry in entries:
-        if entry.voided or entry.control:
+        if not entry.measured:
             continue
         for round_results in entry.rounds:
             for name, result in round_results.items():

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from rig.boot.base import CacheState
+from rig.compare.effects import KnownEffect
 from rig.compare.percentiles import min_count
 from rig.compare.quality import quality_line
-from rig.compare.report import Analysis, KnownEffect
+from rig.compare.report import Analysis
 from rig.compare.stats import CONFIDENCE, RATIO, Comparison
 
 
@@ -62,11 +63,15 @@ def per_token_line(scenario: str, arm: str, c: Comparison) -> str | None:
 
 
 def known_effect_line(effect: KnownEffect) -> str:
-    held = ("no interval to hold it against" if effect.covered is None else
-            f"the per-token interval [{_ms(effect.interval_ms[0])}, {_ms(effect.interval_ms[1])}] "  # type: ignore[index]
-            + ("covers it" if effect.covered else "does NOT cover it"))
-    return (f"{'':14} {'  known effect ' + effect.arm:24} {effect.adapter} measured {_ms(effect.per_token_ms)} per token "
-            f"({effect.statistic}, mean of {effect.boots} boot(s)); {held}")
+    own = (f" [{_ms(effect.effect_interval_ms[0])}, {_ms(effect.effect_interval_ms[1])}]"
+           if effect.effect_interval_ms else "")
+    if effect.covered is None or effect.interval_ms is None:
+        held = "no per-token interval to hold it against"
+    else:
+        held = (f"the per-token interval [{_ms(effect.interval_ms[0])}, {_ms(effect.interval_ms[1])}] "
+                + ("agrees with it" if effect.covered else "does NOT agree with it"))
+    return (f"{'':14} {'  known effect ' + effect.arm:24} {effect.adapter} measured {_ms(effect.per_token_ms)}{own} per token "
+            f"({effect.statistic}, {effect.boots} boot(s)); {held}")
 
 
 def _header(analysis: Analysis) -> list[str]:
@@ -189,7 +194,9 @@ def _gpus(analysis: Analysis) -> list[str]:
             + (f"; clock-event reasons: {', '.join(events)}" if events else "; no clock-event reason (no power cap, "
                "thermal or hardware slowdown) in any window"))
     if gpu.differing_events:
-        line += f"; in some boots only: {', '.join(gpu.differing_events)}" + (" (voids the verdict)" if gpu.voiding else " (accepted)")
+        line += f"; in some boots only: {', '.join(gpu.differing_events)}"
+        line += (f" ({', '.join(gpu.by_arm_events)} in one arm's boots only: voids the verdict)" if gpu.voiding else
+                 " (accepted)" if gpu.by_arm_events else " (seen in every arm's boots: reported only)")
     return [line]
 
 

@@ -15,13 +15,13 @@ from rig.atomic import write_text_atomic
 from rig.boot.base import CacheState
 from rig.boot.checks import BootCheck
 from rig.compare.arms import Arm, boot_order
-from rig.compare.goodput import Goodput
 from rig.compare.percentiles import LatencyHistogram
+from rig.load.goodput import Goodput
 from rig.observe.fingerprint import Fingerprint
 from rig.observe.gpu import GpuTelemetry
 from rig.typed import Typed, Versioned
 
-COMPARE_SCHEMA = 5
+COMPARE_SCHEMA = 6
 PLAN_MAX_BYTES = 1 << 20
 ENTRY_MAX_BYTES = 16 << 20
 IMPORTED_INDEX = 100  # boots imported from another tool (rig import --compare) are numbered from here
@@ -149,7 +149,7 @@ class BootEntry(Versioned):
     arm: str
     spec: str
     control: bool
-    attempt: int  # 1 + earlier attempts of this boot that did not finish (interrupted)
+    attempt: int  # 1 + earlier attempts at this position: interrupted ones, and a first boot kept as a burn-in
     # A burn-in boot: measured like the others but paired with nothing (the comparison's first boot,
     # or a measured boot that compiled and was booted again); its figures show what boot state costs.
     burn_in: bool = False

@@ -24,6 +24,7 @@ from rig.compare.conditions import (
     fingerprint_report,
     gpu_conditions,
 )
+from rig.compare.effects import KnownEffect, known_effects
 from rig.compare.identity import BatchingIdentity, GreedyIdentity, batching_identity, greedy_report
 from rig.compare.model import COMPARE_SCHEMA, BootEntry, ComparePlan
 from rig.compare.percentiles import min_count, percentile_label, pooled_percentile
@@ -94,21 +95,6 @@ class ScenarioResult(Typed):
     # in ms: what a per-token change (an injected delay, a slower kernel) is in its own unit. The
     # same measurements as the headline, so it is no further verdict; {} for other headlines.
     per_token: dict[str, Comparison] = Field(default_factory=dict)
-
-
-class KnownEffect(Typed):
-    """A test instrument's own measurement of what it adds per token (its registry row's `effect`),
-    held against the per-token interval the comparison found: the check that rig recovers a known
-    effect on this engine."""
-
-    scenario: str
-    arm: str
-    adapter: str
-    statistic: str
-    per_token_ms: float  # the arm's boots' mean minus the baseline's (0 where the baseline has none)
-    boots: int  # measured boots of the arm whose manifest holds the statistic
-    interval_ms: tuple[float, float] | None
-    covered: bool | None  # the per-token interval holds the known effect; None without an interval
 
 
 class SecondaryFamily(Typed):
@@ -326,39 +312,6 @@ def scenario_result(plan: ComparePlan, figures: ScenarioFigures, family: Seconda
                           latency=latency, goodput=goodput, boots=figures.headline_boots, per_token=per_token)
 
 
-def _effect_ms(entries: list[BootEntry], arm: str, adapter: str, statistic: str, factor: float) -> list[float]:
-    values = []
-    for entry in _measured(entries):
-        stats = entry.adapter_stats.get(adapter)
-        value = stats.get(statistic) if isinstance(stats, dict) else None
-        if entry.arm == arm and isinstance(value, dict) and isinstance(value.get("mean"), (int, float)):
-            values.append(factor * float(value["mean"]))
-    return values
-
-
-def known_effects(plan: ComparePlan, entries: list[BootEntry], scenarios: dict[str, ScenarioResult]) -> list[KnownEffect]:
-    from rig_adapters.registry import REGISTRY
-
-    arms = [a.name for a in plan.arms]
-    out = []
-    for name, result in scenarios.items():
-        for arm, per_token in result.per_token.items():
-            for spec in REGISTRY:
-                if spec.effect is None:
-                    continue
-                statistic, factor = spec.effect
-                values = _effect_ms(entries, arm, spec.name, statistic, factor)
-                if not values:
-                    continue
-                baseline = _effect_ms(entries, arms[0], spec.name, statistic, factor)
-                effect = sum(values) / len(values) - (sum(baseline) / len(baseline) if baseline else 0.0)
-                interval = per_token.ci
-                out.append(KnownEffect(scenario=name, arm=arm, adapter=spec.name, statistic=statistic, per_token_ms=effect,
-                                       boots=len(values), interval_ms=interval,
-                                       covered=None if interval is None else interval[0] <= effect <= interval[1]))
-    return out
-
-
 def headline_comparisons(plan: ComparePlan, entries: list[BootEntry]) -> list[Comparison]:
     """Every scenario's headline comparisons: what `--target` plans on and is judged against."""
     arms = [a.name for a in plan.arms]
@@ -377,7 +330,10 @@ def planned_pairs(plan: ComparePlan, entries: list[BootEntry]) -> int:
     """Stein's second stage: the pairs every headline comparison's first-stage sd asks for, capped
     at max_boots (a comparison with no first-stage sd asks for the cap)."""
     cap = plan.max_boots or plan.boots
-    wanted = [c.pairs_for_target for c in headline_comparisons(plan, entries)]
+    comparisons = headline_comparisons(plan, entries)
+    if any(c.ci is None and c.pairs >= MIN_PAIRS for c in comparisons):
+        return plan.boots  # voided boots left Stein's first stage without an sd: more pairs cannot give it one
+    wanted = [c.pairs_for_target for c in comparisons]
     return min(cap, max([plan.boots] + [cap if w is None else w for w in wanted]))
 
 
@@ -414,7 +370,8 @@ def analyze(plan: ComparePlan, entries: list[BootEntry]) -> Analysis:
     state = boot_state(plan, entries, {name: HEADLINE[load_scenario(name).kind].name for name in plan.scenarios})
     fields = sorted({d.field for d in fingerprints.voiding})
     if gpus.voiding:
-        fields.append(f"gpu.clock_events: {', '.join(gpus.differing_events)} in some boots' windows only")
+        fields.append(f"gpu.clock_events: {', '.join(gpus.by_arm_events)} in the windows of some arm's boots and of no boot "
+                      "of another")
     if state.voiding:
         fields.append(f"compile_cache.log: {', '.join(state.compiled)} compiled, {', '.join(state.reused)} reused")
     void = None
@@ -441,7 +398,7 @@ def analyze(plan: ComparePlan, entries: list[BootEntry]) -> Analysis:
         target=target_report(plan, entries),
         gpu=gpus,
         boot_state=state,
-        known_effects=known_effects(plan, entries, scenarios),
+        known_effects=known_effects(plan, entries, {name: result.per_token for name, result in scenarios.items()}),
         void=void,
         quality=analyze_quality(plan, entries, _encoder(plan)),
         timeline=[TimelineBoot(index=e.index, arm=e.arm, block=e.block, voided=e.voided, control=e.control or e.burn_in,

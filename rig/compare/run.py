@@ -4,19 +4,24 @@ down (also when it fails), and writes each finished boot at once. Each attempt a
 own directory, so a resumed comparison redoes exactly the boots that did not finish, and a
 server left behind by a killed attempt is stopped before its redo.
 
-The boot-state control (on unless --no-burn-in): on one H200 the boot that compiled its caches
-decoded 0.8% slower than later boots of the same configuration, and under ABBA that boot is always
-the baseline's. So the comparison opens with a burn-in boot of the baseline arm (measured, kept,
-paired with nothing), and a measured boot whose engine log says it compiled (an arm whose
-configuration the caches did not hold yet) is kept as a burn-in and booted again at once. Every
-measured boot then starts from caches that hold its configuration."""
+The boot-state control (on unless --no-burn-in): on one H200 a boot that compiled its torch.compile
+graph decoded 1.1-1.4% slower for its whole life than boots that reused it, and under ABBA the
+machine's first boot is always the baseline's. So a measured boot whose engine log says it compiled
+(its caches did not hold its arm's configuration yet) becomes a burn-in as soon as it is healthy
+(measured, kept, paired with nothing; no quality reference, no identity check) and is booted again
+at once; if that second boot compiles too, the caches do not persist and redoing stops. Where the
+engine's log cannot say (transformers serve), the comparison opens with a burn-in boot of the
+baseline arm instead."""
 
 from __future__ import annotations
 
 import hashlib
 import io
+import sys
 import time
 from pathlib import Path
+
+from pydantic import JsonValue
 
 from rig.atomic import write_text_atomic
 from rig.boot import BootFailed, driver_for, driver_named
@@ -25,7 +30,6 @@ from rig.boot.base import BootRecord
 from rig.boot.checks import check_boot, read_manifests
 from rig.chat import stream_chat
 from rig.compare.arms import Arm
-from rig.compare.goodput import goodput
 from rig.compare.model import (
     BURN_IN_BLOCK,
     ENTRY_MAX_BYTES,
@@ -38,15 +42,16 @@ from rig.compare.model import (
 )
 from rig.compare.percentiles import LatencyHistogram
 from rig.deploy.recipe import Resolved
-from rig.errors import RigError
-from rig.load.metrics import completed_in_window, latency_samples, run_tokens_per_chunk
+from rig.errors import Damaged, NotFound, RigError
+from rig.load.goodput import goodput
+from rig.load.metrics import latency_samples
 from rig.load.records import RequestRecord, read_records
+from rig.load.request_metrics import done_in_window
 from rig.load.runner import LoadTarget
 from rig.load.scenarios import greedy_prompts, load_scenario
 from rig.load.session import Interrupted, model_dir_for, run_scenarios
 from rig.load.summary import LATENCY_SAMPLES, RunSummary
 from rig.load.wire import BootMarker
-from rig.typed import StoredRecordError
 
 
 def greedy_identity(base_url: str, model: str, small: bool) -> dict[str, str]:
@@ -83,7 +88,7 @@ def run_result(summary: RunSummary, records: list[RequestRecord], out_dir: Path,
     """What a comparison keeps of one round: its headline, why it may not be used, its goodput,
     and its window's per-request latencies (ms) for the boot's pooled percentiles."""
     window = summary.metrics.window
-    samples = latency_samples(completed_in_window(records, window.start, window.end), run_tokens_per_chunk(records))
+    samples = latency_samples(done_in_window(records, window.start, window.end))
     latency = {name: LatencyHistogram.of(1000 * value for value in getattr(samples, name)) for name in LATENCY_SAMPLES}
     telemetry = summary.observations.gpu if summary.observations else None
     gpu = {index: t for index, t in telemetry.gpus.items() if t.serving} if telemetry and telemetry.gpus else None
@@ -92,18 +97,52 @@ def run_result(summary: RunSummary, records: list[RequestRecord], out_dir: Path,
                      window=(window.start, window.end))
 
 
+# Statistics whose processes' values combine by their extreme, not their mean: the last process
+# to finish measuring is when the measurement ended (each TP rank measures its own).
+_LATEST, _EARLIEST = {"measured_until"}, {"measuring_from"}
+
+
+def merged_adapter_stats(manifests: list[dict]) -> dict[str, JsonValue]:
+    """adapter -> statistic -> {count, sum, mean} over every engine process's manifest (each TP rank
+    records its own): counts and sums add up; a time of the measurement's end is the latest."""
+    merged: dict[str, dict[str, dict[str, float]]] = {}
+    for manifest in manifests:
+        for name, adapter in manifest.get("adapters", {}).items():
+            for stat, value in (adapter.get("stats") or {}).items():
+                if not isinstance(value, dict) or not isinstance(value.get("mean"), (int, float)):
+                    continue
+                into = merged.setdefault(name, {}).setdefault(stat, {"count": 0, "sum": 0.0, "mean": float(value["mean"])})
+                into["count"] += int(value.get("count", 1))
+                into["sum"] += float(value.get("sum", value["mean"]))
+                if stat in _LATEST or stat in _EARLIEST:
+                    pick = max if stat in _LATEST else min
+                    into["mean"] = pick(into["mean"], float(value["mean"]))
+                else:
+                    into["mean"] = into["sum"] / into["count"]
+    return merged  # type: ignore[return-value]
+
+
+def _stat(stats: object, name: str) -> float | None:
+    value = stats.get(name) if isinstance(stats, dict) else None
+    mean = value.get("mean") if isinstance(value, dict) else None
+    return float(mean) if isinstance(mean, (int, float)) else None
+
+
 def leave_out_rounds_measured_during(entry: BootEntry) -> None:
     """An adapter that measures its own effect in place (gpu_delay alternates with and without its
-    spin over its first steps) records until when; a round whose window began before that saw the
-    alternation, not the arm, and is left out with the reason."""
+    spin over its first steps) records when it began (`measuring_from`) and until when
+    (`measured_until`); a round whose window began before the end saw the alternation, not the arm,
+    and is left out with the reason; every round, when the measurement never ended."""
     for name, stats in entry.adapter_stats.items():
-        until = stats.get("measured_until") if isinstance(stats, dict) else None
-        until_s = until.get("mean") if isinstance(until, dict) else None
-        if not isinstance(until_s, (int, float)):
+        if _stat(stats, "measuring_from") is None and _stat(stats, "measured_until") is None:
             continue
+        until_s = _stat(stats, "measured_until")
         for round_results in entry.rounds:
             for result in round_results.values():
-                if result.window is not None and result.window[0] < until_s:
+                if until_s is None:
+                    result.problems.append(f"{name} was still measuring its effect (with and without it, alternately) "
+                                           "when the boot ended: too few engine steps for its measurement")
+                elif result.window is not None and result.window[0] < until_s:
                     result.problems.append(f"{name} was still measuring its effect (with and without it, alternately) "
                                            f"until {until_s - result.window[0]:.1f} s into this round's window")
 
@@ -127,13 +166,13 @@ def stop_leftover(out: Path, index: int, arm: Arm, recipe: str) -> str | None:
     try:
         found = BootMarker.parse(marker.read_bytes(), str(marker))
         boot_id, since = found.boot_id, found.since
-    except StoredRecordError:  # a marker of another schema or a damaged one: stop nothing but this recipe's later boots
+    except Damaged:  # a marker of another schema or a damaged one: stop nothing but this recipe's later boots
         boot_id, since = None, float("inf")
     note = None
     for path in sorted(boot_base.STATE_DIR.glob("*.json")):
         try:
             record = BootRecord.load(path)
-        except (ValueError, TypeError, OSError, RigError):
+        except (NotFound, Damaged):  # gone meanwhile, or not a record rig wrote: nothing of ours to stop
             continue
         if record.boot_id == boot_id or (boot_id is None and record.recipe == recipe and record.started >= since):
             driver_named(record.driver).down(record)
@@ -142,12 +181,25 @@ def stop_leftover(out: Path, index: int, arm: Arm, recipe: str) -> str | None:
     return note
 
 
+class ResolvedArms:
+    """Each arm's recipe, resolved once per comparison: the variant it boots and the recipe as the arm
+    runs it (rig.compare.arms.Arm.base / resolve)."""
+
+    def __init__(self, plan: ComparePlan) -> None:
+        arms = plan.arms + ([plan.control] if plan.control else [])
+        self.by_name = {arm.name: (arm.base(plan.recipe), arm.resolve(plan.recipe)) for arm in arms}
+
+    def __getitem__(self, arm: Arm) -> tuple[Resolved, Resolved]:
+        return self.by_name[arm.name]
+
+
 def run_boot(plan: ComparePlan, index: int, block: int, arm: Arm, out: Path, progress: bool,
-             burn_in: bool = False) -> BootEntry:
+             burn_in: bool = False, arms: ResolvedArms | None = None, redo_if_compiled: bool = False) -> BootEntry:
     """One boot: up, checks, warmup and rounds, then (a measured boot) greedy identity and quality
-    probes, down. A burn-in boot runs the rounds only: its figures show the boot-state effect."""
-    base = arm.base(plan.recipe)
-    resolved = arm.resolve(plan.recipe)
+    probes, down. A burn-in boot runs the rounds only: its figures show the boot-state effect. With
+    `redo_if_compiled`, a boot whose engine log says it compiled becomes a burn-in as soon as it is
+    healthy (it defines no quality reference, enters no identity check), and the caller boots again."""
+    base, resolved = (arms or ResolvedArms(plan))[arm]
     driver = driver_for(base)
     attempt, runs_dir = _attempt_dir(out, index, arm)
     runs_dir.mkdir(parents=True)  # an attempt killed while booting still counts as one
@@ -164,6 +216,8 @@ def run_boot(plan: ComparePlan, index: int, block: int, arm: Arm, out: Path, pro
         marker.unlink(missing_ok=True)
         return entry
     clock.lap("up")
+    if redo_if_compiled and record.compile_cache.log == "compiled":
+        burn_in = entry.burn_in = True
     write_text_atomic(marker, BootMarker(attempt=attempt, boot_id=record.boot_id, since=since).json_text())
     entry.boot_id, entry.healthy_after_s, entry.log_path = record.boot_id, record.healthy_after_s, record.log_path
     entry.fingerprint = record.fingerprint
@@ -194,8 +248,7 @@ def run_boot(plan: ComparePlan, index: int, block: int, arm: Arm, out: Path, pro
         entry.check = after
         if not after.ok:
             entry.voided, entry.problems = True, after.problems
-        entry.adapter_stats = {name: adapter["stats"] for manifest in read_manifests(record.manifest_dir)
-                               for name, adapter in manifest.get("adapters", {}).items() if adapter.get("stats")}
+        entry.adapter_stats = merged_adapter_stats(read_manifests(record.manifest_dir))
         leave_out_rounds_measured_during(entry)
     except Exception as error:  # noqa: BLE001 - whatever broke after the boot voids this boot, not the comparison
         entry.voided, entry.problems = True, [str(error) if isinstance(error, RigError) else f"{type(error).__name__}: {error}"]
@@ -220,18 +273,19 @@ class _PhaseClock:
         self.last = now
 
 
-def run_compare(plan: ComparePlan, out: Path, progress: bool = True) -> list[BootEntry]:
+def run_compare(plan: ComparePlan, out: Path, progress: bool = True) -> tuple[ComparePlan, list[BootEntry]]:
     """Every boot of the plan, finished ones read back; `--target` extends the plan by whole ABBA
-    blocks until the widest headline interval is narrow enough or max_boots is reached."""
+    blocks until the widest headline interval is narrow enough or max_boots is reached. Returns the
+    plan it ran (a resumed comparison's saved one, with --target's pairs) and every entry."""
     for name in plan.scenarios:  # a bad scenario is refused before the comparison writes anything
         load_scenario(name)
     out.mkdir(parents=True, exist_ok=True)
     if (out / "plan.json").exists():
         try:
             saved = ComparePlan.read(out)
-        except (ValueError, TypeError, KeyError) as error:
-            raise RigError(str(out / "plan.json"), "(file)", f"unreadable comparison plan ({error})",
-                           "start a new comparison; this directory's boots stay for reference") from None
+        except Damaged as error:
+            raise Damaged(str(out / "plan.json"), error.field, f"unreadable comparison plan ({error.problem})",
+                          "start a new comparison; this directory's boots stay for reference") from None
         control = (saved.control.spec if saved.control else None, plan.control.spec if plan.control else None)
         if ([a.spec for a in saved.arms] != [a.spec for a in plan.arms] or saved.scenarios != plan.scenarios
                 or saved.rounds != plan.rounds or control[0] != control[1]):
@@ -240,10 +294,11 @@ def run_compare(plan: ComparePlan, out: Path, progress: bool = True) -> list[Boo
         plan = saved
     else:
         plan.write(out)
+    arms = ResolvedArms(plan)
     while True:
-        entries = _run_order(plan, out, progress) + imported_entries(out, plan)
+        entries = _run_order(plan, out, progress, arms) + imported_entries(out, plan)
         if plan.target_pct is None:
-            return entries
+            return plan, entries
         if plan.planned_pairs is None:
             # Stein's first stage is complete: its sd alone fixes how many pairs to run.
             from rig.compare.report import planned_pairs
@@ -254,31 +309,37 @@ def run_compare(plan: ComparePlan, out: Path, progress: bool = True) -> list[Boo
                 print(f"compare: the first {plan.first_stage} pair(s) ask for {plan.planned_pairs} pair(s) to resolve "
                       f"+-{plan.target_pct:g}% (at most --max-boots {plan.max_boots})")
         if plan.boots >= plan.planned_pairs:
-            return entries
+            return plan, entries
         plan.boots += 1
         plan.write(out)
 
 
 def _read_entry(path: Path) -> BootEntry | None:
-    """A finished boot's entry; None when absent, or damaged (renamed aside: the boot is redone)."""
-    if not path.exists():
-        return None
+    """A finished boot's entry; None when there is none, or when it is damaged (cut short by a lost
+    machine or a full disk, another schema, not a regular file): then it is renamed aside, kept for
+    reference, and the boot is redone. Nothing measured is lost: its runs stay under runs/."""
     try:
         return BootEntry.read(path)
-    except (ValueError, TypeError, KeyError):
-        path.rename(path.with_suffix(".unreadable"))
+    except NotFound:
+        return None
+    except Damaged as error:
+        aside = path.with_name(f"{path.name}.unreadable-{int(time.time())}")
+        path.rename(aside)
+        print(f"compare: {path.name} is damaged ({error.problem}); kept as {aside.name}, redoing that boot", file=sys.stderr)
         return None
 
 
-def _run_order(plan: ComparePlan, out: Path, progress: bool) -> list[BootEntry]:
+def _run_order(plan: ComparePlan, out: Path, progress: bool, arms: ResolvedArms) -> list[BootEntry]:
     entries = []
     order = plan.order()
+    keeps_compiling = False  # a boot compiled again right after its burn-in: the caches do not persist
     for index, (block, arm) in enumerate(order):
         burn_in = block == BURN_IN_BLOCK
         compiled_first = None if burn_in else _read_entry(BootEntry.path(out, index, arm.name, burn_in=True))
         entries += [compiled_first] if compiled_first else []
         done = _read_entry(BootEntry.path(out, index, arm.name))
         if done is not None:
+            keeps_compiling = keeps_compiling or (compiled_first is not None and done.compiled)
             entries.append(done)
             continue
         leftover = stop_leftover(out, index, arm, plan.recipe)
@@ -286,17 +347,18 @@ def _run_order(plan: ComparePlan, out: Path, progress: bool) -> list[BootEntry]:
             role = "burn-in, paired with nothing" if burn_in else f"block {block}"
             print(f"compare: boot {index + 1}/{len(order)}: {arm.name} ({arm.spec}), {role}"
                   + (f" ({leftover})" if leftover else ""))
+        redo = plan.boot_state_control and not plan.cold_caches and not burn_in and compiled_first is None and not keeps_compiling
         try:
-            entry = run_boot(plan, index, block, arm, out, progress, burn_in=burn_in)
-            if plan.boot_state_control and not plan.cold_caches and compiled_first is None and entry.measured and entry.compiled:
-                # Its caches did not hold this arm's configuration: keep it as a burn-in, boot it again.
-                entry.burn_in = True
+            entry = run_boot(plan, index, block, arm, out, progress, burn_in=burn_in, arms=arms, redo_if_compiled=redo)
+            if entry.burn_in and not burn_in and not entry.voided:
+                # Its caches did not hold this arm's configuration: kept as a burn-in, booted again.
                 entry.write(out, as_burn_in=True)
                 entries.append(entry)
                 if progress:
                     print(f"compare: boot {index + 1} compiled (its caches did not hold {arm.name}'s configuration): "
                           "kept as a burn-in, booting it again")
-                entry = run_boot(plan, index, block, arm, out, progress)
+                entry = run_boot(plan, index, block, arm, out, progress, arms=arms)
+                keeps_compiling = entry.compiled
         except Interrupted:
             raise KeyboardInterrupt from None  # nothing written for this boot: a resume redoes it
         entry.write(out)
@@ -314,7 +376,7 @@ def imported_entries(out: Path, plan: ComparePlan) -> list[BootEntry]:
             continue
         try:
             entries.append(BootEntry.read(path))
-        except (ValueError, TypeError, KeyError):
+        except Damaged:  # an imported entry rig cannot read: left out, not guessed at
             continue
     return entries
 
@@ -325,11 +387,10 @@ def all_entries(out: Path, plan: ComparePlan) -> list[BootEntry]:
     entries = []
     for index, (_, arm) in enumerate(plan.order()):
         for path in (BootEntry.path(out, index, arm.name, burn_in=True), BootEntry.path(out, index, arm.name)):
-            if path.exists():
-                try:
-                    entries.append(BootEntry.read(path))
-                except (ValueError, TypeError, KeyError):
-                    continue
+            try:
+                entries.append(BootEntry.read(path))
+            except (NotFound, Damaged):  # not run yet, or damaged: a resume redoes it
+                continue
     return entries + imported_entries(out, plan)
 
 

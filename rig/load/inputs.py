@@ -5,19 +5,17 @@ strict pydantic model, every failure one RigError line (file, field, fix)."""
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
+from rig import strict_yaml
 from rig.errors import RigError
-from rig.strict_yaml import YamlRefused, load_strict
+from rig.strict_yaml import strict_json
+from rig.typed import first_problem
 
 MAX_DATA_BYTES = 64 << 20  # a trace or conversation file; the shipped ones are a few kB
 MAX_ROWS = 100_000
@@ -34,64 +32,15 @@ def display(path: Path) -> str:
 
 
 def read_regular(path: Path, where: str, cap: int, fix: str) -> bytes:
-    """The bytes of a regular file of at most `cap` bytes (a FIFO or /dev/zero is never read)."""
-    try:
-        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
-        raise RigError(where, "(file)", "no such file", fix) from None
-    except IsADirectoryError:
-        raise RigError(where, "(file)", "is a directory", fix) from None
-    except PermissionError:
-        raise RigError(where, "(file)", "cannot be read (permission denied)", "make it readable by this user") from None
-    except OSError as error:
-        raise RigError(where, "(file)", f"cannot be read ({error.strerror})", fix) from None
-    try:
-        info = os.fstat(descriptor)
-        if not stat.S_ISREG(info.st_mode):
-            raise RigError(where, "(file)", "is not a regular file", fix)
-        if info.st_size > cap:
-            raise RigError(where, "(file)", f"{info.st_size} bytes is more than the {cap} this file may have",
-                           "split it or cut it down")
-        with os.fdopen(descriptor, "rb", closefd=False) as handle:
-            data = handle.read(cap + 1)
-    finally:
-        os.close(descriptor)
-    if len(data) > cap:
-        raise RigError(where, "(file)", f"grew beyond {cap} bytes while being read", "read a file nobody is writing")
-    return data
+    """The bytes of a regular file of at most `cap` bytes (a FIFO or /dev/zero is never read):
+    rig.strict_yaml.read_regular, with this file's fix for a missing one."""
+    return strict_yaml.read_regular(path, cap, where, missing=("no such file", fix))
 
 
 def read_yaml(path: Path, where: str, fix: str) -> Any:
     """A YAML document through the strict loader; syntax errors are one line with their line number."""
-    data = read_regular(path, where, 1 << 20, fix)
-    try:
-        return load_strict(data)
-    except YamlRefused as error:
-        raise RigError(where, f"line {error.line}" if error.line else "(file)", error.problem,
-                       "write plain UTF-8 YAML, each key once, like loadtests/scenarios/*.yaml") from None
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        problem = " ".join(str(getattr(error, "problem", None) or error).split())
-        raise RigError(where, f"line {mark.line + 1}" if mark else "(file)", f"not valid YAML ({problem})",
-                       "fix the YAML syntax") from None
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            raise ValueError(f"duplicate key {key!r}")
-        seen[key] = value
-    return seen
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def strict_json(text: str | bytes) -> Any:
-    """json.loads that refuses duplicate keys (last-wins elsewhere) and NaN/Infinity."""
-    return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    return strict_yaml.load_yaml_file(path, 1 << 20, where, missing=("no such file", fix),
+                                      fix="write plain UTF-8 YAML, each key once, like loadtests/scenarios/*.yaml")
 
 
 def _decode(data: bytes, where: str) -> str:
@@ -118,12 +67,6 @@ def _hidden_character(value: Any) -> str | None:
         return next((hit for item in value if (hit := _hidden_character(item))), None)
     return None
 
-
-def validation_line(error: ValidationError) -> tuple[str, str]:
-    """(dotted field, message) of a pydantic error's first problem."""
-    first = error.errors()[0]
-    field = ".".join(str(part) for part in first["loc"]) or "(top level)"
-    return field, " ".join(first["msg"].removeprefix("Value error, ").split())
 
 
 def read_rows(path: Path, where: str, model: type[Row], fix: str, max_rows: int = MAX_ROWS,
@@ -160,6 +103,6 @@ def read_rows(path: Path, where: str, model: type[Row], fix: str, max_rows: int 
         try:
             rows.append(model.model_validate(item))
         except ValidationError as error:
-            field, message = validation_line(error)
+            field, message = first_problem(error)
             raise RigError(where, f"{label} {number}: {field}", message, fix) from None
     return rows

@@ -18,6 +18,17 @@ from statistics import median
 import numpy as np
 
 from rig.load.records import RequestRecord
+from rig.load.request_metrics import (
+    Done,
+    chunk_token_counts,
+    decode_time,
+    done_in_window,
+    e2e,
+    itl,
+    run_tokens_per_chunk,
+    tpot,
+    ttft,
+)
 from rig.load.summary import (
     ArrivalStats,
     ClientLag,
@@ -103,7 +114,8 @@ def steady_window(records: list[RequestRecord], events: dict[str, float], ramp_s
     if waiting or not first_by_user:
         return _window(floor, run_end, run_start, run_end, False,
                       f"{len(waiting) or 'no'} user(s) never received a token: no steady state")
-    lifetimes = [r.t_last - r.t_send for r in records if r.complete and r.t_last is not None]
+    ratio = run_tokens_per_chunk(records)
+    lifetimes = [e2e(done) for r in records if (done := Done.of(r, ratio)) is not None]
     lifetime = median(lifetimes) if lifetimes else 0.0
     start = max(floor, max(first_by_user.values()) + lifetime)
     reason = (f"every user had its first token (last at +{max(first_by_user.values()) - run_start:.2f} s) "
@@ -112,27 +124,6 @@ def steady_window(records: list[RequestRecord], events: dict[str, float], ramp_s
         return _window(floor, run_end, run_start, run_end, False,
                       f"the run ended before a steady state ({reason}); lengthen the scenario's duration_s")
     return _window(start, run_end, run_start, run_end, True, reason)
-
-
-def run_tokens_per_chunk(records: list[RequestRecord]) -> float:
-    """The run's own usage/chunk ratio over requests whose final usage is known: how many tokens
-    a chunk carries when the server does not say (several under MTP or speculative decoding)."""
-    tokens = chunks = 0
-    for record in records:
-        if record.complete and record.usage_tokens and record.chunks:
-            tokens += record.usage_tokens
-            chunks += len(record.chunks)
-    return tokens / chunks if chunks else 1.0
-
-
-def chunk_token_counts(record: RequestRecord, ratio: float) -> list[float]:
-    """Tokens carried by each output chunk: exact from continuous usage; from the final usage spread
-    evenly; for a stream cut before its usage arrived, the run's own tokens-per-chunk ratio."""
-    if record.chunk_tokens is not None and len(record.chunk_tokens) == len(record.chunks):
-        return [float(n) for n in record.chunk_tokens]
-    if record.usage_tokens is not None and record.chunks and record.finish_reason is not None:
-        return [record.usage_tokens / len(record.chunks)] * len(record.chunks)
-    return [ratio] * len(record.chunks)
 
 
 @dataclass
@@ -146,30 +137,23 @@ class LatencySamples:
     e2e: list[float]
 
 
-def completed_in_window(records: list[RequestRecord], start: float, end: float) -> list[RequestRecord]:
-    """The requests a window's per-request figures cover: completed, sent inside it."""
-    return [r for r in records if r.complete and start <= r.t_send <= end and r.t_last is not None]
-
-
-def latency_samples(done: list[RequestRecord], ratio: float) -> LatencySamples:
-    """`done`: completed_in_window(); `ratio`: run_tokens_per_chunk() of the whole run."""
+def latency_samples(done: list[Done]) -> LatencySamples:
+    """`done`: done_in_window() of the run's records (rig.load.request_metrics)."""
     samples = LatencySamples(ttft=[], tpot=[], itl=[], e2e=[])
-    for r in done:
-        counts = chunk_token_counts(r, ratio)
-        samples.ttft.append(r.t_first - r.t_send)  # type: ignore[operator]
-        samples.e2e.append(r.t_last - r.t_send)  # type: ignore[operator]
-        decode_time = r.t_last - r.t_first  # type: ignore[operator]
-        decoded = sum(counts) - counts[0]
-        if decoded > 0 and decode_time > 0:
-            samples.tpot.append(decode_time / decoded)
-        samples.itl.extend(b - a for a, b in zip(r.chunks, r.chunks[1:]))
+    for d in done:
+        samples.ttft.append(ttft(d))
+        samples.e2e.append(e2e(d))
+        per_token = tpot(d)
+        if per_token is not None:
+            samples.tpot.append(per_token)
+        samples.itl.extend(itl(d))
     return samples
 
 
-def _bursty(record: RequestRecord, gap_limit: float) -> bool:
+def _bursty(done: Done, gap_limit: float) -> bool:
     run = 0
-    for a, b in zip(record.chunks, record.chunks[1:]):
-        run = run + 1 if b - a < gap_limit else 0
+    for gap in itl(done):
+        run = run + 1 if gap < gap_limit else 0
         if run >= BURST_MIN_GAPS:
             return True
     return False
@@ -182,23 +166,22 @@ def summarize(records: list[RequestRecord], window: Window,
     checked against a re-tokenisation of the streamed text."""
     start, end, span = window.start, window.end, window.seconds
     ratio = run_tokens_per_chunk(records)
-    done = completed_in_window(records, start, end)
-    latency = latency_samples(done, ratio)
-    itl = latency.itl
+    done_views = done_in_window(records, start, end)
+    done = [d.record for d in done_views]
+    latency = latency_samples(done_views)
+    itl_samples = latency.itl
     user_rates, prefill_rates = [], []
     decode_tokens = decode_seconds = 0.0
     prompt_tokens_total = ttft_total = 0.0
     mismatches, tokenizer_differences = [], []
     cached = prompted_with_cache_report = 0
-    for r in done:
-        counts = chunk_token_counts(r, ratio)
-        ttft_s = r.t_first - r.t_send  # type: ignore[operator]
-        decode_time = r.t_last - r.t_first  # type: ignore[operator]
-        decoded = sum(counts) - counts[0]
-        if decoded > 0 and decode_time > 0:
-            user_rates.append(decoded / decode_time)
+    for view in done_views:
+        r = view.record
+        ttft_s, decode_s, decoded = ttft(view), decode_time(view), view.decoded_tokens
+        if decoded > 0 and decode_s > 0:
+            user_rates.append(decoded / decode_s)
             decode_tokens += decoded
-            decode_seconds += decode_time
+            decode_seconds += decode_s
         prompt_tokens = r.prompt_tokens
         if prompt_tokens and ttft_s > 0:
             prefill_rates.append(prompt_tokens / ttft_s)
@@ -214,8 +197,8 @@ def summarize(records: list[RequestRecord], window: Window,
             recount = count_tokens(r.text)
             if abs(usage_tokens - recount) > TOKEN_MISMATCH_TOLERANCE * usage_tokens:
                 tokenizer_differences.append(usage_tokens - recount)
-    median_itl = float(np.median(itl)) if itl else 0.0
-    bursts = [r.id for r in done if median_itl > 0 and _bursty(r, BURST_GAP_FRACTION * median_itl)]
+    median_itl = float(np.median(itl_samples)) if itl_samples else 0.0
+    bursts = [view.record.id for view in done_views if median_itl > 0 and _bursty(view, BURST_GAP_FRACTION * median_itl)]
     # Aggregate throughput: each chunk's tokens count at its arrival, clipped to the window, so
     # streams the window's edges cut still count what they produced inside it.
     window_tokens = 0.0
@@ -238,7 +221,7 @@ def summarize(records: list[RequestRecord], window: Window,
                                unique_prompts=len({(r.prompt, r.prompt_nonce) for r in records}) == len(records)
                                if all(r.prompt_nonce for r in records) else False),
         ttft_s=describe(latency.ttft),
-        itl_s=describe(itl),
+        itl_s=describe(itl_samples),
         tpot_s=describe(latency.tpot),
         e2e_s=describe(latency.e2e),
         # The decode headline: total decode tokens / total decode time; per request beside it.
@@ -337,7 +320,8 @@ def arrival_window(records: list[RequestRecord], events: dict[str, float], last_
         end = min(run_end, events.get("drained", run_end))
         return _window(epoch, max(end, epoch), epoch, max(run_end, epoch), end > epoch,
                       "trace replay: the whole schedule, from its start to the last response")
-    lifetimes = [r.t_last - r.t_send for r in records if r.complete and r.t_last is not None]
+    ratio = run_tokens_per_chunk(records)
+    lifetimes = [e2e(done) for r in records if (done := Done.of(r, ratio)) is not None]
     settle = median(lifetimes) if lifetimes else 0.0
     start = epoch + max(ramp_s, settle)
     end = min(run_end, epoch + last_offset)
@@ -366,9 +350,9 @@ def arrival_stats(records: list[RequestRecord], window: Window, offsets: list[fl
     mine = [r for r in records if r.t_scheduled is not None and start <= r.t_scheduled <= end]
     scheduled = arrivals_in(offsets, epoch, start, end)
     sent = sum(1 for r in records if r.t_scheduled is not None and start <= r.t_send <= end)
-    delays = [r.t_send - r.t_scheduled for r in mine]  # type: ignore[operator]
+    delays = [r.t_send - wanted for r in mine if (wanted := r.t_scheduled) is not None]
     queued = [r for r in mine if r.queued]
-    dispatch = [r.t_send - r.t_scheduled for r in mine if not r.queued]  # type: ignore[operator]
+    dispatch = [r.t_send - wanted for r in mine if not r.queued and (wanted := r.t_scheduled) is not None]
     out = ArrivalStats(
         target_rate=rate, scheduled=scheduled, scheduled_rate=scheduled / window.seconds,
         sent=sent, achieved_rate=sent / window.seconds,
@@ -407,19 +391,20 @@ def arrival_problems(arrivals: ArrivalStats) -> list[str]:
 def turn_stats(records: list[RequestRecord], window: Window) -> ConversationStats:
     """Multi-turn runs, per turn: prompt tokens as the server counted them (the whole history, once),
     the share it answered from its prefix cache, and TTFT."""
-    by_turn: dict[int, list[RequestRecord]] = {}
-    for r in records:
-        if r.turn is not None and r.complete and window.start <= r.t_send <= window.end:
-            by_turn.setdefault(r.turn, []).append(r)
+    by_turn: dict[int, list[Done]] = {}
+    for view in done_in_window(records, window.start, window.end):
+        if view.record.turn is not None:
+            by_turn.setdefault(view.record.turn, []).append(view)
     out = {}
     for turn in sorted(by_turn):
-        done = by_turn[turn]
+        views = by_turn[turn]
+        done = [view.record for view in views]
         prompted = [r for r in done if r.cached_tokens is not None and r.prompt_tokens]
         out[str(turn)] = TurnStats(
             requests=len(done),
             prompt_tokens_mean=float(np.mean([r.prompt_tokens for r in done if r.prompt_tokens])) if any(r.prompt_tokens for r in done) else None,
             cached_share=(sum(r.cached_tokens for r in prompted) / sum(r.prompt_tokens for r in prompted)) if prompted else None,  # type: ignore[misc]
-            ttft_p50_s=describe([r.t_first - r.t_send for r in done]).p50,  # type: ignore[operator]
+            ttft_p50_s=describe([ttft(view) for view in views]).p50,
         )
     conversations = {r.conversation for r in records if r.conversation}
     failed = {r.conversation for r in records if r.conversation and r.error and r.error != "cut_by_window"}

@@ -23,26 +23,26 @@ import hashlib
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 
 from rig.atomic import write_text_atomic
-from rig.errors import RigError
-from rig.load.inputs import MAX_DATA_BYTES, display, read_regular, strict_json, validation_line
+from rig.errors import Damaged, NotFound, RigError
+from rig.load.inputs import MAX_DATA_BYTES, display, read_regular
 from rig.load.metrics import summarize
 from rig.load.records import RequestRecord, read_records
+from rig.load.request_metrics import Done, e2e, itl, run_tokens_per_chunk, ttft
 from rig.load.summary import ClientSetup, ClientVerdict, ImportedFrom, Provenance, RunSummary, ScenarioRun, Window
+from rig.strict_yaml import strict_json
+from rig.typed import first_problem
 
 VLLM_FILE = "vllm-result.json"
 AIPERF_RECORDS = "profile_export.jsonl"
 AIPERF_AGGREGATE = "profile_export_aiperf.json"
 AIPERF_SCHEMA = "1.5"  # the profile_export_aiperf.json schema version whose fields are written
 NS = 1_000_000_000
-
-if TYPE_CHECKING:
-    from rig.compare.model import ComparePlan
 
 
 # --- export -----------------------------------------------------------------------------------
@@ -51,23 +51,25 @@ if TYPE_CHECKING:
 def _window_records(run: Path) -> tuple[RunSummary, list[RequestRecord], Window]:
     try:
         summary = RunSummary.read(run)
-    except FileNotFoundError:
-        raise RigError(str(run), "summary.json", "not a run directory", "pass a results/<recipe>/<time>/<scenario> directory") from None
-    except (ValueError, TypeError) as error:
-        raise RigError(str(run / "summary.json"), "(file)", f"unreadable run summary ({error})", "pass a complete run") from None
+    except NotFound:
+        raise NotFound(str(run), "summary.json", "not a run directory", "pass a results/<recipe>/<time>/<scenario> directory") from None
+    except Damaged as error:
+        raise Damaged(str(run / "summary.json"), error.field, f"unreadable run summary ({error.problem})",
+                      "pass a complete run") from None
     window = summary.metrics.window
     inside = [r for r in read_records(run) if window.start <= r.t_send <= window.end]
     return summary, inside, window
 
 
-def _per_request(record: RequestRecord) -> dict[str, Any]:
-    """One completed request in the peers' terms (seconds)."""
-    ttft = record.t_first - record.t_send  # type: ignore[operator]
-    latency = record.t_last - record.t_send  # type: ignore[operator]
+def _per_request(done: Done) -> dict[str, Any]:
+    """One completed request in the peers' terms (seconds): TTFT, latency and ITL as rig defines them
+    (rig.load.request_metrics); TPOT by vLLM's own definition, (latency - ttft) / (output_len - 1)
+    on the server's token count, which is what its result files hold."""
+    record = done.record
+    first, latency = ttft(done), e2e(done)
     output = record.usage_tokens if record.usage_tokens is not None else len(record.chunks)
-    return {"ttft": ttft, "latency": latency, "itl": [b - a for a, b in zip(record.chunks, record.chunks[1:])],
-            "output": output, "input": record.prompt_tokens or 0,
-            "tpot": (latency - ttft) / (output - 1) if output > 1 else None}
+    return {"ttft": first, "latency": latency, "itl": itl(done), "output": output, "input": record.prompt_tokens or 0,
+            "tpot": (latency - first) / (output - 1) if output > 1 else None}
 
 
 def _stats_ms(values: list[float], percentiles: tuple[float, ...] = (99,)) -> dict[str, float]:
@@ -97,9 +99,11 @@ def _peaks(done: list[dict[str, Any]], starts: list[float]) -> tuple[float, int]
 
 
 def vllm_result(summary: RunSummary, records: list[RequestRecord], window: Window) -> dict[str, Any]:
-    complete = [r for r in records if r.complete and r.t_last is not None]
+    ratio = run_tokens_per_chunk(records)
+    views = [view for r in records if (view := Done.of(r, ratio)) is not None]
+    complete = [view.record for view in views]
     failed = [r for r in records if r.error and r.error != "cut_by_window"]
-    done = [_per_request(r) for r in complete]
+    done = [_per_request(view) for view in views]
     duration = window.seconds
     total_in, total_out = sum(d["input"] for d in done), sum(d["output"] for d in done)
     scenario = summary.scenario
@@ -140,16 +144,18 @@ def _metric(value: Any, unit: str) -> dict[str, Any]:
 
 def aiperf_records(summary: RunSummary, records: list[RequestRecord]) -> list[dict[str, Any]]:
     out = []
+    ratio = run_tokens_per_chunk(records)
     for number, r in enumerate(sorted(records, key=lambda r: r.t_send)):
-        end = r.t_last if r.complete else (r.t_end or r.t_send)
+        view = Done.of(r, ratio)
+        end = view.last if view is not None else (r.t_end or r.t_send)
         metadata = {"session_num": number, "x_request_id": r.id, "x_correlation_id": r.conversation or r.user,
                     "conversation_id": r.conversation or r.prompt, "turn_index": r.turn or 0,
-                    "request_start_ns": int(r.t_send * NS), "request_ack_ns": None, "request_end_ns": int(end * NS),  # type: ignore[operator]
+                    "request_start_ns": int(r.t_send * NS), "request_ack_ns": None, "request_end_ns": int(end * NS),
                     "worker_id": r.process, "record_processor_id": "rig", "benchmark_phase": "profiling",
                     "was_cancelled": r.error == "cut_by_window",
                     "cancellation_time_ns": int((r.t_end or r.t_send) * NS) if r.error == "cut_by_window" else None}
-        if r.complete and r.t_last is not None:
-            d = _per_request(r)
+        if view is not None:
+            d = _per_request(view)
             ms = 1000.0
             metrics = {"input_sequence_length": _metric(d["input"], "tokens"),
                        "time_to_first_token": _metric(d["ttft"] * ms, "ms"),
@@ -281,7 +287,7 @@ def _vllm_records(data: bytes, where: str) -> tuple[list[RequestRecord], float |
         result = VllmResult.model_validate(strict_json(data))
     except ValueError as error:
         if isinstance(error, ValidationError):
-            field, message = validation_line(error)
+            field, message = first_problem(error)
             if field in ("input_lens", "ttfts", "itls", "errors", "output_lens") and error.errors()[0]["type"] == "missing":
                 raise RigError(where, field, "the file has no per-request data",
                                "re-run vllm bench serve with --save-result --save-detailed: rig computes from requests") from None
@@ -292,7 +298,8 @@ def _vllm_records(data: bytes, where: str) -> tuple[list[RequestRecord], float |
         raise RigError(where, "input_lens/output_lens/ttfts/itls/errors", "the per-request lists differ in length",
                        "pass the file vllm bench serve wrote, unchanged")
     records = []
-    for i, (inp, out, ttft, itl, error) in enumerate(zip(result.input_lens, result.output_lens, result.ttfts, result.itls, result.errors)):
+    for i, (inp, out, first_s, gaps, error) in enumerate(zip(result.input_lens, result.output_lens, result.ttfts, result.itls,
+                                                             result.errors)):
         # Without start times every request starts at 0: per-request figures are exact, and
         # tokens over the run's duration give vLLM's own output_throughput.
         start = float(result.start_times[i]) if result.start_times is not None else 0.0
@@ -300,8 +307,8 @@ def _vllm_records(data: bytes, where: str) -> tuple[list[RequestRecord], float |
         if error:
             record.error, record.error_detail = "peer_error", error[:300]
         else:
-            first = start + ttft
-            record.chunks = [first, *(first + float(np.sum(itl[: k + 1])) for k in range(len(itl)))]
+            first = start + first_s
+            record.chunks = [first, *(first + float(np.sum(gaps[: k + 1])) for k in range(len(gaps)))]
             record.t_first, record.t_last, record.t_end = first, record.chunks[-1], record.chunks[-1]
             record.usage = {"prompt_tokens": inp, "completion_tokens": out}
             record.finish_reason = "imported"
@@ -317,7 +324,7 @@ def _aiperf_records(data: bytes, where: str) -> tuple[list[RequestRecord], float
         try:
             row = AiperfRecord.model_validate(strict_json(line))
         except ValidationError as error:
-            field, message = validation_line(error)
+            field, message = first_problem(error)
             raise RigError(where, f"line {number}: {field}", message, "pass the profile_export.jsonl AIPerf wrote, unchanged") from None
         except ValueError as error:
             raise RigError(where, f"line {number}", f"not valid JSON ({error})", "pass the profile_export.jsonl AIPerf wrote") from None
@@ -358,22 +365,21 @@ def _aiperf_records(data: bytes, where: str) -> tuple[list[RequestRecord], float
     return records, None
 
 
-def import_file(path: Path, scenario_ref: str | None, out: Path | None = None, compare: Path | None = None,
-                arm: str | None = None, block: int | None = None, progress: bool = True) -> int:
-    """Reads a peer's file into a run directory (and, with `compare`, a comparison's boot)."""
+class ImportedRun(NamedTuple):
+    run: Path  # the run directory it was written to
+    summary: RunSummary
+    tool: str  # "vllm" or "aiperf"
+
+
+def import_file(path: Path, scenario_ref: str | None, out: Path | None = None, progress: bool = True) -> ImportedRun:
+    """Reads a peer's file into a run directory, computed by rig's rules, provenance marked.
+    (`rig import --compare` then adds it to a comparison: rig.compare.imported.)"""
     from rig.load.scenarios import load_scenario
 
-    if (compare is None) != (arm is None) or (block is not None and compare is None):
-        raise RigError("command line", "--compare/--arm/--block", "--compare and --arm go together (--block only with them)",
-                       "e.g. --compare results/compare/20261201-101010 --arm before")
     where = display(path)
     data = read_regular(path, where, MAX_DATA_BYTES, "pass a vLLM result JSON or an AIPerf profile_export.jsonl")
     tool = _detect(data, where)
-    plan = _plan(compare, arm) if compare is not None else None
-    scenario = load_scenario(scenario_ref or (plan.scenarios[0] if plan else "prose-c1"))
-    if plan is not None and scenario_ref is not None and scenario_ref not in plan.scenarios:
-        raise RigError("command line", "--scenario", f"{scenario_ref} is not a scenario of that comparison",
-                       f"use one of {', '.join(plan.scenarios)}")
+    scenario = load_scenario(scenario_ref or "prose-c1")
     records, duration = (_vllm_records if tool == "vllm" else _aiperf_records)(data, where)
     digest = hashlib.sha256(data).hexdigest()
     from rig.boot import base as boot_base
@@ -407,53 +413,4 @@ def import_file(path: Path, scenario_ref: str | None, out: Path | None = None, c
     if progress:
         print(f"imported {len(records)} request(s) from {tool} ({where}) into {run}")
         print(f"  {summary.kind} headline {summary.headline()}; problems: {'; '.join(summary.problems()) or 'none'}")
-    if compare is not None and plan is not None:
-        _join_comparison(compare, plan, arm, block, summary, run, tool, path, progress)  # type: ignore[arg-type]
-    return 0
-
-
-def _plan(compare: Path, arm: str | None) -> ComparePlan:
-    from rig.compare.model import ComparePlan
-
-    try:
-        plan = ComparePlan.read(compare)
-    except FileNotFoundError:
-        raise RigError(str(compare), "--compare", "no comparison (plan.json) in this directory",
-                       "name a results/compare/<timestamp> directory") from None
-    except (ValueError, TypeError, KeyError) as error:
-        raise RigError(str(compare / "plan.json"), "(file)", f"unreadable comparison plan ({error})", "name a complete comparison") from None
-    if arm not in [a.name for a in plan.arms]:
-        raise RigError("command line", "--arm", f"{arm!r} is not an arm of that comparison",
-                       f"use one of {', '.join(a.name for a in plan.arms)}")
-    return plan
-
-
-def _join_comparison(compare: Path, plan: ComparePlan, arm: str, block: int | None, summary: RunSummary, run: Path, tool: str,
-                     path: Path, progress: bool) -> None:
-    from rig.compare.model import IMPORTED_INDEX, BootEntry, RunResult
-    from rig.compare.output import write_report
-    from rig.compare.report import analyze
-    from rig.compare.run import all_entries
-
-    entries = all_entries(compare, plan)
-    index = max([IMPORTED_INDEX - 1, *(e.index for e in entries)]) + 1
-    blocks = [e.block for e in entries]
-    block = block if block is not None else max(blocks, default=-1) + 1
-    if block < 0 or any(e.block == block and e.arm == arm for e in entries):
-        raise RigError("command line", "--block", f"block {block} already has a boot of {arm}",
-                       "pick a block without one (its other arm's boot is the pair), or leave --block out")
-    scenario = summary.name
-    goodput = None
-    if plan.slos:
-        from rig.compare.goodput import goodput as goodput_of
-
-        goodput = goodput_of(read_records(run), summary, plan.slos)
-    entry = BootEntry(index=index, block=block, arm=arm, spec=f"imported:{tool}:{path.name}", control=False, attempt=1,
-                      boot_id=summary.provenance.boot_id, started=min(summary.metrics.window.start, time.time()),
-                      rounds=[{scenario: RunResult(scenario=scenario, dir=str(run), figures=summary.figures(),
-                                                   problems=summary.problems(), goodput=goodput)}])
-    entry.write(compare)
-    analysis = analyze(plan, all_entries(compare, plan))
-    write_report(compare, analysis)
-    if progress:
-        print(f"joined {compare} as boot {index} of arm {arm}, block {block}; report rewritten (compare.md)")
+    return ImportedRun(run, summary, tool)

@@ -80,12 +80,20 @@ class RequestRecord(Versioned):
         return usage if usage is not None else self.prompt_tokens_target
 
 
+RECORDS_MAX_BYTES = 1 << 30  # one Locust process's records of one run (c=3000 for minutes: ~100 MB)
+
+
 def read_records(directory: Path) -> list[RequestRecord]:
-    """Every record of a run directory; a line cut by a kill mid-write (not JSON) is skipped, a
-    whole line that is not a record of this schema is refused in one line (StoredRecordError)."""
+    """Every record of a run directory, each file read like every stored file (regular, size-capped:
+    a FIFO or /dev/zero in its place is refused, never read); a line cut by a kill mid-write (not
+    JSON) is skipped, a whole line that is not a record of this schema is refused in one line
+    (StoredRecordError, a Damaged)."""
+    from rig.strict_yaml import read_regular
+
     records = []
     for path in sorted(directory.glob("records-*.jsonl")):
-        for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
+        text = read_regular(path, RECORDS_MAX_BYTES).decode(errors="replace")
+        for number, line in enumerate(text.splitlines(), start=1):
             record = RequestRecord.parse_line(line, f"{path} line {number}") if line.strip() else None
             if record is not None:
                 records.append(record)

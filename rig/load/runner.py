@@ -24,18 +24,17 @@ from rig.load.metrics import (
     arrival_problems,
     arrival_stats,
     arrival_window,
-    chunk_token_counts,
     client_lag,
     client_verdict,
     output_length_stats,
     responsive_end,
-    run_tokens_per_chunk,
     steady_window,
     summarize,
     turn_stats,
 )
 from rig.load.prompts import TokenCounter, build_prompts
 from rig.load.records import RequestRecord, read_records
+from rig.load.request_metrics import chunk_token_counts, run_tokens_per_chunk
 from rig.load.scenarios import ARRIVAL_KINDS, LOADTESTS, Scenario
 from rig.load.summary import ClientSetup, Metrics, Observations, Provenance, RunSummary, ScenarioRun, Window
 from rig.load.wire import (

@@ -40,9 +40,9 @@ from rig.load.bounds import (
     bounded_seconds,
 )
 from rig.load.datasets import read_conversations, read_trace
-from rig.load.inputs import display, read_yaml, validation_line
+from rig.load.inputs import display, read_yaml
 from rig.load.workload import OutputLengthSpec, TraceLengths, UniformLengths
-from rig.typed import Spec
+from rig.typed import Spec, first_problem
 
 LOADTESTS = REPO_ROOT / "loadtests"
 SCENARIO_DIR = LOADTESTS / "scenarios"
@@ -236,7 +236,7 @@ def _validated(data: Any, where: str, prefix: str = "") -> Scenario:
     try:
         return Scenario.model_validate(data)
     except ValidationError as error:
-        field, message = validation_line(error)
+        field, message = first_problem(error)
         raise RigError(where, prefix + field, message, _fix(error.errors()[0])) from None
 
 
@@ -304,7 +304,7 @@ def greedy_prompts(small: bool) -> tuple[list[GreedyPrompt], int]:
     try:
         data = GreedyPrompts.model_validate(raw)
     except ValidationError as error:
-        field, message = validation_line(error)
+        field, message = first_problem(error)
         raise RigError(where, field, message, _fix(error.errors()[0])) from None
     max_tokens = data.small.get("max_tokens", data.max_tokens) if small else data.max_tokens
     return list(data.prompts), max_tokens

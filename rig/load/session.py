@@ -17,12 +17,12 @@ from rig.boot.native import NativeDriver
 from rig.deploy.recipe import Resolved, load
 from rig.engines import engine
 from rig.errors import RigError
-from rig.load.inputs import validation_line
 from rig.load.prompts import TokenCounter
 from rig.load.runner import LoadTarget, run_scenario
 from rig.load.scenarios import Scenario, load_scenario
 from rig.load.summary import RunSummary
 from rig.load.wire import RUNS_FILE, RunNote, read_lines
+from rig.typed import first_problem
 
 DEFAULT_SCENARIOS = ["prose-c1", "code-c1", "c3000"]
 
@@ -94,7 +94,7 @@ def scenarios_for(names: list[str], small: bool, duration_s: float | None = None
     try:
         return [s.with_changes(duration_s=float(duration_s)) for s in scenarios]
     except ValidationError as error:
-        field, message = validation_line(error)
+        field, message = first_problem(error)
         raise RigError("command line", "--duration", message, "pass a positive number of seconds, at most a day") from None
 
 

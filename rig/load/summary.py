@@ -29,6 +29,7 @@ from rig.observe.server_metrics import ServerMetrics
 from rig.typed import Typed, Versioned
 
 SUMMARY_SCHEMA = 3
+SUMMARY_MAX_BYTES = 16 << 20  # a summary is tens of kB; its observations at most a few MB
 ERROR_RATE_LIMIT = 0.01  # more than 1% of requests failed: the run measured a sick server
 
 
@@ -417,6 +418,6 @@ class RunSummary(Versioned):
 
     @classmethod
     def read(cls, out_dir: Path) -> RunSummary:
-        """A run's summary; StoredRecordError (a ValueError, one line) when it is not one this rig wrote."""
-        path = out_dir / "summary.json"
-        return cls.parse(path.read_bytes(), str(path))
+        """A run's summary, read like every stored record (regular file, size cap, strict JSON); NotFound
+        when there is none, Damaged (one line) when it is not one this rig wrote."""
+        return cls.read_file(out_dir / "summary.json", SUMMARY_MAX_BYTES)

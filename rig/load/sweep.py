@@ -17,9 +17,9 @@ from typing import Any
 from pydantic import Field
 
 from rig.atomic import write_text_atomic
-from rig.compare.goodput import Goodput, goodput, parse_slos
 from rig.errors import RigError
 from rig.exits import Exit
+from rig.load.goodput import Goodput, goodput, parse_slos
 from rig.load.prompts import TokenCounter
 from rig.load.records import read_records
 from rig.load.runner import LoadTarget, results_root, run_scenario

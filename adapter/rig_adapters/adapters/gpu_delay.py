@@ -36,8 +36,8 @@ CALIBRATION_CYCLES = (100_000, 300_000)  # two spin lengths: their slope is cycl
 CALIBRATION_REPEATS = 5
 MEASURE_STEPS = 1024  # steps of alternating blocks at the start (about 4.5 s at 4.4 ms a step)
 BLOCK_STEPS = 32  # steps per block of the alternation
-SAMPLE_EVERY = 64  # after the measurement, one step in this many times its spin alone
-MAX_PENDING = 4096  # events not yet read back; beyond this the oldest are dropped unmeasured
+SAMPLE_EVERY = 64  # after the measurement, one step in this many times its spin (its launch included)
+MAX_PENDING = 4096  # sampled spins not yet read back; beyond this the oldest are dropped unmeasured
 
 
 def _delay_us() -> float:
@@ -108,9 +108,17 @@ class SpinInjector:
 
     def calibrate(self) -> float:
         """Cycles per microsecond of the spin now, from the slope between two spin lengths (so the
-        launch cost inside the events cancels); synchronises, at the first step only."""
+        launch cost inside the events cancels); synchronises, at the first step only. A slope that is
+        not positive (the spins' times did not grow with their cycles) is retried with more repeats,
+        then raised: the engine's step fails loudly rather than running without the known effect."""
         short, long = CALIBRATION_CYCLES
-        times = {n: statistics.median(self._timed_spin(n) for _ in range(CALIBRATION_REPEATS)) for n in CALIBRATION_CYCLES}
+        for repeats in (CALIBRATION_REPEATS, 4 * CALIBRATION_REPEATS):
+            times = {n: statistics.median(self._timed_spin(n) for _ in range(repeats)) for n in CALIBRATION_CYCLES}
+            if times[long] > times[short]:
+                break
+        else:
+            raise RuntimeError(f"gpu_delay: spins of {short} and {long} cycles took {times[short]:.2f} and {times[long]:.2f} us: "
+                               "the spin's clock cannot be calibrated on this GPU; not running without the known effect")
         rate = (long - short) / (times[long] - times[short])
         self.cycles = max(1, round(self.delay_us * rate))
         self.ctx.record_stat("calibrated_cycles_per_us", rate)
@@ -119,6 +127,9 @@ class SpinInjector:
     def inject(self) -> None:
         if self.cycles is None:
             rate = self.calibrate()
+            # Until measured_until appears, every step may be inside the alternation (a comparison
+            # leaves out any round that began before it, or every round when it never appears).
+            self.ctx.record_stat("measuring_from", time.time())
             self.ctx.first_use(f"engine step given a {self.delay_us:g} us spin ({self.cycles} cycles at {rate:.0f} "
                                f"cycles/us); the first {MEASURE_STEPS} steps measure what it adds to the step")
         stream = self.torch.cuda.current_stream()
@@ -157,9 +168,11 @@ class SpinInjector:
                 self.ctx.record_stat("measured_steps_with_spin", with_spin)
                 self.ctx.record_stat("measured_steps_without", without)
             self.ctx.record_stat("measured_until", time.time())
-            self.ctx.note(f"each step is {measured[0]:.2f} us longer with the spin (GPU step periods, medians of "
-                          f"{measured[1]} steps with and {measured[2]} without)" if measured else
-                          "the alternation gave no step periods to compare")
+            if measured:
+                self.ctx.note(f"each step is {measured[0]:.2f} us longer with the spin (GPU step periods, medians of "
+                              f"{measured[1]} steps with and {measured[2]} without)")
+            else:
+                self.ctx.note("the alternation gave no step periods to compare")
             self.marked.clear()
         while self.spins and self.spins[0][1].query():
             start, end = self.spins.popleft()

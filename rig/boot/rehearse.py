@@ -1,4 +1,4 @@
-"""`make rehearse <gpu recipe>` (python -m rig.deploy.rehearse rehearse <recipe>): the dress
+"""`make rehearse <gpu recipe>` (python -m rig.boot.rehearse rehearse <recipe>): the dress
 rehearsal of a GPU recipe's image on the container lab. Its Dockerfile, unchanged, is built on the
 STAND-IN base the lab serves (lab/lab.sh), and the adapters' targets are imported inside the
 image with the recipe's gates: ARMED lines and manifests must come back."""
@@ -79,7 +79,7 @@ def rehearse(ref: str) -> int:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] != "rehearse":
-        print("usage: python -m rig.deploy.rehearse rehearse <gpu-recipe>", file=sys.stderr)
+        print("usage: python -m rig.boot.rehearse rehearse <gpu-recipe>", file=sys.stderr)
         return 2
     try:
         return rehearse(argv[1])

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 from rig.errors import RigError
-from rig.load.metrics import chunk_token_counts, completed_in_window, run_tokens_per_chunk
 from rig.load.records import RequestRecord
+from rig.load.request_metrics import PER_REQUEST, done_in_window
 from rig.load.summary import RunSummary
 from rig.typed import Typed
 
 SLO_KEYS = {"ttft": "time to first token", "tpot": "time per output token", "e2e": "end-to-end latency"}
+# Every SLO key names a per-request figure of rig.load.request_metrics (tests/test_layering.py checks it).
 _UNITS = {"ms": 0.001, "s": 1.0}
 
 
@@ -45,14 +46,10 @@ class Goodput(Typed):
 def goodput(records: list[RequestRecord], summary: RunSummary, slos: dict[str, float]) -> Goodput:
     """A round's goodput over its window's completed requests (the ones its latencies cover)."""
     window = summary.metrics.window
-    ratio = run_tokens_per_chunk(records)
     met = total = 0
-    for r in completed_in_window(records, window.start, window.end):
+    for done in done_in_window(records, window.start, window.end):
         total += 1
-        counts = chunk_token_counts(r, ratio)
-        decoded = sum(counts) - counts[0]
-        observed = {"ttft": r.t_first - r.t_send, "e2e": r.t_last - r.t_send,  # type: ignore[operator]
-                    "tpot": (r.t_last - r.t_first) / decoded if decoded > 0 else 0.0}  # type: ignore[operator]
-        met += all(observed[key] <= limit for key, limit in slos.items())
+        # A request that decoded nothing after its first token has no TPOT: it cannot break a TPOT SLO.
+        met += all((value := PER_REQUEST[key](done)) is None or value <= limit for key, limit in slos.items())
     return Goodput(slos_s=slos, requests_per_s=met / window.seconds, met=met, completed=total,
                    share=met / total if total else None)

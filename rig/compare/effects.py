@@ -1,0 +1,85 @@
+"""Known effects: a test instrument's own measurement of what it adds per token (token_delay's
+host sleep, gpu_delay's in-place step-period difference: its registry row's `effect`), held against
+the per-token interval a comparison found. That a comparison recovers an effect it was told the
+size of, on the engine it ran, is the check behind its other verdicts."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+from rig.compare.model import BootEntry, ComparePlan
+from rig.compare.stats import Comparison
+from rig.typed import Typed
+
+
+class KnownEffect(Typed):
+    """A test instrument's own measurement of what it adds per token (its registry row's `effect`),
+    held against the per-token interval the comparison found: the check that rig recovers a known
+    effect on this engine. The instrument's figure is itself measured, so it has an interval too (a
+    t interval over the boots' own figures); the two agree when their intervals overlap."""
+
+    scenario: str
+    arm: str
+    adapter: str
+    statistic: str
+    per_token_ms: float  # the arm's boots' mean minus the baseline's (0 where the baseline has none)
+    boots: int  # measured boots of the arm whose manifest holds the statistic
+    effect_interval_ms: tuple[float, float] | None  # 95% over the boots' own figures (None: one boot, or no spread)
+    interval_ms: tuple[float, float] | None  # the comparison's per-token interval
+    covered: bool | None  # the intervals overlap (the point itself, without a spread); None without a per-token interval
+
+
+def _effect_ms(entries: list[BootEntry], arm: str, adapter: str, statistic: str, factor: float) -> list[float]:
+    values = []
+    for entry in entries:
+        if not entry.measured:
+            continue
+        stats = entry.adapter_stats.get(adapter)
+        value = stats.get(statistic) if isinstance(stats, dict) else None
+        if entry.arm == arm and isinstance(value, dict) and isinstance(value.get("mean"), (int, float)):
+            values.append(factor * float(value["mean"]))
+    return values
+
+
+def _mean_interval(values: list[float], baseline: list[float]) -> tuple[float, float] | None:
+    """95% t interval of mean(values) - mean(baseline) (Welch), from the boots' own spread."""
+    groups = [g for g in (values, baseline) if g]
+    if any(len(g) < 2 for g in groups):
+        return None
+    if all(max(g) - min(g) <= 1e-9 * max(1.0, abs(max(g))) for g in groups):
+        return None  # no spread: nothing to say how exact the instrument's figure is
+    variances = [float(np.var(g, ddof=1)) / len(g) for g in groups]
+    se = math.sqrt(sum(variances))
+    df = sum(variances) ** 2 / sum(v * v / (len(g) - 1) for v, g in zip(variances, groups))
+    half = float(scipy_stats.t.ppf(0.975, df)) * se
+    middle = float(np.mean(values)) - (float(np.mean(baseline)) if baseline else 0.0)
+    return middle - half, middle + half
+
+
+def known_effects(plan: ComparePlan, entries: list[BootEntry], per_token: dict[str, dict[str, Comparison]]) -> list[KnownEffect]:
+    """`per_token`: scenario -> arm -> its per-token comparison."""
+    from rig_adapters.registry import REGISTRY
+
+    arms = [a.name for a in plan.arms]
+    out = []
+    for name, by_arm in per_token.items():
+        for arm, comparison in by_arm.items():
+            for spec in REGISTRY:
+                if spec.effect is None:
+                    continue
+                statistic, factor = spec.effect
+                values = _effect_ms(entries, arm, spec.name, statistic, factor)
+                if not values:
+                    continue
+                baseline = _effect_ms(entries, arms[0], spec.name, statistic, factor)
+                effect = sum(values) / len(values) - (sum(baseline) / len(baseline) if baseline else 0.0)
+                own = _mean_interval(values, baseline)
+                interval = comparison.ci
+                low, high = own if own else (effect, effect)
+                out.append(KnownEffect(scenario=name, arm=arm, adapter=spec.name, statistic=statistic, per_token_ms=effect,
+                                       boots=len(values), effect_interval_ms=own, interval_ms=interval,
+                                       covered=None if interval is None else low <= interval[1] and interval[0] <= high))
+    return out
