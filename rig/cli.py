@@ -71,8 +71,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from rig.deploy.recipe import REPO_ROOT, all_recipe_paths, recipe_path
+    from rig.deploy.recipe import all_recipe_paths, recipe_path
     from rig.deploy.render import render
+    from rig.paths import REPO_ROOT
 
     paths = [recipe_path(item) for item in args.recipes] or all_recipe_paths()
     changed = render(paths, check=args.check)
@@ -170,10 +171,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from rig import paths as rig_paths
     from rig.boot import BootFailed, driver_named
-    from rig.boot.base import STATE_DIR, BootRecord
+    from rig.boot.base import BootRecord
 
-    paths = sorted(STATE_DIR.glob("*.json"))
+    paths = sorted(rig_paths.state_dir().glob("*.json"))
     if not paths:
         print("nothing is up")
     broken = 0

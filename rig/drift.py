@@ -12,13 +12,12 @@ import zipfile
 from email.parser import Parser
 from pathlib import Path
 
+from rig import paths
 from rig.deploy.recipe import Recipe, all_recipe_paths, parse_recipe, recipe_path
 from rig.engines import ENGINES
 from rig.errors import RigError
 from rig_adapters.registry import REGISTRY
 from rig_adapters.targets import module_file_candidates, verdict
-
-CACHE_DIR = Path(os.environ.get("RIG_CACHE_DIR", Path.home() / ".cache" / "rig")) / "engines"
 
 
 def fetch_wheel(distribution: str, version: str) -> Path:
@@ -27,7 +26,7 @@ def fetch_wheel(distribution: str, version: str) -> Path:
     import shutil
     import tempfile
 
-    target = CACHE_DIR / f"{distribution}-{version}"
+    target = paths.cache_dir() / "engines" / f"{distribution}-{version}"
     found = sorted(target.glob("*.whl"))
     if found:
         return found[0]

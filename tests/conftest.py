@@ -21,12 +21,9 @@ def rig_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600)
 
 @pytest.fixture
 def results_dir(tmp_path, monkeypatch):
-    """Point boots and results at a temporary directory."""
-    import rig.boot.base as base
-
-    monkeypatch.setattr(base, "RESULTS_DIR", tmp_path / "results")
-    monkeypatch.setattr(base, "BOOTS_DIR", tmp_path / "results" / "boots")
-    monkeypatch.setattr(base, "STATE_DIR", tmp_path / "state")
+    """Point boots and results at a temporary directory (rig.paths reads the variables at call time)."""
+    monkeypatch.setenv("RIG_RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.setenv("RIG_STATE_DIR", str(tmp_path / "state"))
     return tmp_path / "results"
 
 
@@ -48,15 +45,14 @@ def tool(name: str) -> str:
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """tiny-cpu booted natively once per test module, with boots and results in a temporary directory."""
-    import rig.boot.base as base
     from rig.boot import driver_for
     from rig.deploy.recipe import load
     from rig.load.runner import LoadTarget
     from rig.load.session import model_dir_for
 
     root = tmp_path_factory.mktemp("tiny")
-    saved = (base.RESULTS_DIR, base.BOOTS_DIR, base.STATE_DIR)
-    base.RESULTS_DIR, base.BOOTS_DIR, base.STATE_DIR = root / "results", root / "results" / "boots", root / "state"
+    saved = {name: os.environ.get(name) for name in ("RIG_RESULTS_DIR", "RIG_STATE_DIR")}
+    os.environ.update(RIG_RESULTS_DIR=str(root / "results"), RIG_STATE_DIR=str(root / "state"))
     resolved = load("tiny-cpu")
     driver = driver_for(resolved)
     record = driver.up(resolved, port=free_port(), progress=False)
@@ -64,7 +60,11 @@ def tiny(tmp_path_factory):
         yield LoadTarget(resolved, record, model_dir_for(resolved)), root
     finally:
         driver.down(record)
-        base.RESULTS_DIR, base.BOOTS_DIR, base.STATE_DIR = saved
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def set_field(dotted: str, value):

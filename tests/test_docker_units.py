@@ -11,9 +11,10 @@ import yaml
 
 import rig.deploy.pins as lab
 from rig.deploy.build import context_size
-from rig.deploy.recipe import REPO_ROOT, EngineName, load
+from rig.deploy.recipe import EngineName, load
 from rig.deploy.render import render_compose, render_dockerfile
 from rig.engines import ENGINES, engine
+from rig.paths import REPO_ROOT
 
 
 def test_every_engine_is_one_declaration_that_the_recipe_schema_follows():

@@ -52,7 +52,7 @@ def test_native_vllm_environment_is_exactly_the_recipes(tmp_path, monkeypatch, r
     resolved.recipe = resolved.recipe.model_copy(update={"native": native})
     monkeypatch.setenv("PYTHONPATH", "/rig/own/path")
     monkeypatch.setenv("RIG_API_KEY", "sk-native-planted")
-    monkeypatch.setattr("rig.boot.native.CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setenv("RIG_CACHE_DIR", str(tmp_path / "cache"))
     from rig.boot.base import new_boot
 
     record = new_boot(resolved, "native", {}, 8341)

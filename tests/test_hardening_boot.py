@@ -209,7 +209,6 @@ def test_compose_record_without_container_is_one_line(rig_dirs, monkeypatch, cap
     """`rig status` on a compose boot whose container is gone: one line, no traceback."""
     import types
 
-    import rig.boot.base as base
     import rig.boot.compose as compose
     from rig.cli import main
 
@@ -219,8 +218,8 @@ def test_compose_record_without_container_is_one_line(rig_dirs, monkeypatch, cap
     state.write_text(json.dumps({**record, "driver": "compose", "pid": None, "compose_project": "rig-tiny-cpu-cb"}))
     client = types.SimpleNamespace(containers=types.SimpleNamespace(list=lambda **kwargs: []))
     monkeypatch.setattr(compose, "docker_client", lambda: client)
-    monkeypatch.setattr(base, "STATE_DIR", root / "state")
-    monkeypatch.setattr(base, "BOOTS_DIR", root / "results" / "boots")  # where the record says its boot lives
+    monkeypatch.setenv("RIG_STATE_DIR", str(root / "state"))
+    monkeypatch.setenv("RIG_RESULTS_DIR", str(root / "results"))  # where the record says its boot lives
     assert main(["status"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and "DOWN (tiny-cpu:cb: compose started no container)" in out[0], out

@@ -211,7 +211,7 @@ def test_harmless_interpreter_settings_pass(tmp_path):
 
 def test_secret_looking_names_stay_redacted_whatever_the_recipe_says():
     from rig.deploy.recipe import load
-    from rig.secrets import REDACTED, recordable_keys, redact_for
+    from rig.redaction import REDACTED, recordable_keys, redact_for
 
     resolved = load("tiny-cpu")
     smuggled = resolved.recipe.model_copy(update={"env": {**resolved.recipe.env, "HF_TOKEN": "", "WANDB_API_KEY": ""}})
@@ -282,7 +282,7 @@ def test_arm_overlay_refuses_hooks_and_rig_names(spec, expected):
 
 def test_a_secret_in_an_arm_is_passed_through_not_recorded():
     from rig.compare.arms import parse_arm
-    from rig.secrets import REDACTED, redact_for
+    from rig.redaction import REDACTED, redact_for
 
     arm = parse_arm("x:HF_TOKEN=hf_planted,RIG_TOKEN_DELAY_MS=0")
     resolved = arm.resolve("tiny-cpu")
@@ -455,7 +455,7 @@ def test_a_dash_and_a_variant_never_share_a_project_or_a_boot(tmp_path, monkeypa
     assert compose_project(dashed) != compose_project(variant)
     assert compose_path(dashed) != compose_path(variant)
     assert (compose_project(dashed), compose_project(variant)) == ("rig-h-b", "rig-h_b")
-    monkeypatch.setattr(base, "BOOTS_DIR", tmp_path / "boots")
+    monkeypatch.setenv("RIG_RESULTS_DIR", str(tmp_path))
     for boot_id in ("20260101-000000-h-b-0a1b", "20260101-000001-h.b-0a1c", "20260101-000002-h-0a1d"):
         (tmp_path / "boots" / boot_id).mkdir(parents=True)
         (tmp_path / "boots" / boot_id / "boot.json").write_text("{}")

@@ -12,7 +12,7 @@ import pytest
 
 from rig.atomic import write_text_atomic
 from rig.boot import process as kernel
-from rig.secrets import REDACTED, recordable_keys, redact, redact_for, split_recordable
+from rig.redaction import REDACTED, recordable_keys, redact, redact_for, split_recordable
 from rig.strict_yaml import YamlRefused, load_strict
 
 
@@ -179,7 +179,7 @@ def test_compose_override_passes_a_secret_through_the_process_environment(tmp_pa
     import yaml
     from test_render import compose_binary
 
-    from rig.secrets import compose_environment
+    from rig.redaction import compose_environment
 
     planted = "sk-planted-compose-$1"
     entries, process_env = compose_environment({"HF_TOKEN": planted, "RIG_TOKEN_DELAY_MS": "5$"}, {"RIG_TOKEN_DELAY_MS"})
@@ -195,3 +195,42 @@ def test_compose_override_passes_a_secret_through_the_process_environment(tmp_pa
     environment = json.loads(result.stdout)["services"]["server"]["environment"]
     literal = {key: value.replace("$$", "$") for key, value in environment.items()}  # `config` prints $ escaped
     assert literal == {"A": "1", "HF_TOKEN": planted, "RIG_TOKEN_DELAY_MS": "5$"}
+
+
+def test_readers_raise_error_kinds_callers_can_branch_on(tmp_path):
+    """NotFound for what is not there, Damaged for what is there but unreadable, Invalid for a value
+    that breaks a rule: every one a RigError of one line."""
+    from rig.compare.model import ComparePlan
+    from rig.errors import Damaged, Invalid, NotFound, RigError
+    from rig.load.scenarios import load_scenario
+
+    with pytest.raises(NotFound):
+        ComparePlan.read(tmp_path)
+    (tmp_path / "plan.json").write_text('{"schema": 6, "recipe": ')
+    with pytest.raises(Damaged):
+        ComparePlan.read(tmp_path)
+    scenario = tmp_path / "mine.yaml"
+    scenario.write_text("schema: 1\nname: mine\nversion: 1\nkind: decode\nendpoint: chat\nprompt_set: prose\nprompt_tokens: 64\n"
+                        "max_tokens: 32\ntemperature: 0\nseed: 1\nusers: -3\nduration_s: 5\n")
+    with pytest.raises(Invalid) as caught:
+        load_scenario(str(scenario))
+    assert isinstance(caught.value, RigError) and "\n" not in str(caught.value) and caught.value.field == "users"
+
+
+@pytest.mark.parametrize("value", ["/", "/etc", "/usr", "/tmp", "/var"])
+def test_a_results_directory_in_a_system_path_is_refused(monkeypatch, value):
+    from rig import paths
+    from rig.errors import Invalid
+
+    monkeypatch.setenv("RIG_RESULTS_DIR", value)
+    with pytest.raises(Invalid, match="RIG_RESULTS_DIR: '.*' is a system directory"):
+        paths.results_dir()
+
+
+def test_an_empty_results_directory_variable_means_the_default(monkeypatch, tmp_path):
+    from rig import paths
+
+    monkeypatch.setenv("RIG_RESULTS_DIR", "")
+    assert paths.results_dir() == paths.REPO_ROOT / "results"
+    monkeypatch.setenv("RIG_RESULTS_DIR", str(tmp_path / "mine"))
+    assert paths.results_dir() == tmp_path / "mine" and paths.boots_dir() == tmp_path / "mine" / "boots"

@@ -104,7 +104,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_is_read_from_rigs_own_modules():
     assert {"rig.cli", "rig.deploy.recipe", "rig.load.metrics", "rig.compare.report", "rig.boot.base"} <= set(GRAPH)
-    assert "rig.deploy.recipe" in GRAPH["rig.load.scenarios"]  # a top-level import
+    assert "rig.paths" in GRAPH["rig.load.scenarios"]  # a top-level import
     assert "rig.deploy.build" in GRAPH["rig.cli"]  # one inside a function counts too
     assert "rig.boot.compose" in GRAPH["rig.boot"]  # `from rig.boot import compose` is the module
 
@@ -142,7 +142,7 @@ def test_the_pin_store_is_apart_from_the_rehearsal():
     """render, build and pin read the lab's pins; only the rehearsal builds on them."""
     for module in ("rig.deploy.render", "rig.deploy.build", "rig.deploy.pin"):
         assert "rig.deploy.pins" in GRAPH[module] and "rig.boot.rehearse" not in GRAPH[module]
-    assert GRAPH["rig.deploy.pins"] <= {"rig.atomic", "rig.deploy.recipe", "rig.strict_yaml"}
+    assert GRAPH["rig.deploy.pins"] <= {"rig.atomic", "rig.deploy.recipe", "rig.paths", "rig.strict_yaml"}
 
 
 def test_the_readme_documents_every_exit_code():
@@ -179,3 +179,21 @@ def test_every_slo_names_a_per_request_figure():
     from rig.load.request_metrics import PER_REQUEST
 
     assert set(SLO_KEYS) <= set(PER_REQUEST)
+
+
+def test_no_module_of_rig_is_named_after_a_standard_library_module():
+    """`python rig/tinymodel.py` puts rig/ first on sys.path: a rig/secrets.py then shadowed the
+    standard library's, and the script died importing it."""
+    import sys
+
+    shadowing = sorted(str(path.relative_to(REPO)) for path in PACKAGE.rglob("*.py")
+                       if path.stem in sys.stdlib_module_names)
+    assert shadowing == [], shadowing
+
+
+def test_the_model_generator_runs_as_the_script_its_usage_names():
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, str(PACKAGE / "tinymodel.py"), "--help"], capture_output=True, text=True, check=False)
+    assert result.returncode == 0 and "usage: tinymodel.py" in result.stdout, result.stderr[-500:]

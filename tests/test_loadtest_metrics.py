@@ -107,11 +107,11 @@ def test_c1_metrics_match_the_known_timing(timed_target, tmp_path):
 def test_every_prompt_is_unique_and_exact_in_tokens(timed_target, tmp_path):
     """Prompts built for the served tokenizer get a per-request nonce: no prefix cache can answer
     them, and each stays exactly the scenario's token count."""
-    from rig.boot.native import CACHE_DIR
+    from rig import paths
     from rig.tinymodel import ensure_tiny_model
 
     target, _ = timed_target
-    counter = TokenCounter(str(ensure_tiny_model(CACHE_DIR / "models")))
+    counter = TokenCounter(str(ensure_tiny_model(paths.cache_dir() / "models")))
     summary = run_scenario(target, scenario(users=2, spawn_rate=2, duration_s=4.0, max_tokens=11, prompt_tokens=64),
                            tmp_path / "run", counter=counter, progress=False)
     from rig.load.records import read_records

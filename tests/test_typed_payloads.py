@@ -180,11 +180,11 @@ def test_the_wire_records_round_trip(tmp_path):
 def test_the_tokenizer_reads_tokenizer_json_without_transformers(tmp_path):
     """A client host has no transformers: the served model's tokenizer.json alone counts tokens, as
     transformers' own tokenizer does."""
-    from rig.boot.native import CACHE_DIR
+    from rig import paths
     from rig.load.prompts import LocalTokenizer, TokenCounter
     from rig.tinymodel import ensure_tiny_model
 
-    model_dir = ensure_tiny_model(CACHE_DIR / "models")
+    model_dir = ensure_tiny_model(paths.cache_dir() / "models")
     text = (REPO / "loadtests" / "prompts" / "code.txt").read_text()[:2000] + " <|eos|> üñ 中文"
     code = ("import sys; sys.modules['transformers'] = None\n"
             "from rig.load.prompts import TokenCounter\n"

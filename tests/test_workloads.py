@@ -222,10 +222,10 @@ def timed_target(tmp_path):
 
 
 def _counter() -> TokenCounter:
-    from rig.boot.native import CACHE_DIR
+    from rig import paths
     from rig.tinymodel import ensure_tiny_model
 
-    return TokenCounter(str(ensure_tiny_model(CACHE_DIR / "models")))
+    return TokenCounter(str(ensure_tiny_model(paths.cache_dir() / "models")))
 
 
 def _invalid_is_named(summary) -> bool:

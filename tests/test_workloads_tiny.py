@@ -45,13 +45,13 @@ def test_open_loop_on_tiny_cpu_meets_its_rate_with_poisson_gaps(tiny, tmp_path):
 
 def test_sweep_on_tiny_cpu_writes_the_table_the_png_and_a_knee(tiny, tmp_path):
     target, root = tiny
-    import rig.boot.base as base
+    from rig import paths
 
-    env = {"RIG_RESULTS_DIR": str(base.RESULTS_DIR), "RIG_STATE_DIR": str(base.STATE_DIR)}  # the module's running boot
+    env = {"RIG_RESULTS_DIR": str(paths.results_dir()), "RIG_STATE_DIR": str(paths.state_dir())}  # the module's running boot
     result = rig_cli("sweep", "tiny-cpu", "--scenario", "open-loop", "--small", "--rates", "4,16,96", "--duration", "6",
                      "--goodput", "ttft<=40ms,tpot<=20ms", "--slo-share", "0.9", env=env, timeout=900)
     assert result.returncode in (0, 4), result.stdout[-3000:] + result.stderr[-2000:]
-    out = sorted(base.RESULTS_DIR.glob("tiny-cpu/*/sweep-open-loop"))[-1]
+    out = sorted(paths.results_dir().glob("tiny-cpu/*/sweep-open-loop"))[-1]
     data = json.loads((out / "sweep.json").read_text())
     assert [p["load"] for p in data["points"]] == [4.0, 16.0, 96.0] and data["complete"]
     assert (out / "sweep.png").stat().st_size > 20_000 and "| request rate (req/s) |" in (out / "sweep.md").read_text()

@@ -157,11 +157,12 @@ def audit(ref: str, model_dir: str | None, as_json: bool, boot: str | None = Non
     reports = [audit_variant(recipe.variant(v), model_dir) for v in variants]
     differs = False
     if boot is not None:
+        from rig import paths
         from rig.audit.engine_shapes import compare_shapes, recorded_shapes
         from rig.audit.shapes import Gemm
-        from rig.boot.base import BOOTS_DIR, BootRecord
+        from rig.boot.base import BootRecord
 
-        record = BootRecord.load(BOOTS_DIR / boot / "boot.json")
+        record = BootRecord.load(paths.boots_dir() / boot / "boot.json")
         resolved = recipe.variant(record.variant)
         if len(reports) != 1 or reports[0].recipe != resolved.ref:
             raise RigError("command line", "--boot", f"boot {boot} ran {record.ref}, not {ref}", f"audit {record.ref} --boot {boot}")

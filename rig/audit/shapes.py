@@ -11,7 +11,7 @@ import yaml
 from pydantic import Field, ValidationError
 
 from rig.deploy.recipe import Resolved
-from rig.errors import RigError
+from rig.errors import Invalid, RigError
 from rig.typed import Spec, first_problem
 
 AUDIT_DIR = Path(__file__).resolve().parent
@@ -49,7 +49,7 @@ def _dims(data: object, where: str) -> ModelDims:
         return ModelDims.model_validate(data)
     except ValidationError as error:
         field, problem = first_problem(error)
-        raise RigError(where, field, problem, "pass a checkpoint's config.json (whole numbers for its dimensions)") from None
+        raise Invalid(where, field, problem, "pass a checkpoint's config.json (whole numbers for its dimensions)") from None
 
 
 @dataclass(frozen=True)

@@ -15,20 +15,18 @@ from typing import Any, Literal, Protocol
 
 from pydantic import Field, ValidationError, field_validator
 
-from rig import client, grammar
+from rig import client, grammar, paths
 from rig.atomic import write_text_atomic
-from rig.deploy.recipe import REPO_ROOT, Resolved, check_overlay
+from rig.deploy.recipe import Resolved, check_overlay
 from rig.deploy.render import COMPOSE_DIR
 from rig.engines import Engine
 from rig.errors import Damaged, RigError
 from rig.observe.fingerprint import CacheFiles, Fingerprint, host_fingerprint, manifest_hashes
-from rig.secrets import redact_for
+from rig.paths import REPO_ROOT
+from rig.redaction import redact_for
 from rig.strict_yaml import read_regular
 from rig.typed import Typed, Versioned, first_problem
 
-RESULTS_DIR = Path(os.environ.get("RIG_RESULTS_DIR", REPO_ROOT / "results"))
-BOOTS_DIR = RESULTS_DIR / "boots"
-STATE_DIR = Path(os.environ.get("RIG_STATE_DIR", REPO_ROOT / ".rig" / "state"))
 RECORD_MAX_BYTES = 4 << 20  # a boot record is a few kB (its fingerprint included)
 BOOT_SCHEMA = 1  # boot.json and the state files; records written before it carried no version are version 1
 # <yyyymmdd>-<hhmmss>-<recipe>[.<variant>]-<4 hex>: the slug is unambiguous between fixed-width parts.
@@ -120,7 +118,7 @@ class BootRecord(Versioned):
         are its own boot directory's is one RigError line (a state file is input: edited, it could
         point `rig logs` at any file or make `rig down` write a boot record anywhere)."""
         fix = (f"check that nothing of this recipe still runs (`ps -eo pid,pgid,args`), then delete {_shown(path)}"
-               if path.parent == STATE_DIR else "this boot record is damaged; leave it out of comparisons")
+               if path.parent == paths.state_dir() else "this boot record is damaged; leave it out of comparisons")
         text = read_regular(path, RECORD_MAX_BYTES, _shown(path),
                             missing=("no such boot record", "list boots with `rig status` or under results/boots/"))
         try:
@@ -141,7 +139,7 @@ class BootRecord(Versioned):
             return "boot_id", f"{self.boot_id!r} is not a boot id of {self.ref!r}"
         if self.ref != self.recipe + (f":{self.variant}" if self.variant else ""):
             return "ref", f"{self.ref!r} is not recipe {self.recipe!r} variant {self.variant!r}"
-        boot_dir = BOOTS_DIR / self.boot_id
+        boot_dir = paths.boots_dir() / self.boot_id
         expected = {"boot_dir": boot_dir, "log_path": boot_dir / "server.log", "manifest_dir": boot_dir / "manifests"}
         for name, path in expected.items():
             if Path(getattr(self, name)) != path:
@@ -168,11 +166,11 @@ def _shown(path: Path) -> str:
 def new_boot(resolved: Resolved, driver: str, overlay: dict[str, str], port: int) -> BootRecord:
     """A new boot record; refused while the recipe's recorded server is still up. The overlay is
     checked like a variant's env (no rig-owned name, no loader hook) and recorded redacted
-    (rig/secrets.py): the driver hands the real values to the server."""
+    (rig/redaction.py): the driver hands the real values to the server."""
     check_overlay(resolved, overlay, "command line", "--env")
     refuse_if_up(resolved.recipe.name)
     boot_id = time.strftime("%Y%m%d-%H%M%S") + f"-{resolved.slug}-{secrets.token_hex(2)}"
-    boot_dir = BOOTS_DIR / boot_id
+    boot_dir = paths.boots_dir() / boot_id
     (boot_dir / "manifests").mkdir(parents=True, exist_ok=True)
     record = BootRecord(
         boot_id=boot_id, ref=resolved.ref, recipe=resolved.recipe.name, variant=resolved.variant, driver=driver,
@@ -233,11 +231,11 @@ def _client_host(bind: str) -> str:
 
 
 def state_path(recipe_name: str) -> Path:
-    """A recipe's state file; the name is checked here, so no caller can walk out of STATE_DIR."""
+    """A recipe's state file; the name is checked here, so no caller can walk out of the state directory."""
     if not grammar.is_recipe_name(recipe_name):
         raise RigError("command line", "recipe", f"{recipe_name!r} is not a recipe name",
                        "pass a name from `rig validate` (lowercase letters, digits, -)")
-    return STATE_DIR / f"{recipe_name}.json"
+    return paths.state_dir() / f"{recipe_name}.json"
 
 
 def boots_of(recipe_name: str) -> list[Path]:
@@ -245,7 +243,7 @@ def boots_of(recipe_name: str) -> list[Path]:
     the boots of `a-b`."""
     state_path(recipe_name)  # the name's grammar
     found = []
-    for path in BOOTS_DIR.glob("*/boot.json"):
+    for path in paths.boots_dir().glob("*/boot.json"):
         match = BOOT_ID.fullmatch(path.parent.name)
         if match and match.group("recipe") == recipe_name:
             found.append(path)

@@ -15,12 +15,13 @@ import yaml
 
 from rig.atomic import write_text_atomic
 from rig.boot.base import DRIVERS, BootFailed, BootImage, BootRecord, CacheState, await_healthy, forget, new_boot, remember
-from rig.deploy.recipe import REPO_ROOT, Resolved
+from rig.deploy.recipe import Resolved
 from rig.deploy.render import compose_path, compose_project, host_ip
 from rig.docker_client import docker_client
 from rig.engines import ENGINES
 from rig.errors import RigError
-from rig.secrets import RIG_VARIABLES, compose_environment, recordable_keys
+from rig.paths import REPO_ROOT
+from rig.redaction import RIG_VARIABLES, compose_environment, recordable_keys
 
 
 def override_file(resolved: Resolved, overlay: dict[str, str], boot_id: str, port: int | None) -> tuple[str, dict[str, str]]:

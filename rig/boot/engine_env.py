@@ -20,9 +20,10 @@ import tempfile
 from pathlib import Path
 
 from rig.boot.base import CacheDir, CacheState
-from rig.deploy.recipe import REPO_ROOT, Resolved
+from rig.deploy.recipe import Resolved
 from rig.engines import ENGINES, Engine
 from rig.errors import RigError
+from rig.paths import REPO_ROOT
 
 ADAPTER_SOURCE = REPO_ROOT / "adapter"
 API_KEY_ENV = "RIG_API_KEY"

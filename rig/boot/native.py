@@ -13,18 +13,19 @@ import sys
 import time
 from pathlib import Path
 
+from rig import paths
 from rig.atomic import write_text_atomic
 from rig.boot import engine_env
 from rig.boot import process as kernel
 from rig.boot.base import DRIVERS, BootFailed, BootRecord, await_healthy, forget, new_boot, refuse_if_up, remember
-from rig.deploy.recipe import REPO_ROOT, Resolved
+from rig.deploy.recipe import Resolved
 from rig.engines import ENGINES, server_argv
 from rig.errors import RigError
+from rig.paths import REPO_ROOT
 from rig.tinymodel import ensure_tiny_model
 
 # The optional extra that holds the CPU demo server (transformers serve) and the model generator (torch).
 CPU_DEMO_EXTRA = "cpu-demo"
-CACHE_DIR = Path(os.environ.get("RIG_CACHE_DIR", Path.home() / ".cache" / "rig"))
 STOP_GRACE_S = 10.0
 
 
@@ -47,7 +48,7 @@ class NativeDriver:
     def model_path(self, resolved: Resolved) -> str:
         if resolved.recipe.model.source == "generated":
             try:
-                return str(ensure_tiny_model(CACHE_DIR / "models", resolved.recipe.model.generate or ""))
+                return str(ensure_tiny_model(paths.cache_dir() / "models", resolved.recipe.model.generate or ""))
             except ImportError as error:  # torch and transformers are the cpu-demo extra, not rig's core
                 raise RigError(f"recipes/{resolved.recipe.name}.yaml", "model.generate",
                                f"generating this model needs {error.name or 'torch and transformers'}, which is not installed",
@@ -83,7 +84,7 @@ class NativeDriver:
             if not os.access(interpreter, os.X_OK):
                 raise RigError(f"recipes/{resolved.recipe.name}.yaml", "native", f"{interpreter} is not an executable interpreter here",
                                "install the engine's environment on this host, or correct the path")
-            entries = [str(engine_env.adapter_overlay(CACHE_DIR))] if engine.plugin_group else []
+            entries = [str(engine_env.adapter_overlay(paths.cache_dir()))] if engine.plugin_group else []
             env["PYTHONPATH"] = os.pathsep.join(entries + list(native.pythonpath))
             env.pop("PYTHONHOME", None)
         if cold_caches:

@@ -14,10 +14,11 @@ from rig.boot.checks import check_log, read_manifests
 from rig.deploy.build import builder_env, source_commit
 from rig.deploy.pin import resolve_digests
 from rig.deploy.pins import standin_reference
-from rig.deploy.recipe import REPO_ROOT, load
+from rig.deploy.recipe import load
 from rig.deploy.render import dockerfile_path, image_name
 from rig.docker_client import docker_client
 from rig.errors import RigError
+from rig.paths import REPO_ROOT
 from rig_adapters.registry import BY_NAME
 
 

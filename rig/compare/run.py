@@ -23,9 +23,9 @@ from pathlib import Path
 
 from pydantic import JsonValue
 
+from rig import paths
 from rig.atomic import write_text_atomic
 from rig.boot import BootFailed, driver_for, driver_named
-from rig.boot import base as boot_base
 from rig.boot.base import BootRecord
 from rig.boot.checks import check_boot, read_manifests
 from rig.chat import stream_chat
@@ -169,7 +169,7 @@ def stop_leftover(out: Path, index: int, arm: Arm, recipe: str) -> str | None:
     except Damaged:  # a marker of another schema or a damaged one: stop nothing but this recipe's later boots
         boot_id, since = None, float("inf")
     note = None
-    for path in sorted(boot_base.STATE_DIR.glob("*.json")):
+    for path in sorted(paths.state_dir().glob("*.json")):
         try:
             record = BootRecord.load(path)
         except (NotFound, Damaged):  # gone meanwhile, or not a record rig wrote: nothing of ours to stop
@@ -395,5 +395,5 @@ def all_entries(out: Path, plan: ComparePlan) -> list[BootEntry]:
 
 
 def compare_root() -> Path:
-    return boot_base.RESULTS_DIR / "compare" / time.strftime("%Y%m%d-%H%M%S")
+    return paths.results_dir() / "compare" / time.strftime("%Y%m%d-%H%M%S")
 

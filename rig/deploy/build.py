@@ -9,9 +9,10 @@ from pathlib import Path
 
 from rig import grammar
 from rig.deploy.pins import is_lab_image, lab_digests
-from rig.deploy.recipe import REPO_ROOT, load, split_ref
+from rig.deploy.recipe import load, split_ref
 from rig.deploy.render import dockerfile_path, image_name, render
 from rig.errors import RigError
+from rig.paths import REPO_ROOT
 
 ALLOW_UNPINNED_ENV = "RIG_ALLOW_UNPINNED"
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import yaml
 
 from rig.atomic import write_text_atomic
-from rig.deploy.recipe import REPO_ROOT, BaseImage
+from rig.deploy.recipe import BaseImage
+from rig.paths import REPO_ROOT
 from rig.strict_yaml import load_yaml_file
 
 LAB_REGISTRY = "127.0.0.1:5000"

@@ -24,14 +24,12 @@ from pydantic import (
 
 from rig import grammar
 from rig.engines import ENGINES
-from rig.errors import RigError
+from rig.errors import Invalid, RigError
+from rig.paths import DATA_DIR, PACKAGE_DIR, REPO_ROOT
 from rig.strict_yaml import load_yaml_file
 from rig.typed import Spec
 
-PACKAGE_DIR = Path(__file__).resolve().parent.parent  # rig/
-REPO_ROOT = PACKAGE_DIR.parent
 RECIPES_DIR = REPO_ROOT / "recipes"
-DATA_DIR = PACKAGE_DIR / "data"
 Platform = Literal["linux/amd64", "linux/arm64"]
 Digest = Annotated[StrictStr, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
 RECIPE_MAX_BYTES = 256 << 10  # the largest recipe is about 3 kB
@@ -369,7 +367,7 @@ def parse_recipe(path: Path) -> Recipe:
     except ValidationError as error:
         first = error.errors()[0]
         message = " ".join(first["msg"].removeprefix("Value error, ").split())
-        raise RigError(where, _field_path(first["loc"]), message, _fix_for(first)) from None
+        raise Invalid(where, _field_path(first["loc"]), message, _fix_for(first)) from None
     if recipe.name != path.stem:
         raise RigError(where, "name", f"name {recipe.name!r} differs from the file name", f"rename the file to {recipe.name}.yaml or set name: {path.stem}")
     check_semantics(recipe, where)

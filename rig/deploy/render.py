@@ -14,9 +14,10 @@ import yaml
 from rig import __version__, grammar
 from rig.atomic import write_files_atomic
 from rig.deploy.pins import is_lab_image
-from rig.deploy.recipe import REPO_ROOT, Recipe, Resolved, check_rig_owned, parse_recipe
+from rig.deploy.recipe import Recipe, Resolved, check_rig_owned, parse_recipe
 from rig.engines import ENGINES, MULTINODE_ADDR_VAR, server_argv
 from rig.errors import RigError
+from rig.paths import REPO_ROOT
 
 DOCKER_DIR = REPO_ROOT / "docker"
 COMPOSE_DIR = REPO_ROOT / "compose"

@@ -14,7 +14,7 @@ import time
 import urllib.parse
 from typing import Any
 
-from rig.boot import base as boot_base
+from rig import paths
 from rig.boot.base import BootImage, BootRecord, http_get_json
 from rig.deploy.recipe import Resolved, load
 from rig.engines import ENGINES
@@ -108,7 +108,7 @@ def attach(url: str, ref: str | None, model: str | None, boot_id: str | None) ->
                        "pass --boot-id ID and change it whenever the server restarts (the first run per id is the warmup)")
     digest = hashlib.sha256(f"{base_url} {identity}".encode()).hexdigest()[:12]
     name = f"attached-{port}-{digest}"
-    boot_dir = boot_base.BOOTS_DIR / name
+    boot_dir = paths.boots_dir() / name
     (boot_dir / "manifests").mkdir(parents=True, exist_ok=True)
     record = BootRecord(boot_id=name, ref=resolved.ref if resolved else base_url, recipe=resolved.recipe.name if resolved else "attached",
                         variant=resolved.variant if resolved else None, driver="attached", base_url=base_url,

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from rig import strict_yaml
-from rig.errors import RigError
+from rig.errors import Invalid, RigError
 from rig.strict_yaml import strict_json
 from rig.typed import first_problem
 
@@ -23,7 +23,7 @@ Row = TypeVar("Row", bound=BaseModel)
 
 
 def display(path: Path) -> str:
-    from rig.deploy.recipe import REPO_ROOT
+    from rig.paths import REPO_ROOT
 
     try:
         return str(path.resolve().relative_to(REPO_ROOT))
@@ -104,5 +104,5 @@ def read_rows(path: Path, where: str, model: type[Row], fix: str, max_rows: int 
             rows.append(model.model_validate(item))
         except ValidationError as error:
             field, message = first_problem(error)
-            raise RigError(where, f"{label} {number}: {field}", message, fix) from None
+            raise Invalid(where, f"{label} {number}: {field}", message, fix) from None
     return rows

@@ -28,8 +28,9 @@ from typing import Annotated, Any, NamedTuple
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 
+from rig import paths
 from rig.atomic import write_text_atomic
-from rig.errors import Damaged, NotFound, RigError
+from rig.errors import Damaged, Invalid, NotFound, RigError
 from rig.load.inputs import MAX_DATA_BYTES, display, read_regular
 from rig.load.metrics import summarize
 from rig.load.records import RequestRecord, read_records
@@ -325,9 +326,9 @@ def _aiperf_records(data: bytes, where: str) -> tuple[list[RequestRecord], float
             row = AiperfRecord.model_validate(strict_json(line))
         except ValidationError as error:
             field, message = first_problem(error)
-            raise RigError(where, f"line {number}: {field}", message, "pass the profile_export.jsonl AIPerf wrote, unchanged") from None
+            raise Invalid(where, f"line {number}: {field}", message, "pass the profile_export.jsonl AIPerf wrote, unchanged") from None
         except ValueError as error:
-            raise RigError(where, f"line {number}", f"not valid JSON ({error})", "pass the profile_export.jsonl AIPerf wrote") from None
+            raise Damaged(where, f"line {number}", f"not valid JSON ({error})", "pass the profile_export.jsonl AIPerf wrote") from None
         meta = row.metadata
         if meta.benchmark_phase != "profiling":
             continue  # warmup requests are not measurements
@@ -382,9 +383,8 @@ def import_file(path: Path, scenario_ref: str | None, out: Path | None = None, p
     scenario = load_scenario(scenario_ref or "prose-c1")
     records, duration = (_vllm_records if tool == "vllm" else _aiperf_records)(data, where)
     digest = hashlib.sha256(data).hexdigest()
-    from rig.boot import base as boot_base
 
-    run = out or boot_base.RESULTS_DIR / "imported" / f"{time.strftime('%Y%m%d-%H%M%S')}-{tool}-{digest[:8]}" / scenario.name
+    run = out or paths.results_dir() / "imported" / f"{time.strftime('%Y%m%d-%H%M%S')}-{tool}-{digest[:8]}" / scenario.name
     if run.exists() and any(run.iterdir()):
         raise RigError(str(run), "(directory)", "already holds a run", "pass a new --out directory")
     starts = [r.t_send for r in records]

@@ -14,8 +14,8 @@ import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rig import paths
 from rig.atomic import write_text_atomic
-from rig.boot import base as boot_base
 from rig.boot.base import BootImage, BootRecord
 from rig.deploy.recipe import Resolved
 from rig.engines import LENGTH_PINNING
@@ -54,7 +54,7 @@ from rig.load.workload import gamma_schedule
 from rig.observe.gpu import GpuSampler, summarize_gpu_samples
 from rig.observe.server_metrics import MetricsScraper, summarize_server_metrics
 from rig.observe.timeline import write_timeline
-from rig.secrets import redact_for
+from rig.redaction import redact_for
 
 LOCUSTFILE = LOADTESTS / "locustfile.py"
 # The locustfile's user class for each kind of scenario (closed loops: LLMUser).
@@ -385,4 +385,4 @@ def provenance(target: LoadTarget, run: LocustRun, counter: TokenCounter) -> Pro
 
 
 def results_root(recipe: str) -> Path:
-    return boot_base.RESULTS_DIR / recipe / time.strftime("%Y%m%d-%H%M%S")
+    return paths.results_dir() / recipe / time.strftime("%Y%m%d-%H%M%S")

@@ -21,8 +21,7 @@ from pydantic import (
 )
 
 from rig import grammar
-from rig.deploy.recipe import REPO_ROOT
-from rig.errors import RigError
+from rig.errors import Invalid, RigError
 from rig.load.bounds import (
     MAX_ARRIVALS,
     MAX_BLOCK_TOKENS,
@@ -42,6 +41,7 @@ from rig.load.bounds import (
 from rig.load.datasets import read_conversations, read_trace
 from rig.load.inputs import display, read_yaml
 from rig.load.workload import OutputLengthSpec, TraceLengths, UniformLengths
+from rig.paths import REPO_ROOT
 from rig.typed import Spec, first_problem
 
 LOADTESTS = REPO_ROOT / "loadtests"
@@ -237,7 +237,7 @@ def _validated(data: Any, where: str, prefix: str = "") -> Scenario:
         return Scenario.model_validate(data)
     except ValidationError as error:
         field, message = first_problem(error)
-        raise RigError(where, prefix + field, message, _fix(error.errors()[0])) from None
+        raise Invalid(where, prefix + field, message, _fix(error.errors()[0])) from None
 
 
 def load_scenario(ref: str) -> Scenario:
@@ -305,6 +305,6 @@ def greedy_prompts(small: bool) -> tuple[list[GreedyPrompt], int]:
         data = GreedyPrompts.model_validate(raw)
     except ValidationError as error:
         field, message = first_problem(error)
-        raise RigError(where, field, message, _fix(error.errors()[0])) from None
+        raise Invalid(where, field, message, _fix(error.errors()[0])) from None
     max_tokens = data.small.get("max_tokens", data.max_tokens) if small else data.max_tokens
     return list(data.prompts), max_tokens

@@ -246,7 +246,7 @@ class Provenance(Typed):
     variant: str | None
     engine: str
     image: BootImage | None
-    adapter_gates: dict[str, str] = Field(default_factory=dict)  # redacted (rig/secrets.py)
+    adapter_gates: dict[str, str] = Field(default_factory=dict)  # redacted (rig/redaction.py)
     boot_id: str
     driver: str
     base_url: str | None

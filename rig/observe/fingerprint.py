@@ -117,7 +117,7 @@ def host_fingerprint(image_id: str | None = None, image_digests: list[str] | Non
 def communication_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
     """NCCL/GLOO/CUDA device settings by value; a secret-looking one (grammar.secret_looking) redacted."""
     from rig.grammar import secret_looking
-    from rig.secrets import REDACTED
+    from rig.redaction import REDACTED
 
     environ = os.environ if environ is None else environ
     return {key: REDACTED if secret_looking(key) else value

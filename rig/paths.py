@@ -1,0 +1,55 @@
+"""Where rig's files live, in one place: the checkout (fixed), and the results, state and cache
+directories, read from the environment at call time (RIG_RESULTS_DIR, RIG_STATE_DIR, RIG_CACHE_DIR),
+so a test or a second run points them elsewhere by setting a variable, never by patching a module.
+
+A directory named by the environment must be a path of its own: empty means the default, and a
+system directory (/, /etc, /usr, ...) is refused in one line before anything is written there.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rig.errors import Invalid
+
+PACKAGE_DIR = Path(__file__).resolve().parent  # rig/
+REPO_ROOT = PACKAGE_DIR.parent
+DATA_DIR = PACKAGE_DIR / "data"
+
+# Directories rig never writes its results, state or caches into (nor directly below /).
+SYSTEM_DIRS = frozenset(Path(p) for p in ("/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/root", "/run",
+                                           "/sbin", "/sys", "/usr", "/var", "/home", "/opt", "/srv", "/tmp"))
+
+
+def _from_environment(variable: str, default: Path) -> Path:
+    raw = os.environ.get(variable, "")
+    if not raw.strip():
+        return default
+    if "\x00" in raw or any(ord(c) < 32 for c in raw):
+        raise Invalid("environment", variable, "holds a control character", f"set {variable} to a directory path, or unset it")
+    path = Path(raw).expanduser()
+    resolved = path.resolve()
+    if resolved in SYSTEM_DIRS or resolved.parent == Path("/") and not path.exists():
+        raise Invalid("environment", variable, f"{raw!r} is a system directory (rig would write into it)",
+                      f"set {variable} to a directory of its own, e.g. {default}, or unset it")
+    return path
+
+
+def results_dir() -> Path:
+    """results/: boots, runs, comparisons (RIG_RESULTS_DIR)."""
+    return _from_environment("RIG_RESULTS_DIR", REPO_ROOT / "results")
+
+
+def boots_dir() -> Path:
+    return results_dir() / "boots"
+
+
+def state_dir() -> Path:
+    """.rig/state/: one file per recipe that is up (RIG_STATE_DIR)."""
+    return _from_environment("RIG_STATE_DIR", REPO_ROOT / ".rig" / "state")
+
+
+def cache_dir() -> Path:
+    """~/.cache/rig: generated models, the adapter overlay, downloaded engine wheels (RIG_CACHE_DIR)."""
+    return _from_environment("RIG_CACHE_DIR", Path.home() / ".cache" / "rig")
