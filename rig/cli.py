@@ -143,7 +143,8 @@ def cmd_down(args: argparse.Namespace) -> int:
 def cmd_logs(args: argparse.Namespace) -> int:
     import time
 
-    from rig.boot.base import BootRecord, boots_of
+    from rig.boot.record import BootRecord
+    from rig.boot.state import boots_of
     from rig.deploy.recipe import parse_ref
 
     name = parse_ref(args.recipe)[0]
@@ -173,7 +174,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from rig import paths as rig_paths
     from rig.boot import BootFailed, driver_named
-    from rig.boot.base import BootRecord
+    from rig.boot.record import BootRecord
 
     paths = sorted(rig_paths.state_dir().glob("*.json"))
     if not paths:

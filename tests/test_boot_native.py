@@ -9,9 +9,9 @@ import pytest
 from conftest import free_port
 
 from rig.boot import BootFailed, driver_for
-from rig.boot.base import current_boot
 from rig.boot.checks import check_boot
 from rig.boot.process import group_alive
+from rig.boot.state import current_boot
 from rig.chat import stream_chat
 from rig.deploy.recipe import load
 

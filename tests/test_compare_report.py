@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from simulated_runs import SCENARIO, Design, simulate_comparison
 
-from rig.boot.base import CacheState
+from rig.boot.record import CacheState
 from rig.compare.arms import Arm
 from rig.compare.markdown import comparison_line, markdown
 from rig.compare.model import BootEntry, ComparePlan, RunResult
@@ -377,3 +377,27 @@ def test_target_stops_when_voided_boots_left_steins_first_stage_without_an_sd():
                                                                         for i, arm in zip(range(2, 8), "abbaab")]
     entries += [entry(8, 4, "a", [100.5]), entry(9, 4, "b", [103.1])]
     assert planned_pairs(plan, entries) == plan.boots
+
+
+def test_the_analysis_reads_no_file_when_given_its_inputs(monkeypatch):
+    """read_inputs() is the one reader; analyze() with its inputs opens nothing (every open fails here)."""
+    import builtins
+    import io
+
+    from rig.compare.report import AnalysisInputs
+
+    entries = []
+    for block in range(3):
+        entries += [entry(2 * block, block, "a", [100.0 + block, 100.2]), entry(2 * block + 1, block, "b", [103.0, 103.1])]
+    inputs = AnalysisInputs(kinds={SCENARIO: "decode"}, greedy={SCENARIO: True}, encode=None, log_lines={}, outputs={})
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"the analysis opened {args[0] if args else kwargs}")
+
+    monkeypatch.setattr(builtins, "open", refuse)
+    monkeypatch.setattr(io, "open", refuse)
+    monkeypatch.setattr("pathlib.Path.read_text", refuse)
+    monkeypatch.setattr("pathlib.Path.read_bytes", refuse)
+    monkeypatch.setattr("os.open", refuse)
+    analysis = analyze(plan_for(3), entries, inputs)
+    assert analysis.scenarios[SCENARIO].vs["b"].verdict == "faster"

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from rig.boot.base import BootRecord
 from rig.boot.checks import check_boot
+from rig.boot.record import BootRecord
 from rig.compare import run as compare_run
 from rig.compare.arms import Arm, boot_order, check_arms, parse_arm
 from rig.compare.conditions import normalize
@@ -239,7 +239,7 @@ def test_the_burn_in_boot_and_a_boot_that_compiled_are_measured_but_never_paired
     H200 boot read 1.4% low) is kept as a burn-in and booted again; where the engine's log cannot tell,
     the comparison opens with a burn-in boot of the baseline arm. Neither enters the pairs; the report
     says what each read."""
-    from rig.boot.base import CacheState
+    from rig.boot.record import CacheState
     from rig.compare.markdown import markdown
     from rig.compare.report import analyze
 
@@ -286,7 +286,7 @@ def test_the_burn_in_boot_and_a_boot_that_compiled_are_measured_but_never_paired
 def test_a_first_boot_that_compiled_is_booted_again_without_a_leading_burn_in(tmp_path, monkeypatch):
     """vLLM says in its log whether a boot compiled: no leading burn-in then; the machine's first boot
     (cold caches, compiled) is kept as a burn-in and booted again, and a warm machine pays nothing."""
-    from rig.boot.base import CacheState
+    from rig.boot.record import CacheState
     from rig.compare.report import analyze
 
     cold = {"caches": True}
@@ -319,7 +319,7 @@ def test_a_first_boot_that_compiled_is_booted_again_without_a_leading_burn_in(tm
 def test_caches_that_never_persist_stop_the_redoing_and_the_report_says_so(tmp_path, monkeypatch):
     """Every boot compiles (a compile cache the boot cannot keep): the first is redone once, the redo
     compiles again, and from then on nothing is redone; the control does not claim reused caches."""
-    from rig.boot.base import CacheState
+    from rig.boot.record import CacheState
     from rig.compare.report import analyze
 
     calls = []

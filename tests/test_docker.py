@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rig.boot.base import BootRecord
 from rig.boot.checks import check_boot
+from rig.boot.record import BootRecord
 from rig.deploy.pins import LAB_REGISTRY, PINS_FILE, standin_reference
 from rig.deploy.recipe import load
 from rig.deploy.render import compose_project
@@ -128,10 +128,8 @@ def test_plain_compose_up_is_healthy_and_attach_mode_discards_the_warmup(tiny_im
 
 
 def test_make_up_status_logs_loadtest_down_through_the_compose_driver(tiny_image, rig_env, monkeypatch):
-    import rig.boot.base as base
-
     # this process reads the state `make up` wrote: its boot directory lies under the run's results
-    monkeypatch.setattr(base, "BOOTS_DIR", Path(rig_env["RIG_RESULTS_DIR"]) / "boots")
+    monkeypatch.setenv("RIG_RESULTS_DIR", rig_env["RIG_RESULTS_DIR"])
     up = run("make", "up", f"{RECIPE}:delay", env=rig_env, timeout=300)
     try:
         assert up.returncode == 0, up.stderr

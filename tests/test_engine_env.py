@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rig.boot import engine_env
-from rig.boot.base import compile_log_state
+from rig.boot.health import compile_log_state
 from rig.boot.native import NativeDriver
 from rig.deploy.recipe import load
 from rig.engines import ENGINES
@@ -53,7 +53,7 @@ def test_native_vllm_environment_is_exactly_the_recipes(tmp_path, monkeypatch, r
     monkeypatch.setenv("PYTHONPATH", "/rig/own/path")
     monkeypatch.setenv("RIG_API_KEY", "sk-native-planted")
     monkeypatch.setenv("RIG_CACHE_DIR", str(tmp_path / "cache"))
-    from rig.boot.base import new_boot
+    from rig.boot.state import new_boot
 
     record = new_boot(resolved, "native", {}, 8341)
     env, args = NativeDriver().environment(resolved, {}, record, cold_caches=True)
@@ -71,7 +71,7 @@ def test_a_missing_interpreter_is_one_line(tmp_path, results_dir):
     resolved = load("llama-h200")
     native = resolved.recipe.native.model_copy(update={"python": str(tmp_path / "nope" / "python3")})
     resolved.recipe = resolved.recipe.model_copy(update={"native": native})
-    from rig.boot.base import new_boot
+    from rig.boot.state import new_boot
 
     record = new_boot(resolved, "native", {}, 8341)
     with pytest.raises(RigError, match="is not an executable interpreter here"):
@@ -157,7 +157,7 @@ def test_the_boot_log_says_whether_vllm_reused_its_compilation(tmp_path):
 def test_two_ups_of_one_recipe_cannot_both_claim_it(results_dir):
     """Both pass the liveness check at the same moment; the state file is claimed exclusively, and the
     loser's cleanup never deletes the winner's state."""
-    from rig.boot.base import claim, current_boot, forget, new_boot
+    from rig.boot.state import claim, current_boot, forget, new_boot
 
     resolved = load("tiny-cpu")
     first = new_boot(resolved, "native", {}, 8321)

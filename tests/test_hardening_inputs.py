@@ -437,7 +437,7 @@ def test_compose_interpolations_grammar():
 
 
 def test_a_dash_and_a_variant_never_share_a_project_or_a_boot(tmp_path, monkeypatch):
-    import rig.boot.base as base
+    import rig.boot.state as base
     from rig.deploy.render import compose_path, compose_project
 
     def plain(data):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, free_port
 
-from rig.boot.base import BootRecord
+from rig.boot.record import BootRecord
 from rig.deploy.recipe import load
 from rig.load.prompts import TokenCounter
 from rig.load.runner import LoadTarget, run_scenario

@@ -11,7 +11,7 @@ import pytest
 from conftest import free_port, rig_cli
 from test_loadtest_metrics import ITL, PROMPTS, TTFT, FixedPrompts, scenario, start_timed_server, within
 
-from rig.boot.base import BootRecord
+from rig.boot.record import BootRecord
 from rig.compare.arms import parse_arm
 from rig.compare.model import BootEntry, ComparePlan, RunResult
 from rig.deploy.recipe import load

@@ -15,20 +15,11 @@ import pytest
 from conftest import free_port
 
 from rig.compare.arms import Arm
+from rig.compare.coherence import repetition, scripts_of
 from rig.compare.model import BootEntry, BootQuality, ComparePlan, Generation, Score
-from rig.compare.quality import (
-    Probe,
-    _kl_shared,
-    analyze_quality,
-    collect,
-    drift,
-    drift_verdict,
-    first_divergence,
-    holm,
-    quality_line,
-    repetition,
-    scripts_of,
-)
+from rig.compare.quality import _kl_shared, analyze_quality, drift, drift_verdict, first_divergence, quality_line
+from rig.compare.scoring import Probe, collect
+from rig.compare.stats import holm
 
 PROBES = [Probe("a", "The harbour at dawn"), Probe("b", "def fib(n):"), Probe("c", "Zero-padding K to 640")]
 
@@ -93,7 +84,7 @@ def test_drift_verdict_finds_a_real_change_says_when_it_cannot_and_is_exact_on_a
 
 
 def test_coherence_flags_nothing_with_nothing_changed_and_a_real_change_at_8_pairs():
-    from rig.compare.quality import BootCoherence, coherence_report
+    from rig.compare.coherence import BootCoherence, coherence_report
 
     rng = np.random.default_rng(5)
 

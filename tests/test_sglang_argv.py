@@ -1,5 +1,5 @@
 """rig's SGLang launch argv against SGLang's own argument parser, read from the pinned release's wheel
-(rig/engine_args.py; the wheel is the one the drift check downloads, cached). Every recipe and
+(tests/oracles/engine_args.py; the wheel is the one the drift check downloads, cached). Every recipe and
 variant of engine sglang must parse under the release its drift check names; a misspelled flag, a
 flag the release does not have and a bad value must each fail with one line."""
 
@@ -9,10 +9,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from oracles.engine_args import launch_args, sglang_grammar
 
 from rig.deploy.recipe import all_recipe_paths, parse_recipe
 from rig.drift import engine_release, fetch_wheel
-from rig.engine_args import launch_args, sglang_grammar
 from rig.engines import ENGINES, Launch, server_argv
 from rig.errors import RigError
 

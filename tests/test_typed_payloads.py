@@ -100,7 +100,6 @@ ALLOWED = {
     "rig.observe.fingerprint.flatten": "any JSON value flattened to comparable leaves",
     "rig.boot.checks.read_manifests": "adapter manifests, written inside the engine by rig_adapters (stdlib only, its own schema)",
     "rig.tinymodel.presets": "generated_models.json, read by this file also when it runs standalone in an image build",
-    "rig.engine_source.Evaluator.value": "values of an engine's own source, evaluated",
 }
 
 

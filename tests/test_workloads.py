@@ -15,7 +15,7 @@ from conftest import REPO, free_port
 from scipy import stats
 from test_loadtest_metrics import start_timed_server
 
-from rig.boot.base import BootRecord
+from rig.boot.record import BootRecord
 from rig.deploy.recipe import load
 from rig.load.metrics import arrival_problems, arrival_stats, arrival_window
 from rig.load.prompts import TokenCounter

@@ -1,4 +1,4 @@
-"""Compare rig's reading of SGLang's launch grammar (rig/engine_args.py) with SGLang's real parser.
+"""Compare rig's reading of SGLang's launch grammar (tests/oracles/engine_args.py) with SGLang's real parser.
 
 The real parser comes from importing `sglang.srt.server_args` from the unpacked wheel and calling
 `ServerArgs.add_cli_args` on an argparse parser. That import needs torch (rig's CPU torch serves)
@@ -33,7 +33,8 @@ print(json.dumps([{"flags": a.option_strings, "dest": a.dest, "nargs": a.nargs, 
 
 
 def rigs(wheel: Path) -> list[dict]:
-    from rig.engine_args import sglang_grammar
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+    from oracles.engine_args import sglang_grammar
 
     return [{"flags": a.option_strings, "dest": a.dest, "nargs": a.nargs, "cls": type(a).__name__,
              "choices": sorted(map(str, a.choices)) if a.choices is not None else None,

@@ -160,7 +160,7 @@ def audit(ref: str, model_dir: str | None, as_json: bool, boot: str | None = Non
         from rig import paths
         from rig.audit.engine_shapes import compare_shapes, recorded_shapes
         from rig.audit.shapes import Gemm
-        from rig.boot.base import BootRecord
+        from rig.boot.record import BootRecord
 
         record = BootRecord.load(paths.boots_dir() / boot / "boot.json")
         resolved = recipe.variant(record.variant)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from rig.boot import compose, native
-from rig.boot.base import BootDriver, BootFailed, BootRecord, current_boot, driver_named
+from rig.boot.base import BootDriver, BootFailed, driver_named
+from rig.boot.record import BootRecord
+from rig.boot.state import current_boot
 from rig.deploy.recipe import Resolved
 
 __all__ = ["BootDriver", "BootFailed", "BootRecord", "compose", "current_boot", "driver_for", "driver_named", "native"]

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import Field
 
-from rig.boot.base import BootRecord
+from rig.boot.record import BootRecord
 from rig.deploy.recipe import BootLog, Resolved
 from rig.grammar import compile_regex
 from rig.typed import Typed

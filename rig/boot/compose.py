@@ -14,7 +14,10 @@ from typing import Any
 import yaml
 
 from rig.atomic import write_text_atomic
-from rig.boot.base import DRIVERS, BootFailed, BootImage, BootRecord, CacheState, await_healthy, forget, new_boot, remember
+from rig.boot.base import DRIVERS, BootFailed
+from rig.boot.health import await_healthy
+from rig.boot.record import BootImage, BootRecord, CacheState
+from rig.boot.state import forget, new_boot, remember
 from rig.deploy.recipe import Resolved
 from rig.deploy.render import compose_path, compose_project, host_ip
 from rig.docker_client import docker_client

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from rig.boot.base import CacheDir, CacheState
+from rig.boot.record import CacheDir, CacheState
 from rig.deploy.recipe import Resolved
 from rig.engines import ENGINES, Engine
 from rig.errors import RigError

@@ -17,7 +17,10 @@ from rig import paths
 from rig.atomic import write_text_atomic
 from rig.boot import engine_env
 from rig.boot import process as kernel
-from rig.boot.base import DRIVERS, BootFailed, BootRecord, await_healthy, forget, new_boot, refuse_if_up, remember
+from rig.boot.base import DRIVERS, BootFailed
+from rig.boot.health import await_healthy
+from rig.boot.record import BootRecord
+from rig.boot.state import forget, new_boot, refuse_if_up, remember
 from rig.deploy.recipe import Resolved
 from rig.engines import ENGINES, server_argv
 from rig.errors import RigError

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from rig.boot.base import CacheState
+from rig.boot.record import CacheState
 from rig.compare.model import BURN_IN_BLOCK, BootEntry, ComparePlan
 from rig.observe.fingerprint import FingerprintDifference, fingerprint_differences, voiding_differences
 from rig.typed import Typed
@@ -51,9 +51,11 @@ def log_lines(path: str | None) -> set[str]:
     return {normalize(line) for line in Path(path).read_text(errors="replace").splitlines() if line.strip()}
 
 
-def boot_log_diff(entries: list[BootEntry], arms: list[str]) -> dict[str, list[str]]:
-    """Lines that appear in some boot of one arm and in no boot of any other arm."""
-    per_arm = {arm: set().union(*[log_lines(e.log_path) for e in entries if e.arm == arm and not e.control and not e.burn_in] or [set()])
+def boot_log_diff(entries: list[BootEntry], arms: list[str], lines: dict[str, set[str]]) -> dict[str, list[str]]:
+    """Lines that appear in some boot of one arm and in no boot of any other arm (`lines`: boot
+    "NN-arm" -> its normalised log lines, read by the caller)."""
+    per_arm = {arm: set().union(*[lines.get(f"{e.index:02d}-{e.arm}", set()) for e in entries
+                                  if e.arm == arm and not e.control and not e.burn_in] or [set()])
                for arm in arms}
     return {arm: sorted(lines - set().union(*[per_arm[o] for o in arms if o != arm]))[:50] for arm, lines in per_arm.items()}
 

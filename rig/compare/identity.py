@@ -7,7 +7,6 @@ from pathlib import Path
 
 from rig.compare.model import BootEntry
 from rig.load.records import read_records
-from rig.load.scenarios import load_scenario
 from rig.typed import Typed
 
 
@@ -83,25 +82,35 @@ def greedy_report(entries: list[BootEntry], arms: list[str], control: str | None
     return result
 
 
-def batching_identity(entries: list[BootEntry], arms: list[str]) -> BatchingIdentity:
-    """The load tests' own outputs at temperature 0: the same prompt (name and nonce, which repeat
-    across arms round by round) compared across arms. Batch composition may legitimately change
-    greedy output, so this is reported beside the c=1 identity, not as a verdict."""
-    by_key: dict[tuple[str, str, str], dict[str, set[str]]] = {}
-    greedy: dict[str, bool] = {}  # scenario -> runs at temperature 0 (each scenario file read once)
+OutputKey = tuple[str, str, str]  # (scenario, prompt, nonce): the same request in every arm, round by round
+
+
+def load_test_outputs(entries: list[BootEntry], greedy: dict[str, bool]) -> dict[str, dict[OutputKey, set[str]]]:
+    """boot ("NN-arm") -> each temperature-0 request's output digests, read from its rounds' records
+    (the one place the identity under batching reads files)."""
+    out: dict[str, dict[OutputKey, set[str]]] = {}
     for entry in entries:
         if not entry.measured:
             continue
+        mine = out.setdefault(f"{entry.index:02d}-{entry.arm}", {})
         for round_results in entry.rounds:
             for name, result in round_results.items():
-                if name not in greedy:
-                    greedy[name] = load_scenario(name).temperature == 0
-                if not greedy[name]:
+                if not greedy.get(name):
                     continue
                 for record in read_records(Path(result.dir)):
                     if record.complete and record.text_sha256:
-                        key = (name, record.prompt, record.prompt_nonce or "")
-                        by_key.setdefault(key, {}).setdefault(entry.arm, set()).add(record.text_sha256)
+                        mine.setdefault((name, record.prompt, record.prompt_nonce or ""), set()).add(record.text_sha256)
+    return out
+
+
+def batching_identity(entries: list[BootEntry], arms: list[str], outputs: dict[str, dict[OutputKey, set[str]]]) -> BatchingIdentity:
+    """The load tests' own outputs at temperature 0 (`outputs`: load_test_outputs): the same prompt
+    (name and nonce, which repeat across arms round by round) compared across arms. Batch composition
+    may legitimately change greedy output, so this is reported beside the c=1 identity, not as a verdict."""
+    by_key: dict[OutputKey, dict[str, set[str]]] = {}
+    for entry in entries:
+        for key, digests in outputs.get(f"{entry.index:02d}-{entry.arm}", {}).items() if entry.measured else ():
+            by_key.setdefault(key, {}).setdefault(entry.arm, set()).update(digests)
     shared = {k: v for k, v in by_key.items() if len(v) >= 2}
     identical = sum(1 for v in shared.values() if len(set().union(*v.values())) == 1)
     return BatchingIdentity(compared_prompts=len(shared), identical=identical, differing=len(shared) - identical, arms=arms)

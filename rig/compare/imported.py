@@ -12,7 +12,7 @@ from pathlib import Path
 from rig.compare.model import IMPORTED_INDEX, BootEntry, ComparePlan
 from rig.compare.output import write_report
 from rig.compare.report import analyze
-from rig.compare.run import all_entries, run_result
+from rig.compare.run import all_entries, boot_coherence_of, run_result
 from rig.errors import Damaged, NotFound, RigError
 from rig.load.peers import ImportedRun
 from rig.load.records import read_records
@@ -50,6 +50,7 @@ def join(compare: Path, plan: ComparePlan, arm: str, block: int | None, imported
     entry = BootEntry(index=index, block=block, arm=arm, spec=f"imported:{imported.tool}:{source.name}", control=False, attempt=1,
                       boot_id=summary.provenance.boot_id, started=min(summary.metrics.window.start, time.time()),
                       rounds=[{summary.name: run_result(summary, read_records(imported.run), imported.run, plan.slos)}])
+    entry.coherence = boot_coherence_of(plan, entry)
     entry.write(compare)
     write_report(compare, analyze(plan, all_entries(compare, plan)))
     if progress:

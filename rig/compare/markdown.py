@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rig.boot.base import CacheState
+from rig.boot.record import CacheState
 from rig.compare.effects import KnownEffect
 from rig.compare.percentiles import min_count
 from rig.compare.quality import quality_line

@@ -12,9 +12,10 @@ from pathlib import Path
 from pydantic import Field, JsonValue, model_validator
 
 from rig.atomic import write_text_atomic
-from rig.boot.base import CacheState
 from rig.boot.checks import BootCheck
+from rig.boot.record import CacheState
 from rig.compare.arms import Arm, boot_order
+from rig.compare.coherence import BootCoherence
 from rig.compare.percentiles import LatencyHistogram
 from rig.load.goodput import Goodput
 from rig.observe.fingerprint import Fingerprint
@@ -166,6 +167,7 @@ class BootEntry(Versioned):
     fingerprint: Fingerprint | None = None
     started: float | None = None
     quality: BootQuality | None = None  # continuations and reference scores
+    coherence: BootCoherence | None = None  # the load tests' own outputs, computed when the boot ran
     compile_cache: CacheState | None = None  # the engine's compile caches at start and what the boot added
     # Seconds each part of the boot took (up, checks, load, greedy, quality, down): what a user pays per boot.
     phases_s: dict[str, float] = Field(default_factory=dict)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
-from rig.boot.base import CacheState
+from rig.boot.record import CacheState
 from rig.compare.conditions import (
     BootState,
     FingerprintReport,
@@ -23,9 +23,10 @@ from rig.compare.conditions import (
     boot_state,
     fingerprint_report,
     gpu_conditions,
+    log_lines,
 )
 from rig.compare.effects import KnownEffect, known_effects
-from rig.compare.identity import BatchingIdentity, GreedyIdentity, batching_identity, greedy_report
+from rig.compare.identity import BatchingIdentity, GreedyIdentity, OutputKey, batching_identity, greedy_report, load_test_outputs
 from rig.compare.model import COMPARE_SCHEMA, BootEntry, ComparePlan
 from rig.compare.percentiles import min_count, percentile_label, pooled_percentile
 from rig.compare.quality import Encode, QualityReport, analyze_quality
@@ -184,6 +185,26 @@ class Analysis(Versioned):
     timeline: list[TimelineBoot] = Field(default_factory=list)  # boots in time order, for the plot
 
 
+@dataclass(frozen=True)
+class AnalysisInputs:
+    """Everything the analysis needs beyond the plan and the boot entries, read in one place
+    (read_inputs): the analysis itself reads no file and starts nothing."""
+
+    kinds: dict[str, str]  # scenario -> its kind (which headline it has)
+    greedy: dict[str, bool]  # scenario -> it runs at temperature 0
+    encode: Encode | None  # the served tokenizer, where this host has it
+    log_lines: dict[str, set[str]]  # boot "NN-arm" -> its normalised boot-log lines
+    outputs: dict[str, dict[OutputKey, set[str]]]  # boot -> its temperature-0 load-test output digests
+
+
+def read_inputs(plan: ComparePlan, entries: list[BootEntry]) -> AnalysisInputs:
+    scenarios = {name: load_scenario(name) for name in plan.scenarios}
+    greedy = {name: scenario.temperature == 0 for name, scenario in scenarios.items()}
+    return AnalysisInputs(kinds={name: s.kind for name, s in scenarios.items()}, greedy=greedy, encode=_encoder(plan),
+                          log_lines={f"{e.index:02d}-{e.arm}": log_lines(e.log_path) for e in entries},
+                          outputs=load_test_outputs(entries, greedy))
+
+
 def _encoder(plan: ComparePlan) -> Encode | None:
     """The served tokenizer, to locate divergence in engines that return text only (None if unavailable)."""
     try:
@@ -239,8 +260,7 @@ def percentile_boots(entries: list[BootEntry], scenario: str, figure: LatencyFig
     return result
 
 
-def scenario_figures(plan: ComparePlan, entries: list[BootEntry], name: str) -> ScenarioFigures:
-    kind = load_scenario(name).kind
+def scenario_figures(plan: ComparePlan, entries: list[BootEntry], name: str, kind: str) -> ScenarioFigures:
     headline = HEADLINE[kind]
     return ScenarioFigures(kind=kind, headline=headline, headline_boots=figure_boots(entries, name, headline.name),
                            latency=[percentile_boots(entries, name, figure) for figure in LATENCY],
@@ -312,13 +332,13 @@ def scenario_result(plan: ComparePlan, figures: ScenarioFigures, family: Seconda
                           latency=latency, goodput=goodput, boots=figures.headline_boots, per_token=per_token)
 
 
-def headline_comparisons(plan: ComparePlan, entries: list[BootEntry]) -> list[Comparison]:
+def headline_comparisons(plan: ComparePlan, entries: list[BootEntry], kinds: dict[str, str] | None = None) -> list[Comparison]:
     """Every scenario's headline comparisons: what `--target` plans on and is judged against."""
     arms = [a.name for a in plan.arms]
     target, first = _target(plan)
     out = []
     for name in plan.scenarios:
-        headline = HEADLINE[load_scenario(name).kind]
+        headline = HEADLINE[(kinds or {}).get(name) or load_scenario(name).kind]
         boots = figure_boots(entries, name, headline.name)
         out += [compare_boots(boots.get(arms[0], {}), boots.get(arm, {}), headline.name, headline.higher_is_better, target,
                               CONFIDENCE, first)
@@ -360,14 +380,16 @@ def target_report(plan: ComparePlan, entries: list[BootEntry]) -> TargetReport |
             + " (precision: each interval's ends lie within a factor 1 + precision of its estimate)")
 
 
-def analyze(plan: ComparePlan, entries: list[BootEntry]) -> Analysis:
+def analyze(plan: ComparePlan, entries: list[BootEntry], inputs: AnalysisInputs | None = None) -> Analysis:
+    """compare.json from the plan, the entries and the inputs read_inputs() reads (read here when not given)."""
+    inputs = inputs or read_inputs(plan, entries)
     arms = [a.name for a in plan.arms]
-    figures = {name: scenario_figures(plan, entries, name) for name in plan.scenarios}
+    figures = {name: scenario_figures(plan, entries, name, inputs.kinds[name]) for name in plan.scenarios}
     family = secondary_family(plan, figures)
     scenarios = {name: scenario_result(plan, figures[name], family) for name in plan.scenarios}
     fingerprints = fingerprint_report(entries, plan.accept_fingerprint)
     gpus = gpu_conditions(entries, plan.accept_fingerprint)
-    state = boot_state(plan, entries, {name: HEADLINE[load_scenario(name).kind].name for name in plan.scenarios})
+    state = boot_state(plan, entries, {name: HEADLINE[inputs.kinds[name]].name for name in plan.scenarios})
     fields = sorted({d.field for d in fingerprints.voiding})
     if gpus.voiding:
         fields.append(f"gpu.clock_events: {', '.join(gpus.by_arm_events)} in the windows of some arm's boots and of no boot "
@@ -392,15 +414,15 @@ def analyze(plan: ComparePlan, entries: list[BootEntry]) -> Analysis:
         scenarios=scenarios,
         family=family,
         greedy=greedy_report(entries, arms, plan.control.name if plan.control else None),
-        batching=batching_identity(entries, arms),
+        batching=batching_identity(entries, arms, inputs.outputs),
         fingerprints=fingerprints,
-        boot_log_diff=boot_log_diff(entries, arms),
+        boot_log_diff=boot_log_diff(entries, arms, inputs.log_lines),
         target=target_report(plan, entries),
         gpu=gpus,
         boot_state=state,
         known_effects=known_effects(plan, entries, {name: result.per_token for name, result in scenarios.items()}),
         void=void,
-        quality=analyze_quality(plan, entries, _encoder(plan)),
+        quality=analyze_quality(plan, entries, inputs.encode),
         timeline=[TimelineBoot(index=e.index, arm=e.arm, block=e.block, voided=e.voided, control=e.control or e.burn_in,
                                rounds={name: [r[name].figures.get(scenarios[name].headline) if r[name].usable else None
                                               for r in e.rounds if name in r] for name in plan.scenarios})

@@ -26,10 +26,11 @@ from pydantic import JsonValue
 from rig import paths
 from rig.atomic import write_text_atomic
 from rig.boot import BootFailed, driver_for, driver_named
-from rig.boot.base import BootRecord
 from rig.boot.checks import check_boot, read_manifests
+from rig.boot.record import BootRecord
 from rig.chat import stream_chat
 from rig.compare.arms import Arm
+from rig.compare.coherence import BootCoherence, boot_coherence, prompt_scripts_of
 from rig.compare.model import (
     BURN_IN_BLOCK,
     ENTRY_MAX_BYTES,
@@ -70,7 +71,7 @@ QUALITY_REFERENCE = "quality-reference.json"
 def boot_quality(plan: ComparePlan, out: Path, resolved: Resolved, record: BootRecord, baseline: bool) -> BootQuality:
     """This boot's greedy continuations of the probe set and its scores of the comparison's reference
     continuation; the first baseline boot's continuations become that reference."""
-    from rig.compare.quality import collect, probes
+    from rig.compare.scoring import collect, probes
 
     path = out / QUALITY_REFERENCE
     reference = QualityReference.read_file(path, ENTRY_MAX_BYTES).generations if path.exists() else None
@@ -82,6 +83,13 @@ def boot_quality(plan: ComparePlan, out: Path, resolved: Resolved, record: BootR
         generations = {name: g.model_copy(update={"top": None}) for name, g in quality.generations.items()}
         write_text_atomic(path, QualityReference(generations=generations).json_text(indent=None))
     return quality
+
+
+def boot_coherence_of(plan: ComparePlan, entry: BootEntry) -> BootCoherence | None:
+    """The boot's load-test outputs over its usable rounds (None: no usable round)."""
+    dirs = [Path(r.dir) for round_results in entry.rounds for r in round_results.values() if r.usable]
+    scripts = prompt_scripts_of([load_scenario(name).prompt_set for name in plan.scenarios])
+    return boot_coherence(dirs, scripts) if dirs else None
 
 
 def run_result(summary: RunSummary, records: list[RequestRecord], out_dir: Path, slos: dict[str, float] | None) -> RunResult:
@@ -242,6 +250,7 @@ def run_boot(plan: ComparePlan, index: int, block: int, arm: Arm, out: Path, pro
             entry.greedy = greedy_identity(record.base_url, record.served_model or "", plan.small)
             clock.lap("greedy")
             entry.quality = boot_quality(plan, out, resolved, record, baseline=arm is plan.arms[0] and not entry.control)
+            entry.coherence = boot_coherence_of(plan, entry)
             clock.lap("quality")
         # Evidence that the adapters ran on their targets exists only once the model has served.
         after = check_boot(record, resolved, arm.overlay(), after_load=True)

@@ -297,3 +297,57 @@ def compare_boots(baseline: dict[int, list[float]], arm: dict[int, list[float]],
         ci, planned, precision = (low, high), None, None
     return Comparison(**common, delta=delta, ci=ci, precision_pct=precision, pair_sd=factor * sd, pairs_for_target=planned,
                       decided=decided, verdict=verdict)
+
+
+# ---- exact tests and paired summaries (the quality verdicts) ----------------------------------
+
+class PairedInterval(Typed):
+    """A paired estimate over ABBA blocks: mean, 95% t interval (pairs - 1 df), per-block values."""
+
+    mean: float | None
+    ci: tuple[float, float] | None
+    pairs: int
+    values: list[float]
+
+    @classmethod
+    def of(cls, values: list[float]) -> PairedInterval:
+        if not values:
+            return cls(mean=None, ci=None, pairs=0, values=[])
+        mean = float(np.mean(values))
+        if len(values) < 2:
+            return cls(mean=mean, ci=None, pairs=len(values), values=values)
+        half = t_quantile(len(values) - 1) * float(np.std(values, ddof=1)) / math.sqrt(len(values))
+        return cls(mean=mean, ci=(mean - half, mean + half), pairs=len(values), values=values)
+
+
+def sign_flip_p(values: list[float], one_sided: bool) -> float:
+    """Exact sign-flip permutation p-value of mean(values) against 0 (values symmetric under the null);
+    the smallest it can be is 1 / 2^n (one-sided) or 2 / 2^n (two-sided)."""
+    import itertools
+
+    if not values:
+        return 1.0
+    observed = float(np.mean(values))
+    means = [float(np.mean([s * v for s, v in zip(signs, values)])) for signs in itertools.product((1, -1), repeat=len(values))]
+    tolerance = 1e-12 * max(1.0, abs(observed))
+    if one_sided:
+        return sum(m >= observed - tolerance for m in means) / len(means)
+    return sum(abs(m) >= abs(observed) - tolerance for m in means) / len(means)
+
+
+def min_pairs_for(alpha: float, one_sided: bool) -> int:
+    """The fewest values a sign-flip test needs before any result can reach `alpha`."""
+    n = 1
+    while (1 if one_sided else 2) / 2 ** n > alpha:
+        n += 1
+    return n
+
+
+def holm(p_values: dict[str, float], alpha: float = 0.05) -> dict[str, bool]:
+    """Holm's step-down: which hypotheses are rejected with the family-wise error held at alpha."""
+    rejected = {}
+    for rank, (name, p) in enumerate(sorted(p_values.items(), key=lambda item: item[1])):
+        if p > alpha / (len(p_values) - rank):
+            break
+        rejected[name] = True
+    return {name: rejected.get(name, False) for name in p_values}

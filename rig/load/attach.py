@@ -15,7 +15,8 @@ import urllib.parse
 from typing import Any
 
 from rig import paths
-from rig.boot.base import BootImage, BootRecord, http_get_json
+from rig.boot.health import http_get_json
+from rig.boot.record import BootImage, BootRecord
 from rig.deploy.recipe import Resolved, load
 from rig.engines import ENGINES
 from rig.errors import RigError

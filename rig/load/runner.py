@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rig import paths
 from rig.atomic import write_text_atomic
-from rig.boot.base import BootImage, BootRecord
+from rig.boot.record import BootImage, BootRecord
 from rig.deploy.recipe import Resolved
 from rig.engines import LENGTH_PINNING
 from rig.errors import RigError

@@ -20,7 +20,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from rig.atomic import write_text_atomic
-from rig.boot.base import BootImage
+from rig.boot.record import BootImage
 from rig.load.scenarios import Arrivals, Conversation, Kind, Prefix, Scenario, Trace
 from rig.load.wire import TraceReplay
 from rig.load.workload import OutputLengthSpec

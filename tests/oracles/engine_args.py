@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rig.engine_source import Evaluator, ModuleRef, Opaque, Unresolvable, WheelSource
+from oracles.engine_source import Evaluator, ModuleRef, Opaque, Unresolvable, WheelSource
+
 from rig.errors import RigError
 
 SERVER_ARGS = "sglang.srt.server_args"
@@ -101,11 +102,11 @@ def sglang_grammar(wheel: Path) -> EngineGrammar:
         parser = reader.build()
     except Unresolvable as why:
         raise RigError(source.wheel.name, SERVER_ARGS, f"cannot read the argument parser ({why})",
-                       "extend rig/engine_args.py for this release") from None
+                       "extend tests/oracles/engine_args.py for this release") from None
     missing = [flag for flag in ("--model-path", "--port", "--tp-size") if flag not in parser._option_string_actions]
     if missing:
         raise RigError(source.wheel.name, source.where(SERVER_ARGS), f"read no {', '.join(missing)} from ServerArgs",
-                       "this release builds its parser in a way rig/engine_args.py does not read yet: extend it")
+                       "this release builds its parser in a way tests/oracles/engine_args.py does not read yet: extend it")
     return EngineGrammar("sglang", source.version, parser, tuple(sorted(reader.unchecked)))
 
 
@@ -336,7 +337,7 @@ class _ServerArgsReader:
 
     def _error(self, module: str, node: ast.AST | None, problem: str) -> RigError:
         return RigError(self.source.wheel.name, self.source.where(module, node), problem,
-                        "extend rig/engine_args.py for this release, or check the release against the recipe by hand")
+                        "extend tests/oracles/engine_args.py for this release, or check the release against the recipe by hand")
 
 
 def _is_text(node: ast.expr) -> bool:

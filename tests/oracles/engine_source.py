@@ -1,6 +1,6 @@
 """Constant expressions read from a wheel's Python source without importing it.
 
-The engine-argument reader (rig/engine_args.py) needs the literal values that define an engine's
+The engine-argument reader (tests/oracles/engine_args.py) needs the literal values that define an engine's
 flags: choice lists, alias lists, the action classes of its parser. `WheelSource` parses a wheel's
 modules on demand and executes only modules that import nothing beyond the standard library and
 msgspec; `Evaluator` resolves a name across the wheel's imports to its module-level assignment and

@@ -1,0 +1,129 @@
+"""Which boot of a recipe is up: the state file each boot claims exclusively (one `rig up` of a
+recipe at a time), remembers while it runs and releases only if it is still its own."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+import time
+from pathlib import Path
+
+from rig import grammar, paths
+from rig.atomic import write_text_atomic
+from rig.boot.base import driver_named
+from rig.boot.record import BOOT_ID, BootRecord
+from rig.deploy.recipe import Resolved, check_overlay
+from rig.errors import RigError
+from rig.redaction import redact_for
+
+
+def new_boot(resolved: Resolved, driver: str, overlay: dict[str, str], port: int) -> BootRecord:
+    """A new boot record; refused while the recipe's recorded server is still up. The overlay is
+    checked like a variant's env (no rig-owned name, no loader hook) and recorded redacted
+    (rig/redaction.py): the driver hands the real values to the server."""
+    check_overlay(resolved, overlay, "command line", "--env")
+    refuse_if_up(resolved.recipe.name)
+    boot_id = time.strftime("%Y%m%d-%H%M%S") + f"-{resolved.slug}-{secrets.token_hex(2)}"
+    boot_dir = paths.boots_dir() / boot_id
+    (boot_dir / "manifests").mkdir(parents=True, exist_ok=True)
+    record = BootRecord(
+        boot_id=boot_id, ref=resolved.ref, recipe=resolved.recipe.name, variant=resolved.variant, driver=driver,
+        base_url=f"http://{_client_host(resolved.recipe.serving.bind)}:{port}", boot_dir=str(boot_dir),
+        log_path=str(boot_dir / "server.log"), manifest_dir=str(boot_dir / "manifests"),
+        overlay=redact_for(resolved, overlay), started=time.time(),
+    )
+    claim(record)
+    return record
+
+
+# A claim without a server (its `rig up` is still preparing: the model, the adapter overlay) counts
+# as starting for this long; older, its `rig up` died before starting anything and the claim is stale.
+CLAIM_STALE_S = 600.0
+
+
+def claim(record: BootRecord) -> None:
+    """Create the recipe's state file, or refuse: two `rig up` of one recipe started at the same
+    moment both pass the liveness check, and the later one's cleanup would otherwise delete the
+    earlier one's state and orphan its server. Written whole, then linked in place (link refuses an
+    existing name), so readers never see half a record and exactly one claim wins."""
+    path = state_path(record.recipe)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}.{record.boot_id}")
+    staging.write_text(record.model_dump_json(indent=1))
+    try:
+        os.link(staging, path)
+    except FileExistsError:
+        raise RigError(f"recipes/{record.recipe}.yaml", "(boot)", "another `rig up` of this recipe is starting or up",
+                       f"wait for it (`rig status`), or stop it with `rig down {record.recipe}`") from None
+    finally:
+        staging.unlink(missing_ok=True)
+
+
+def refuse_if_up(recipe_name: str) -> None:
+    """`rig up` while the recorded server of this recipe is alive would orphan it: refuse. A state
+    file whose server is gone (or whose pid now names another process) is reported and removed."""
+    record = current_boot(recipe_name)
+    if record is None:
+        return
+    if record.status == "booting" and record.pid is None and record.compose_project is None \
+            and time.time() - record.started < CLAIM_STALE_S:
+        raise RigError(f"recipes/{recipe_name}.yaml", "(boot)", f"boot {record.boot_id} of this recipe is starting "
+                       "(another `rig up` claimed it moments ago)", "wait for it (`rig status`) or stop it with "
+                       f"`rig down {recipe_name}`")
+    gone = driver_named(record.driver).alive(record)
+    if gone is None:
+        raise RigError(f"recipes/{recipe_name}.yaml", "(boot)", f"boot {record.boot_id} of this recipe is still up at {record.base_url}",
+                       f"stop it first with `rig down {recipe_name}`")
+    print(f"rig: removing the stale state of boot {record.boot_id} ({gone})", file=sys.stderr)
+    state_path(recipe_name).unlink(missing_ok=True)
+
+
+def _client_host(bind: str) -> str:
+    if bind in ("0.0.0.0", "::", ""):  # noqa: S104 - mapping a wildcard bind to loopback
+        return "127.0.0.1"
+    return f"[{bind}]" if ":" in bind else bind
+
+
+def state_path(recipe_name: str) -> Path:
+    """A recipe's state file; the name is checked here, so no caller can walk out of the state directory."""
+    if not grammar.is_recipe_name(recipe_name):
+        raise RigError("command line", "recipe", f"{recipe_name!r} is not a recipe name",
+                       "pass a name from `rig validate` (lowercase letters, digits, -)")
+    return paths.state_dir() / f"{recipe_name}.json"
+
+
+def boots_of(recipe_name: str) -> list[Path]:
+    """The boot.json of every boot of `recipe_name` (any variant), oldest first; `a` never matches
+    the boots of `a-b`."""
+    state_path(recipe_name)  # the name's grammar
+    found = []
+    for path in paths.boots_dir().glob("*/boot.json"):
+        match = BOOT_ID.fullmatch(path.parent.name)
+        if match and match.group("recipe") == recipe_name:
+            found.append(path)
+    return sorted(found, key=lambda path: path.parent.name)
+
+
+def current_boot(recipe_name: str) -> BootRecord | None:
+    path = state_path(recipe_name)
+    return BootRecord.load(path) if path.exists() else None
+
+
+def remember(record: BootRecord) -> None:
+    write_text_atomic(state_path(record.recipe), record.model_dump_json(indent=1))
+    record.save()
+
+
+def forget(record: BootRecord) -> None:
+    """Release the recipe's state, only if it is still this boot's (another boot may hold it now)."""
+    path = state_path(record.recipe)
+    try:
+        import json
+
+        current = json.loads(path.read_text()).get("boot_id")
+    except (OSError, ValueError, AttributeError):
+        current = None
+    if current == record.boot_id:
+        path.unlink(missing_ok=True)
+    record.save()

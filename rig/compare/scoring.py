@@ -1,0 +1,154 @@
+"""Scoring a boot's outputs through the engine's own protocol (the engine registry's `scoring`):
+the probe set, each boot's greedy continuations of it, and its teacher-forced scores of the
+comparison's reference continuation. vLLM: `prompt_logprobs` on /v1/completions; SGLang: /generate
+with `return_logprob` and `logprob_start_len`; an engine without logprobs: the text only."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from rig import client
+from rig.compare.model import BootQuality, Generation, Score
+from rig.engines import ENGINES
+from rig.load.scenarios import PROMPT_DIR
+
+TOP_K = 5
+PROBE_CHARS = 240  # each prompt-set probe is this long a cut of the set's text
+
+
+@dataclass(frozen=True)
+class Probe:
+    name: str
+    text: str
+
+
+def probes(prompt_sets: list[str]) -> list[Probe]:
+    """The greedy-identity prompts plus cuts of each scenario's prompt set, fixed for a comparison."""
+    greedy = yaml.safe_load((PROMPT_DIR / "greedy.yaml").read_text())
+    chosen = [Probe(p["name"], p["text"]) for p in greedy["prompts"]]
+    for name in dict.fromkeys(prompt_sets):
+        text = (PROMPT_DIR / f"{name}.txt").read_text()
+        step = max(1, (len(text) - PROBE_CHARS) // 3)
+        chosen += [Probe(f"{name}-{i}", text[i * step: i * step + PROBE_CHARS]) for i in range(4)]
+    return chosen
+
+
+def _token_id(key: str) -> int:
+    """vLLM with return_tokens_as_token_ids names a top-logprob entry `token_id:123`."""
+    return int(key.rsplit(":", 1)[-1])
+
+
+def _vllm_generate(http: Any, base_url: str, model: str, probe: Probe, max_tokens: int, pinning: dict[str, Any]) -> Generation:
+    body = {"model": model, "prompt": probe.text, "max_tokens": max_tokens, "temperature": 0, "logprobs": TOP_K,
+            "return_token_ids": True, "return_tokens_as_token_ids": True, **pinning}
+    response = http.post(f"{base_url}/v1/completions", json=body, timeout=120)
+    response.raise_for_status()
+    choice = response.json()["choices"][0]
+    tops = [{_token_id(k): float(v) for k, v in (top or {}).items()} for top in (choice.get("logprobs") or {}).get("top_logprobs") or []]
+    return Generation(prompt_ids=choice.get("prompt_token_ids"), output_ids=choice.get("token_ids"), text=choice.get("text") or "",
+                      top=tops or None)
+
+
+def _vllm_score(http: Any, base_url: str, model: str, reference: Generation) -> Score:
+    ids = list(reference.prompt_ids or []) + list(reference.output_ids or [])
+    body = {"model": model, "prompt": ids, "max_tokens": 1, "temperature": 0, "prompt_logprobs": TOP_K}
+    response = http.post(f"{base_url}/v1/completions", json=body, timeout=120)
+    response.raise_for_status()
+    entries = response.json()["choices"][0]["prompt_logprobs"]
+    start = len(reference.prompt_ids or [])
+    logprobs, tops = [], []
+    for position, token in enumerate(reference.output_ids or [], start=start):
+        entry = {int(k): float(v["logprob"]) for k, v in (entries[position] or {}).items()}
+        logprobs.append(entry[token])
+        tops.append(entry)
+    return Score(logprobs=logprobs, top=tops, sequence=sequence_digest(reference))
+
+
+def _sglang_post(http: Any, base_url: str, body: dict[str, Any]) -> dict[str, Any]:
+    response = http.post(f"{base_url}/generate", json={**body, "return_logprob": True, "top_logprobs_num": TOP_K}, timeout=120)
+    response.raise_for_status()
+    return response.json()
+
+
+def _sglang_top(entries: list[list[Any]] | None) -> dict[int, float]:
+    """One position's top-k as SGLang returns it: [[logprob, token id, text], ...]."""
+    return {int(entry[1]): float(entry[0]) for entry in entries or []}
+
+
+def _sglang_generate(http: Any, base_url: str, model: str, probe: Probe, max_tokens: int, pinning: dict[str, Any]) -> Generation:
+    """SGLang's native /generate (sglang 0.5.17 io_struct.GenerateReqInput): the prompt's ids come back
+    as `input_token_logprobs` from logprob_start_len 0, the continuation as `output_ids`."""
+    body = _sglang_post(http, base_url, {"text": probe.text, "logprob_start_len": 0,
+                                         "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0, **pinning}})
+    meta = body["meta_info"]
+    return Generation(prompt_ids=[int(entry[1]) for entry in meta["input_token_logprobs"]],
+                      output_ids=[int(i) for i in body["output_ids"]], text=body.get("text") or "",
+                      top=[_sglang_top(position) for position in meta.get("output_top_logprobs") or []] or None)
+
+
+def _sglang_score(http: Any, base_url: str, model: str, reference: Generation) -> Score:
+    """Teacher-forced: input_token_logprobs from logprob_start_len L start with token L (no logprob:
+    sglang 0.5.17 prepends None and drops the sampled token), so entry j scores token L + j given the
+    tokens before it. L = len(prompt) - 1 puts the continuation's tokens at entries 1..n."""
+    prompt, output = list(reference.prompt_ids or []), list(reference.output_ids or [])
+    body = _sglang_post(http, base_url, {"input_ids": prompt + output, "logprob_start_len": len(prompt) - 1,
+                                         "sampling_params": {"max_new_tokens": 1, "temperature": 0}})
+    meta = body["meta_info"]
+    entries, tops = meta["input_token_logprobs"][1:], (meta.get("input_top_logprobs") or [])[1:]
+    if [int(entry[1]) for entry in entries] != output:
+        raise ValueError("SGLang scored other tokens than the reference continuation (logprob_start_len semantics changed?)")
+    return Score(logprobs=[float(entry[0]) for entry in entries], top=[_sglang_top(position) for position in tops],
+                 sequence=sequence_digest(reference))
+
+
+Generate = Callable[[Any, str, str, Probe, int, dict[str, Any]], Generation]
+ScoreFn = Callable[[Any, str, str, Generation], Score]
+# The engine registry's `scoring` values: how a server generates with token ids and scores a given
+# sequence teacher-forced.
+SCORING: dict[str, tuple[Generate, ScoreFn]] = {
+    "vllm-prompt-logprobs": (_vllm_generate, _vllm_score),
+    "sglang-input-logprobs": (_sglang_generate, _sglang_score),
+}
+
+
+def sequence_digest(generation: Generation) -> str:
+
+    ids = list(generation.prompt_ids or []) + [-1] + list(generation.output_ids or [])
+    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:16]
+
+
+def _text_generate(http: Any, base_url: str, model: str, probe: Probe, max_tokens: int, pinning: dict[str, Any]) -> Generation:
+    body = {"model": model, "prompt": probe.text, "max_tokens": max_tokens, "temperature": 0, **pinning}
+    response = http.post(f"{base_url}/v1/completions", json=body, timeout=120)
+    response.raise_for_status()
+    return Generation(prompt_ids=None, output_ids=None, text=response.json()["choices"][0].get("text") or "")
+
+
+def collect(base_url: str, model: str, engine: str, chosen: list[Probe], max_tokens: int,
+            reference: dict[str, Generation] | None, defines_reference: bool = True) -> BootQuality:
+    """This boot's greedy continuations and, where the engine scores, the reference scored. Without a
+    reference yet, only a boot that may define it (the baseline's) scores its own continuations."""
+    row = ENGINES[engine]
+    pinning = dict(row.length_pinning)
+    quality = BootQuality(scoring=row.scoring)
+    with client.session() as http:
+        if row.scoring is not None:
+            generate, score = SCORING[row.scoring]
+            for probe in chosen:
+                quality.generations[probe.name] = generate(http, base_url, model, probe, max_tokens, pinning)
+            scored = reference if reference is not None else (quality.generations if defines_reference else {})
+            for name, generation in scored.items():
+                quality.scores[name] = score(http, base_url, model, generation)
+            if not scored:
+                quality.note = "no reference continuation yet (no baseline boot had scored): this boot's drift is not measured"
+        else:
+            for probe in chosen:
+                quality.generations[probe.name] = _text_generate(http, base_url, model, probe, max_tokens, pinning)
+            quality.note = (f"{engine} returns no logprobs: logprob drift is not measured; divergence is located in "
+                            "the text (re-tokenised) only")
+    return quality
