@@ -197,3 +197,19 @@ def test_the_model_generator_runs_as_the_script_its_usage_names():
 
     result = subprocess.run([sys.executable, str(PACKAGE / "tinymodel.py"), "--help"], capture_output=True, text=True, check=False)
     assert result.returncode == 0 and "usage: tinymodel.py" in result.stdout, result.stderr[-500:]
+
+
+def test_the_readme_architecture_table_matches_the_tree():
+    """Every module of rig/ is named in README.md's "Where the code lives" table, in its package's
+    row, and every module the table names exists."""
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Where the code lives", 1)[1].split("\n## ", 1)[0]
+    listed: set[str] = set()
+    for row in section.splitlines():
+        cells = [c.strip() for c in row.split("|")]
+        if len(cells) < 4 or not cells[1].startswith("`rig"):
+            continue
+        package = cells[1].strip("`").rstrip("/").replace("/", ".")
+        listed |= {f"{package}.{name}" for name in re.findall(r"`([a-z_]+)`", cells[2])}
+    actual = {module for module, path in MODULES.items() if path.name not in ("__init__.py", "__main__.py")}
+    assert sorted(actual - listed) == [] and sorted(listed - actual) == []

@@ -48,7 +48,7 @@ first)
   export PYTHONPATH=/tmp/site:$PWD:$PWD/adapter PYTHONUNBUFFERED=1
   python3 -c "import vllm, re2, pydantic; print('vllm', vllm.__version__)" || exit 3
   python3 benchmarks/h200/spin_check.py 2>&1 | tee "$OUT/spin-check.txt"
-  python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu_delay_gpu.py 2>&1 | tail -3 | tee -a "$OUT/spin-check.txt"
+  python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_gpu_delay_gpu.py 2>&1 | tail -3 | tee -a "$OUT/spin-check.txt"
   touch "$MARK"
   ;;
 start)

@@ -16,7 +16,7 @@ The estimate (`LatencyHistogram.quantile`) is Hyndman & Fan's type 8, which is m
 for any continuous distribution: the order statistic it interpolates lies below the true quantile
 half the time. Medians survive the log the comparison takes, and a change of scale moves every
 boot's estimate by exactly that factor, so a paired log ratio of these estimates is unbiased for
-a scale change whatever the estimator's own bias in milliseconds. tests/test_compare_percentiles.py
+a scale change whatever the estimator's own bias in milliseconds. tests/compare/test_compare_percentiles.py
 measures both by simulation.
 
 Samples are kept as a log-binned histogram (bins 0.1% wide) so that rounds merge exactly and a

@@ -129,7 +129,7 @@ def drift_verdict(baseline: dict[int, BootQuality], arm: dict[int, BootQuality])
     - Otherwise, with the first baseline boot B0 as a common reference, each other block j gives
       T_j = D(A_j, B0) - D(B_j, B0); A_j and B_j are exchangeable under "nothing changed", so T_j is
       symmetric about 0 and independent across blocks given B0, and an exact one-sided sign-flip
-      test holds its 5% whatever the noise's shape (tests/test_quality.py simulates it). It needs
+      test holds its 5% whatever the noise's shape (tests/compare/test_quality.py simulates it). It needs
       enough blocks to reach 5% at all (6 pairs); fewer say so."""
     blocks = sorted(set(baseline) & set(arm))
     order = sorted(baseline)

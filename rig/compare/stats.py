@@ -13,7 +13,7 @@ highest level of the design that varies, here the boot:
   interval on (pairs - 1) degrees of freedom, reported back as a percentage, asymmetric as the
   ratio scale makes it. With equal rounds per boot, boot means are independent with variance
   sigma_boot^2 + sigma_round^2 / R, so the t interval is exact under normality; calibration by
-  simulation (tests/test_compare_calibration.py) checks the error rates it states;
+  simulation (tests/compare/test_compare_calibration.py) checks the error rates it states;
 - the means printed beside it are those of the paired boots only (geometric, so their ratio is
   the delta), never of a boot whose partner was voided;
 - a figure that can be zero (goodput) is compared as a paired difference in its own unit, zeros
@@ -23,7 +23,7 @@ highest level of the design that varies, here the boot:
 Multiplicity: the headline of each comparison keeps its own CONFIDENCE. The secondary figures of
 a report (latency percentiles, goodput: every other verdict it prints) form one family whose
 intervals are Bonferroni-simultaneous (`family_confidence`): with nothing changed, the chance that
-any of them prints a verdict is at most FAMILY_ALPHA (tests/test_compare_report_calibration.py).
+any of them prints a verdict is at most FAMILY_ALPHA (tests/compare/test_compare_report_calibration.py).
 Bonferroni rather than Holm because each printed interval must agree with its verdict, and Holm's
 step-down verdicts have no such intervals.
 

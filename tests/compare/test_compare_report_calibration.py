@@ -8,9 +8,9 @@ verdict at most 5% of the time. The same simulated runs judged the old way (each
 percentiles averaged per boot, every figure at 95%) show what the family fixes.
 
 Monte-Carlo error: 1000 comparisons put the standard error of a 5% rate at 0.69 points; the
-assertions allow 2.5 of them, as tests/test_compare_calibration.py does. A family that never
+assertions allow 2.5 of them, as tests/compare/test_compare_calibration.py does. A family that never
 decides would pass trivially, so a real change (TTFT +30%) must still be found. For a sharper
-table: RIG_CALIBRATION_SIMULATIONS=4000 pytest -s tests/test_compare_report_calibration.py.
+table: RIG_CALIBRATION_SIMULATIONS=4000 pytest -s tests/compare/test_compare_report_calibration.py.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from rig.deploy.render import compose_project
 
 pytestmark = pytest.mark.docker
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 RECIPE = "tiny-cpu-docker"
 IMAGE = f"rig/{RECIPE}:dev"
 PORT = 8331
