@@ -49,16 +49,18 @@ lint: setup ## ruff, recipe validation, freshness of rendered files
 	$(RIG) validate
 	$(RIG) render --check
 
-UNIT := not e2e and not docker and not gpu
+UNIT := not e2e and not docker and not gpu and not timed and not slow
+TIMED := (timed or slow) and not e2e and not docker and not gpu
 
 test-fast: setup ## unit tests: no server boot, no Locust run, no container (everyday work; < 3 min on 2 cores)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest -q -m "$(UNIT)" -n 2 --durations=10
 
-test: setup ## the whole suite (what CI runs): unit tests on 2 processes, then e2e and docker tests one at a time
+test: setup ## the whole suite (what CI runs): unit tests, then timed and slow ones, on 2 processes; then e2e and docker tests one at a time
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest -q -m "$(UNIT)" -n 2 --durations=10
-	$(VENV)/bin/pytest -q -m "not ($(UNIT))" --durations=15
+	$(VENV)/bin/pytest -q -m "$(TIMED)" -n 2 --durations=10
+	$(VENV)/bin/pytest -q -m "not ($(UNIT)) and not ($(TIMED))" --durations=15
 
 demo: setup ## boot tiny-cpu, stream a chat, load test, compare, shut down
 	$(RIG) demo

@@ -89,8 +89,9 @@ class AdapterSpec:
     # Kernel-library entry points the adapter's route depends on (verified, never patched).
     kernels: tuple[KernelEntry, ...] = ()
     # A test instrument's known effect per generated token: (the manifest statistic that measured
-    # it, milliseconds per unit of that statistic). A comparison holds its per-token delta against it.
-    effect: tuple[str, float] | None = None
+    # it, milliseconds per unit of that statistic, "exact" or "at least": a host sleep's wake-up and
+    # the GIL add to what it measured). A comparison holds its per-token delta against it.
+    effect: tuple[str, float, str] | None = None
 
     @property
     def module(self) -> str:
@@ -224,7 +225,7 @@ REGISTRY: tuple[AdapterSpec, ...] = (
         ),
         recipes=("tiny-cpu", "tiny-cpu-docker", "llama-h200"),
         test_only=True,
-        effect=("injected_ms", 1.0),
+        effect=("injected_ms", 1.0, "at least"),
     ),
     AdapterSpec(
         name="gpu_delay",
@@ -246,7 +247,7 @@ REGISTRY: tuple[AdapterSpec, ...] = (
         after=("token_delay",),
         recipes=("llama-h200", "llama8b-h200"),
         test_only=True,
-        effect=("added_us", 0.001),
+        effect=("added_us", 0.001, "exact"),
     ),
     AdapterSpec(
         name="gemm_shapes",

@@ -12,11 +12,17 @@ from rig.compare.report import Analysis, analyze
 from rig.compare.run import compare_root, run_compare
 from rig.compare.stats import MIN_PAIRS_FOR_TARGET
 from rig.deploy.recipe import load, split_ref
-from rig.engines import ENGINES
+from rig.engines import ENGINES, Engine
 from rig.errors import RigError
 from rig.load.goodput import parse_slos
 from rig.load.scenarios import load_scenario
 from rig.load.session import default_small
+
+
+def _state_unknowable(engine: Engine) -> bool:
+    """An engine that keeps compile caches but whose log does not say whether a boot compiled: its
+    comparisons open with a burn-in boot. One with no caches (transformers serve) has no such state."""
+    return bool(engine.compile_caches) and engine.compile_log is None
 
 
 def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, rounds: int, scenarios: list[str] | None,
@@ -55,7 +61,7 @@ def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, 
     plan = ComparePlan(recipe=name, arms=arms, control=controls[0] if controls else None, boots=boots, rounds=rounds,
                        scenarios=scenarios or ["prose-c1"], small=small,
                        workers=workers, duration_s=duration_s, target_pct=target_pct, boot_state_control=burn_in,
-                       burn_in_first=burn_in and ENGINES[resolved.recipe.engine.name].compile_log is None,
+                       burn_in_first=burn_in and _state_unknowable(ENGINES[resolved.recipe.engine.name]),
                        max_boots=(max_boots or 2 * boots) if target_pct is not None else None,
                        first_stage=boots if target_pct is not None else None,
                        slos=parse_slos(goodput), accept_fingerprint=list(accept_fingerprint or []), cold_caches=cold_caches)

@@ -154,13 +154,17 @@ def _geomean(values: list[float]) -> float | None:
 
 def boot_state(plan: ComparePlan, entries: list[BootEntry], headlines: dict[str, str]) -> BootState:
     """`headlines`: scenario -> its headline figure's name."""
+    measured_logs = [e for e in entries if e.measured and e.compile_cache is not None and e.compile_cache.log]
     if not plan.boot_state_control:
         control = "none (--no-burn-in): each boot's cache state is recorded and checked, not controlled"
+    elif not measured_logs and not plan.burn_in_first and not any(e.burn_in for e in entries):
+        control = ("none needed: the engine keeps no compile caches (or logged no compilation), so its boots have no "
+                   "cache state to differ in")
     elif plan.cold_caches:
         control = "every boot cold (--cold-caches: empty caches of its own, so every boot compiles, in the same state)"
     elif plan.burn_in_first:
-        control = ("a burn-in boot of the baseline arm before block 0 (this engine's log does not say whether a boot "
-                   "compiled, so the first boot is never measured)")
+        control = ("a burn-in boot of the baseline arm before block 0 (this engine keeps compile caches but its log does "
+                   "not say whether a boot compiled, so the first boot is never measured)")
     else:
         control = ("a measured boot whose engine log says it compiled (its caches did not hold its configuration) is "
                    "kept as a burn-in and booted again")
@@ -183,11 +187,11 @@ def boot_state(plan: ComparePlan, entries: list[BootEntry], headlines: dict[str,
                                   compile_cache=entry.compile_cache, headline=headline, vs_measured_pct=versus))
     measured = [e for e in entries if e.measured]
     compiled = [f"{e.index:02d}-{e.arm}" for e in measured if e.compiled]
-    if plan.boot_state_control and not plan.cold_caches and not plan.burn_in_first:
+    reused = [f"{e.index:02d}-{e.arm}" for e in measured if e.compile_cache is not None and e.compile_cache.log == "reused"]
+    if plan.boot_state_control and not plan.cold_caches and not plan.burn_in_first and (compiled or reused):
         control += (": every measured boot reused its caches" if not compiled else
                     f"; but {len(compiled)} measured boot(s) compiled again (the caches did not persist between boots), "
                     "so redoing stopped and the states are only recorded")
-    reused = [f"{e.index:02d}-{e.arm}" for e in measured if e.compile_cache is not None and e.compile_cache.log == "reused"]
     accepted = any(fnmatch.fnmatchcase(BOOT_STATE_FIELD, pattern) for pattern in plan.accept_fingerprint)
     return BootState(control=control, burn_in=burn_in, compiled=compiled, reused=reused,
                      voiding=bool(compiled) and bool(reused) and not accepted)

@@ -30,6 +30,7 @@ class KnownEffect(Typed):
     effect_interval_ms: tuple[float, float] | None  # 95% over the boots' own figures (None: one boot, or no spread)
     interval_ms: tuple[float, float] | None  # the comparison's per-token interval
     covered: bool | None  # the intervals overlap (the point itself, without a spread); None without a per-token interval
+    at_least: bool = False  # the statistic is a lower bound of what the instrument adds (a host sleep): covered = reaches it
 
 
 def _effect_ms(entries: list[BootEntry], arm: str, adapter: str, statistic: str, factor: float) -> list[float]:
@@ -70,7 +71,7 @@ def known_effects(plan: ComparePlan, entries: list[BootEntry], per_token: dict[s
             for spec in REGISTRY:
                 if spec.effect is None:
                     continue
-                statistic, factor = spec.effect
+                statistic, factor, kind = spec.effect
                 values = _effect_ms(entries, arm, spec.name, statistic, factor)
                 if not values:
                     continue
@@ -79,7 +80,9 @@ def known_effects(plan: ComparePlan, entries: list[BootEntry], per_token: dict[s
                 own = _mean_interval(values, baseline)
                 interval = comparison.ci
                 low, high = own if own else (effect, effect)
+                at_least = kind == "at least"
+                covered = None if interval is None else (interval[1] >= low if at_least else low <= interval[1] and interval[0] <= high)
                 out.append(KnownEffect(scenario=name, arm=arm, adapter=spec.name, statistic=statistic, per_token_ms=effect,
-                                       boots=len(values), effect_interval_ms=own, interval_ms=interval,
-                                       covered=None if interval is None else low <= interval[1] and interval[0] <= high))
+                                       boots=len(values), effect_interval_ms=own, interval_ms=interval, covered=covered,
+                                       at_least=at_least))
     return out

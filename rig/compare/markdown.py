@@ -7,15 +7,38 @@ from rig.compare.effects import KnownEffect
 from rig.compare.percentiles import min_count
 from rig.compare.quality import quality_line
 from rig.compare.report import Analysis
-from rig.compare.stats import CONFIDENCE, RATIO, Comparison
+from rig.compare.stats import CONFIDENCE, RATIO, Comparison, pairs_needed
 
 
 def _num(value: float) -> str:
     return f"{value:.1f}" if abs(value) >= 100 else f"{value:.2f}" if abs(value) >= 1 else f"{value:.4f}"
 
 
+# An interval whose ends lie further than a factor 2 from its estimate (or that reaches -100%) bounds
+# nothing: it is printed as the pairs it would need, never as numbers like +1994021%.
+MEANINGFUL_PRECISION_PCT = 100.0
+
+
 def _delta(c: Comparison, value: float) -> str:
-    return f"{value:+.2f}%" if c.scale == RATIO else f"{value:+.4f}"
+    if c.scale != RATIO:
+        return f"{value:+.4f}"
+    return f"x{1 + value / 100:.1f}" if value >= 1000 else f"{value:+.2f}%"  # +1500% reads as x16.0
+
+
+def bounds_nothing(c: Comparison) -> bool:
+    """A ratio interval too wide to say how large the change is (compare.json keeps its raw bounds)."""
+    return (c.scale == RATIO and c.ci is not None
+            and (c.ci[0] <= -99.0 or c.precision_pct is None or c.precision_pct > MEANINGFUL_PRECISION_PCT))
+
+
+def _interval(c: Comparison) -> str:
+    if c.ci is None:
+        return "[no interval]"
+    if bounds_nothing(c):
+        needed = pairs_needed(c.pair_sd / 100, MEANINGFUL_PRECISION_PCT, c.confidence) if c.pair_sd else None
+        return (f"[bounds nothing yet: needs >= {needed} pairs]" if needed and needed > c.pairs else
+                "[bounds nothing: its pairs disagree too much]")
+    return f"[{_delta(c, c.ci[0])}, {_delta(c, c.ci[1])}]"
 
 
 def _details(c: Comparison) -> str:
@@ -41,7 +64,7 @@ def comparison_line(scenario: str, label: str, c: Comparison) -> str:
     if c.delta is None or c.baseline_mean is None or c.arm_mean is None:
         return f"{head} {c.verdict}"  # no pair: the verdict says why (a refusal names the counts)
     means = f"{_num(c.baseline_mean):>10} -> {_num(c.arm_mean):>10} {c.unit:15}"
-    interval = f"[{_delta(c, c.ci[0])}, {_delta(c, c.ci[1])}]" if c.ci else "[no interval]"
+    interval = _interval(c)
     lines = [f"{head} {means} {_delta(c, c.delta):>8} {interval:20} {c.verdict}   ({_details(c)})"]
     lines += [f"{'':14} {'':24} left out: {reason}" for reason in c.excluded]
     return "\n".join(lines)
@@ -68,10 +91,12 @@ def known_effect_line(effect: KnownEffect) -> str:
     if effect.covered is None or effect.interval_ms is None:
         held = "no per-token interval to hold it against"
     else:
+        agrees = "reaches it" if effect.at_least else "agrees with it"
         held = (f"the per-token interval [{_ms(effect.interval_ms[0])}, {_ms(effect.interval_ms[1])}] "
-                + ("agrees with it" if effect.covered else "does NOT agree with it"))
-    return (f"{'':14} {'  known effect ' + effect.arm:24} {effect.adapter} measured {_ms(effect.per_token_ms)}{own} per token "
-            f"({effect.statistic}, {effect.boots} boot(s)); {held}")
+                + (agrees if effect.covered else f"does NOT {agrees.replace('reaches', 'reach').replace('agrees', 'agree')}"))
+    size = "at least " if effect.at_least else ""
+    return (f"{'':14} {'  known effect ' + effect.arm:24} {effect.adapter} measured {size}{_ms(effect.per_token_ms)}{own} per "
+            f"token ({effect.statistic}, {effect.boots} boot(s)); {held}")
 
 
 def _header(analysis: Analysis) -> list[str]:

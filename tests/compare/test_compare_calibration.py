@@ -21,6 +21,8 @@ import pytest
 from rig.compare.calibration import Cell, Noise, cell
 from rig.compare.stats import compare_boots
 
+pytestmark = pytest.mark.slow  # thousands of simulated comparisons: make test, not make test-fast
+
 SIMULATIONS = 2000
 ROUNDS = 3
 DRIFT_SD = 0.02

@@ -19,12 +19,15 @@ import math
 import os
 
 import numpy as np
+import pytest
 from simulated_runs import SCENARIO, Design, simulate_comparison
 
 from rig.compare.design import DEFAULT_BOOTS, DEFAULT_ROUNDS
 from rig.compare.report import analyze
 from rig.compare.stats import CONFIDENCE, compare_boots
 from rig.load.summary import LATENCY, Metrics
+
+pytestmark = pytest.mark.slow  # thousands of simulated comparisons: make test, not make test-fast
 
 SIMULATIONS = int(os.environ.get("RIG_CALIBRATION_SIMULATIONS", "1000"))
 POWER_SIMULATIONS = 100

@@ -84,9 +84,9 @@ def test_identical_arms_give_no_verdict_and_a_failed_boot_is_voided(results_dir)
     assert quality.coherence["b"].means["foreign_script_share"] == 0.0 and quality.coherence["b"].changed is not None
     assert "- b: logprob drift not measured" in (out / "compare.md").read_text()
     saved = json.loads((out / "compare.json").read_text())
-    # transformers serve's log cannot say whether a boot compiled: a burn-in boot of the baseline opens it
-    assert saved["boots"]["planned"] == 8 and saved["boots"]["used"] == 4
-    assert [b["boot"] for b in saved["boot_state"]["burn_in"]] == ["00-a"]
+    # transformers serve keeps no compile caches: no boot state to control, no burn-in boot
+    assert saved["boots"]["planned"] == 7 and saved["boots"]["used"] == 4
+    assert saved["boot_state"]["burn_in"] == [] and saved["boot_state"]["control"].startswith("none needed")
     voided = saved["boots"]["voided"]
     assert [v["arm"] for v in voided] == ["broken", "broken"]
     assert any("refused" in p for p in voided[0]["problems"])
@@ -96,9 +96,8 @@ def test_identical_arms_give_no_verdict_and_a_failed_boot_is_voided(results_dir)
 
 
 def test_a_comparison_killed_mid_boot_resumes_without_voiding(results_dir, tmp_path):
-    """SIGKILL the comparison while its second measured boot runs (boot 02: tiny-cpu's comparisons open
-    with a burn-in boot, 00): the server it left behind is stopped on resume, that boot is redone as
-    a new attempt, and no boot is voided for it."""
+    """SIGKILL the comparison while its second boot runs: the server it left behind is stopped on
+    resume, that boot is redone as a new attempt, and no boot is voided for it."""
     env = {**os.environ, "RIG_RESULTS_DIR": str(results_dir), "RIG_STATE_DIR": str(tmp_path / "state")}
     arms = ["--arm", "a:RIG_TOKEN_DELAY_MS=0", "--arm", "b:RIG_TOKEN_DELAY_MS=0"]
     common = ["--boots", "1", "--rounds", "1", "--scenario", "prose-c1", "--small", "--workers", "1", "--duration", "2"]
@@ -107,7 +106,7 @@ def test_a_comparison_killed_mid_boot_resumes_without_voiding(results_dir, tmp_p
     deadline = time.monotonic() + 240
     out = None
     while time.monotonic() < deadline:
-        found = list((results_dir / "compare").glob("*/boots/02-b.in-progress.json")) if (results_dir / "compare").exists() else []
+        found = list((results_dir / "compare").glob("*/boots/01-b.in-progress.json")) if (results_dir / "compare").exists() else []
         if found and json.loads(found[0].read_text()).get("boot_id"):
             out = found[0].parent.parent
             break
@@ -121,7 +120,7 @@ def test_a_comparison_killed_mid_boot_resumes_without_voiding(results_dir, tmp_p
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     saved = json.loads((out / "compare.json").read_text())
     assert saved["boots"]["used"] == 2 and not saved["boots"]["voided"], saved["boots"]
-    entry = json.loads((out / "boots" / "02-b.json").read_text())
+    entry = json.loads((out / "boots" / "01-b.json").read_text())
     assert entry["attempt"] == 2 and not entry["voided"]
     assert not list((tmp_path / "state").glob("*.json")), "a server was left running"
-    assert len(list(Path(out, "runs", "02-b").glob("attempt-*"))) == 2
+    assert len(list(Path(out, "runs", "01-b").glob("attempt-*"))) == 2

@@ -45,6 +45,7 @@ CONFIGS = [np.random.default_rng(seed).normal(0, 0.01, (6, 12)) for seed in rang
 
 
 @pytest.mark.parametrize("noise", sorted(NOISES))
+@pytest.mark.slow
 def test_drift_verdict_holds_its_5_percent_with_nothing_changed(noise):
     """Identical arms: baseline and arm boots drawn alike. At 6 pairs (the fewest at which the exact
     test can reach 5%) the share of "outputs moved" stays within 5% for every kind of noise."""

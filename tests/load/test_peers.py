@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import free_port, rig_cli
-from test_loadtest_metrics import ITL, PROMPTS, TTFT, FixedPrompts, scenario, start_timed_server, within
+from test_loadtest_metrics import PROMPTS, FixedPrompts, scenario, start_timed_server
 
 from rig.boot.record import BootRecord
 from rig.compare.arms import parse_arm
@@ -79,12 +79,13 @@ def test_vllm_export_reads_back_with_vllms_definitions(measured, tmp_path):
     data = load_vllm(path)
     done = _window_done(run, summary)
     assert data["completed"] == len(done) == len(data["ttfts"]) >= 4 and data["failed"] == 0
+    # rig's own figures of the same records, by the peer's definitions: exact, whatever the box's load
+    # (how close the client came to the server's known timing is tests/load/test_loadtest_metrics.py's)
     assert data["median_ttft_ms"] == pytest.approx(1000 * summary.metrics.ttft_s.p50)
-    # ITL gaps are bimodal (19.4 / 20.6 ms) on this box with or without this change: the mean is the truth
-    assert within(data["median_ttft_ms"] / 1000, TTFT) and within(data["mean_itl_ms"] / 1000, ITL)
+    assert data["mean_itl_ms"] == pytest.approx(1000 * summary.metrics.itl_s.mean)
     # vLLM's TPOT: (latency - ttft) / (output_len - 1), per request
     tpots = [(sum(itl)) / (n - 1) for itl, n in zip(data["itls"], data["output_lens"])]
-    assert data["mean_tpot_ms"] == pytest.approx(1000 * np.mean(tpots)) and within(data["mean_tpot_ms"] / 1000, ITL)
+    assert data["mean_tpot_ms"] == pytest.approx(1000 * np.mean(tpots))
     assert data["output_throughput"] == pytest.approx(data["total_output_tokens"] / data["duration"])
     assert data["total_output_tokens"] == sum(data["output_lens"]) == 21 * len(done)
     assert data["median_e2el_ms"] == pytest.approx(1000 * summary.metrics.e2e_s.p50)

@@ -232,6 +232,7 @@ def _invalid_is_named(summary) -> bool:
     return not summary.client.valid and bool(summary.client.reasons) and any("client INVALID" in p for p in summary.problems())
 
 
+@pytest.mark.timed
 def test_open_loop_on_the_timed_server_delivers_its_schedule(timed_target, tmp_path):
     """10 requests/s, Poisson, 20 s: the achieved rate is within 5% of the target, the sent gaps pass
     the goodness-of-fit test, no arrival waited for a user. On a loaded machine the run may be
@@ -254,6 +255,7 @@ def test_open_loop_on_the_timed_server_delivers_its_schedule(timed_target, tmp_p
     assert summary.headline() == pytest.approx(summary.metrics.e2e_s.p50 * 1000) and not summary.problems()
 
 
+@pytest.mark.timed
 def test_a_distributed_open_loop_sends_the_one_schedule_once(timed_target, tmp_path):
     target, _ = timed_target
     scenario = load_scenario("open-loop").scaled(True).with_changes(
@@ -266,6 +268,7 @@ def test_a_distributed_open_loop_sends_the_one_schedule_once(timed_target, tmp_p
     assert "drained" in events  # the run ended when the schedule was done, not at its time limit
 
 
+@pytest.mark.timed
 def test_trace_replay_keeps_its_timestamps_within_the_client_lag(timed_target, tmp_path):
     """Every arrival that found a free user was sent within the client's own measured event-loop
     lag of its timestamp; shared hash ids were answered from the (stand-in) prefix cache."""
@@ -290,6 +293,7 @@ def test_trace_replay_keeps_its_timestamps_within_the_client_lag(timed_target, t
     assert summary.scenario.trace.sha256 and summary.metrics.window.opened_by.startswith("trace replay")
 
 
+@pytest.mark.timed
 def test_multi_turn_cached_share_grows_turn_by_turn(timed_target, tmp_path):
     target, _ = timed_target
     scenario = load_scenario("multi-turn").scaled(True).with_changes(duration_s=8.0)

@@ -52,6 +52,7 @@ def stream_one(base_url: str, arrivals: list[float]) -> None:
                 arrivals.append(time.time())
 
 
+@pytest.mark.timed
 def test_scraping_the_timed_server_recovers_its_token_rate_and_concurrency(timed_server, tmp_path):
     out = tmp_path / "server-metrics.jsonl"
     arrivals: list[list[float]] = [[] for _ in range(USERS)]
