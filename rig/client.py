@@ -21,6 +21,12 @@ API_KEY_ENV = "RIG_API_KEY"
 
 def auth_headers(environ: dict[str, str] | None = None) -> dict[str, str]:
     key = (os.environ if environ is None else environ).get(API_KEY_ENV)
+    if key and (key != key.strip() or any(ord(c) < 33 or ord(c) == 127 for c in key)):
+        # An HTTP library's own error would quote the header, key and all: refuse first, never show it.
+        from rig.errors import Invalid
+
+        raise Invalid("environment", API_KEY_ENV, f"holds whitespace or a control character ({len(key)} characters; "
+                      "the value is not shown)", f"set {API_KEY_ENV} to the key alone, on one line")
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 

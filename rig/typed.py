@@ -21,8 +21,10 @@ from rig.errors import Damaged
 
 
 class Typed(BaseModel):
+    # allow_inf_nan=False: a NaN or an infinity is no measurement; one in a record, a summary or a plan
+    # (read back, or built in code) is refused instead of poisoning every mean and plot it enters.
     model_config = ConfigDict(extra="forbid", strict=True, validate_by_name=True, validate_by_alias=True,
-                              serialize_by_alias=True)
+                              serialize_by_alias=True, allow_inf_nan=False)
 
     # No "before" model validators here or in a subclass: one turns a JSON document into Python
     # objects first, and strict validation then refuses a JSON array for a tuple.

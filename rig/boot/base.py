@@ -34,4 +34,11 @@ DEFAULT_DRIVER = "compose"
 
 
 def driver_named(name: str) -> BootDriver:
-    return DRIVERS.get(name, DRIVERS[DEFAULT_DRIVER])()
+    """The driver a boot record names; one rig does not have is refused (a state file is input:
+    an edited one must not make `rig down` stop something through another driver)."""
+    if name not in DRIVERS:
+        from rig.errors import Invalid
+
+        raise Invalid("boot record", "driver", f"{name!r} is not a driver rig has ({', '.join(sorted(DRIVERS))})",
+                      "check the boot record or state file; rig writes only these")
+    return DRIVERS[name]()

