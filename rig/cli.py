@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import math
+import re
 import signal
 import sys
 from collections.abc import Callable
 from types import FrameType
+from typing import NoReturn
 
 from rig.errors import RigError
 from rig.exits import SIGNALLED, Exit, help_text
@@ -155,12 +158,19 @@ def cmd_logs(args: argparse.Namespace) -> int:
         if not boots:
             raise
         record = BootRecord.load(boots[-1])
-    try:
-        handle = open(record.log_path, errors="replace")  # noqa: SIM115 - closed by the with below
-    except FileNotFoundError:
-        raise RigError(record.log_path, "(file)", f"boot {record.boot_id} has no server log (never started, or cleaned up)",
+    import os as os_module
+    from pathlib import Path
+
+    from rig.errors import NotFound
+    from rig.strict_yaml import open_inside
+
+    try:  # a regular file inside the boot's own directory: never a FIFO, a device or a link elsewhere
+        descriptor = open_inside(Path(record.log_path), Path(record.boot_dir))
+    except NotFound:
+        raise NotFound(record.log_path, "(file)", f"boot {record.boot_id} has no server log (never started, or cleaned up)",
                        f"read {record.boot_dir}/boot.json for its status and error") from None
-    with handle:
+    os_module.set_blocking(descriptor, True)
+    with open(descriptor, errors="replace", closefd=True) as handle:
         sys.stdout.write(handle.read())
         while args.follow:
             line = handle.readline()
@@ -314,12 +324,81 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return audit(args.recipe, args.model_dir, args.json, args.boot)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from rig.compare.design import DEFAULT_BOOTS, DEFAULT_ROUND_S, DEFAULT_ROUNDS
+# ---- argument grammars: a number, a URL or a glob is refused by argparse itself (exit 2, one line) ----
 
-    parser = argparse.ArgumentParser(prog="rig", description=__doc__, epilog=help_text(),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
+def _count(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is outside {low}..{high}")
+        return value
+    return parse
+
+
+def _amount(low: float, high: float) -> Callable[[str], float]:
+    """A finite number in (low, high]: never NaN or an infinity."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value) or not low < value <= high:
+            raise argparse.ArgumentTypeError(f"{text} is not a number in ({low:g}, {high:g}]")
+        return value
+    return parse
+
+
+def _url(text: str) -> str:
+    """http(s)://host[:port][/path] of a server to measure; anything else is refused before it is dialled."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a URL ({error})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(ord(c) < 33 or ord(c) == 127 for c in text) \
+            or len(text) > 2048 or (port is not None and not 1 <= port <= 65535):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http(s)://host[:port] URL")
+    return text
+
+
+def _fingerprint_glob(text: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_.*?\[\]-]{1,200}", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fingerprint field or glob (letters, digits, _ . - * ? [ ])")
+    return text
+
+
+def _counts(low: int, high: int) -> Callable[[str], str]:
+    """A comma-separated list of whole numbers (kept as the text the handler splits), at most 64 of them."""
+    one = _count(low, high)
+
+    def parse(text: str) -> str:
+        parts = text.split(",")
+        if not 1 <= len(parts) <= 64:
+            raise argparse.ArgumentTypeError(f"{len(parts)} values: give 1 to 64")
+        for part in parts:
+            one(part.strip())
+        return text
+    return parse
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """A usage error is one line, like every other bad input: what was wrong and where the help is."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {' '.join(message.split())}; fix: see `{self.prog} --help`\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from rig.compare.design import DEFAULT_BOOTS, DEFAULT_ROUND_S, DEFAULT_ROUNDS, MAX_PAIRS
+
+    parser = OneLineParser(prog="rig", description=__doc__, epilog=help_text(),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
     p = sub.add_parser("validate", help="validate recipes (all, or the named ones / files)")
     p.add_argument("recipes", nargs="*")
@@ -364,12 +443,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("chat", help="stream one chat completion from a booted recipe")
     p.add_argument("recipe")
     p.add_argument("prompt")
-    p.add_argument("--max-tokens", type=int, default=48)
+    p.add_argument("--max-tokens", type=_count(1, 1 << 20), default=48)
     p.set_defaults(func=cmd_chat)
 
     p = sub.add_parser("loadtest", help="Locust load test against a recipe's server (boots it if it is not up)")
     p.add_argument("recipe", nargs="?", help="recipe[:variant]; optional with --url")
-    p.add_argument("--url", help="measure a server rig did not start (e.g. one from plain `docker compose up`)")
+    p.add_argument("--url", type=_url, help="measure a server rig did not start (e.g. one from plain `docker compose up`)")
     p.add_argument("--model", help="with --url: the served model name (default: the first in /v1/models)")
     p.add_argument("--boot-id", help="with --url: the server's boot identity, when rig cannot read it from the server")
     p.add_argument("--flush-cache", action="store_true", help="empty the engine's prefix cache before each run")
@@ -377,9 +456,9 @@ def build_parser() -> argparse.ArgumentParser:
     size = p.add_mutually_exclusive_group()
     size.add_argument("--small", action="store_true", help="scaled-down sizes (default for native recipes)")
     size.add_argument("--full", action="store_true", help="full sizes (default for GPU recipes)")
-    p.add_argument("--workers", type=int, help="Locust worker processes for distributed scenarios (default: cores - 1)")
-    p.add_argument("--duration", type=float, help="override every scenario's measurement window, seconds")
-    p.add_argument("--remote-workers", type=int, default=0,
+    p.add_argument("--workers", type=_count(1, 512), help="Locust worker processes for distributed scenarios (default: cores - 1)")
+    p.add_argument("--duration", type=_amount(0, 86_400), help="override every scenario's measurement window, seconds")
+    p.add_argument("--remote-workers", type=_count(0, 4096), default=0,
                    help="distributed scenarios also wait for this many Locust workers on other client machines")
     p.add_argument("--master-bind", default="127.0.0.1", help="address the Locust master listens on (remote workers need a reachable one)")
     p.add_argument("--no-keep-text", action="store_true", help="keep no output text in the records (only hashes); "
@@ -393,14 +472,14 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--rates", help="request rates (req/s) of an open_loop scenario, e.g. 1,2,4,8")
     load.add_argument("--concurrency", help="users of a closed-loop or multi-turn scenario, e.g. 1,4,16,64")
     p.add_argument("--goodput", help="SLOs a request must meet, e.g. ttft<=2s,tpot<=50ms (vLLM's --goodput)")
-    p.add_argument("--slo-share", type=float, default=0.9, help="share of requests that must meet the SLOs at the knee (default 0.9)")
-    p.add_argument("--url", help="sweep a server rig did not start")
+    p.add_argument("--slo-share", type=_amount(0, 1), default=0.9, help="share of requests that must meet the SLOs at the knee (default 0.9)")
+    p.add_argument("--url", type=_url, help="sweep a server rig did not start")
     p.add_argument("--model", help="with --url: the served model name")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--small", action="store_true")
     size.add_argument("--full", action="store_true")
-    p.add_argument("--workers", type=int)
-    p.add_argument("--duration", type=float, help="override the scenario's measurement window, seconds")
+    p.add_argument("--workers", type=_count(1, 512))
+    p.add_argument("--duration", type=_amount(0, 86_400), help="override the scenario's measurement window, seconds")
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("export", help="a run directory as vLLM's result JSON or AIPerf's profile export, for their dashboards")
@@ -422,21 +501,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("recipe")
     p.add_argument("--arm", action="append", required=True, help="NAME:KEY=VALUE[,..] | NAME:@variant | NAME:image=TAG")
     p.add_argument("--control", help="an arm known to change greedy output, booted once")
-    p.add_argument("--boots", type=int, default=DEFAULT_BOOTS,
+    p.add_argument("--boots", type=_count(1, MAX_PAIRS), default=DEFAULT_BOOTS,
                    help=f"boot pairs (boots per arm, ABBA; default {DEFAULT_BOOTS}, from the calibration)")
-    p.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, help=f"measured rounds per boot (default {DEFAULT_ROUNDS})")
-    p.add_argument("--target", type=float, help="keep adding boot pairs until every headline 95%% interval is within "
+    p.add_argument("--rounds", type=_count(1, MAX_PAIRS), default=DEFAULT_ROUNDS, help=f"measured rounds per boot (default {DEFAULT_ROUNDS})")
+    p.add_argument("--target", type=_amount(0, 100), help="keep adding boot pairs until every headline 95%% interval is within "
                    "+-TARGET percent (e.g. 1), up to --max-boots")
-    p.add_argument("--max-boots", type=int, help="with --target: the most boot pairs to run (default: twice --boots)")
+    p.add_argument("--max-boots", type=_count(1, MAX_PAIRS), help="with --target: the most boot pairs to run (default: twice --boots)")
     p.add_argument("--goodput", help="SLOs for goodput, e.g. ttft<=2s,tpot<=50ms (vLLM's --goodput)")
-    p.add_argument("--accept-fingerprint", action="append", help="a host fingerprint field allowed to differ between "
+    p.add_argument("--accept-fingerprint", type=_fingerprint_glob, action="append", help="a host fingerprint field allowed to differ between "
                    "boots (glob, e.g. 'gpus.*.power_limit_w'); any other condition difference voids the comparison")
     p.add_argument("--scenario", action="append", help="scenario name (repeatable; default prose-c1)")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--small", action="store_true")
     size.add_argument("--full", action="store_true")
-    p.add_argument("--workers", type=int)
-    p.add_argument("--duration", type=float, help="every round's measurement window, seconds (default: "
+    p.add_argument("--workers", type=_count(1, 512))
+    p.add_argument("--duration", type=_amount(0, 86_400), help="every round's measurement window, seconds (default: "
                    f"{DEFAULT_ROUND_S:g} at full sizes, each scenario's own at small sizes)")
     p.add_argument("--resume", help="a results/compare/<timestamp> directory to continue")
     p.add_argument("--cold-caches", action="store_true", help="boot every engine with empty compile/kernel caches of "
@@ -456,15 +535,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_audit)
 
     p = sub.add_parser("kernelbench", help="GEMM benchmark: cold L2, CUDA graphs, interleaved rounds, bitwise check")
-    p.add_argument("--n", type=int, default=5120)
-    p.add_argument("--k", type=int, default=576)
-    p.add_argument("--pad-k", type=int, default=640)
-    p.add_argument("--m", default="6", help="comma-separated M values")
+    p.add_argument("--n", type=_count(1, 1 << 20), default=5120)
+    p.add_argument("--k", type=_count(1, 1 << 20), default=576)
+    p.add_argument("--pad-k", type=_count(1, 1 << 20), default=640)
+    p.add_argument("--m", type=_counts(1, 1 << 20), default="6", help="comma-separated M values")
     p.add_argument("--backends", help="comma-separated (default: all registered)")
     p.add_argument("--production", default="torch-fp8-rowwise")
     p.add_argument("--candidate", help="the backend the padding unlocks (e.g. flashinfer-mxfp8-b12x)")
-    p.add_argument("--calls-per-step", type=int, default=1)
-    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--calls-per-step", type=_count(1, 10_000), default=1)
+    p.add_argument("--rounds", type=_count(1, 10_000), default=20)
     p.add_argument("--device")
     p.add_argument("--out", help="directory for kernelbench.json")
     p.set_defaults(func=cmd_kernelbench)

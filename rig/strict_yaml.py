@@ -220,6 +220,32 @@ def read_regular(path: Path, max_bytes: int, where: str | None = None,
     return b"".join(chunks)
 
 
+def open_inside(path: Path, root: Path, where: str | None = None) -> int:
+    """A descriptor of `path`, a regular file that lies inside `root` once links are resolved (a log
+    linked to /etc/shadow, a FIFO or /dev/zero in its place are refused): NotFound or Damaged."""
+    where = where or str(path)
+    try:
+        real = path.resolve(strict=True)
+    except FileNotFoundError:
+        raise NotFound(where, "(file)", "no such file", "check the path") from None
+    except (OSError, RuntimeError) as error:
+        raise Damaged(where, "(file)", f"cannot be resolved ({error})", "pass a regular file") from None
+    if not real.is_relative_to(root.resolve()):
+        raise Damaged(where, "(file)", f"leads outside {root} (to {real})", "rig reads only files of its own results")
+    descriptor = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise Damaged(where, "(file)", "is not a regular file (a device, pipe or socket)", "rig reads only regular files")
+    return descriptor
+
+
+def read_inside(path: Path, root: Path, max_bytes: int) -> bytes:
+    """open_inside(), then at most max_bytes of it (read_regular's rules)."""
+    descriptor = open_inside(path, root)
+    os.close(descriptor)
+    return read_regular(path.resolve(), max_bytes, str(path))
+
+
 def load_yaml_file(path: Path, max_bytes: int = MAX_BYTES, where: str | None = None,
                    missing: tuple[str, str] = ("no such file", "check the path"),
                    fix: str = "write it as plain UTF-8 YAML, each key once") -> Any:
@@ -253,9 +279,13 @@ def _refuse_constant(name: str) -> Any:
 
 
 def strict_json(text: str | bytes) -> Any:
-    """json.loads that refuses duplicate keys (last-wins elsewhere) and NaN/Infinity (not JSON; a NaN
-    figure or timestamp poisons every mean and comparison it enters). ValueError otherwise."""
-    return json.loads(text, object_pairs_hook=_refuse_duplicates, parse_constant=_refuse_constant)
+    """json.loads that refuses duplicate keys (last-wins elsewhere), NaN/Infinity (not JSON; a NaN
+    figure or timestamp poisons every mean and comparison it enters) and nesting too deep to read.
+    ValueError for all of them."""
+    try:
+        return json.loads(text, object_pairs_hook=_refuse_duplicates, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise ValueError("nested too deep") from None
 
 
 def load_json_file(path: Path, max_bytes: int = MAX_BYTES, where: str | None = None,

@@ -654,3 +654,37 @@ def test_an_api_key_with_whitespace_or_a_control_character_is_refused_without_be
         client.auth_headers()
     assert "planted" not in str(caught.value) and "plan" not in str(caught.value).split("RIG_API_KEY")[-1].split(";")[0]
     assert caught.value.field == "RIG_API_KEY"
+
+
+# ---- the command line: every option through its grammar, refused in one line before anything runs ----
+
+ARMS = ["--arm", "a:RIG_TOKEN_DELAY_MS=0", "--arm", "b:RIG_TOKEN_DELAY_MS=1"]
+CLI_CASES = {
+    "arm name with shell metacharacters": ["compare", "tiny-cpu", "--arm", "a;rm -rf ~:X=1", "--arm", "b:X=2"],
+    "arm name of 300 characters": ["compare", "tiny-cpu", "--arm", "a" * 300 + ":X=1", "--arm", "b:X=2"],
+    "10,000 arms": ["compare", "tiny-cpu", *[f"--arm=a{i}:X={i}" for i in range(10_000)]],
+    "control named like an arm": ["compare", "tiny-cpu", *ARMS, "--control", "a:RIG_TOKEN_DELAY_MS=3"],
+    "a NaN SLO": ["compare", "tiny-cpu", *ARMS, "--goodput", "ttft<=nans"],
+    "an infinite SLO": ["compare", "tiny-cpu", *ARMS, "--goodput", "tpot<=infms"],
+    "a fingerprint glob with a slash": ["compare", "tiny-cpu", *ARMS, "--accept-fingerprint", "../../etc/*"],
+    "a NaN duration": ["compare", "tiny-cpu", *ARMS, "--duration", "nan"],
+    "an infinite duration": ["loadtest", "tiny-cpu", "--duration", "inf"],
+    "a NaN target": ["compare", "tiny-cpu", *ARMS, "--target", "nan"],
+    "a billion boots": ["compare", "tiny-cpu", *ARMS, "--boots", "1000000000"],
+    "a billion rounds": ["compare", "tiny-cpu", *ARMS, "--rounds", "1000000000"],
+    "a malformed URL": ["loadtest", "--url", "http://[::1"],
+    "a URL of another scheme": ["loadtest", "--url", "file:///etc/passwd"],
+    "a URL with a newline": ["loadtest", "--url", "http://127.0.0.1:1/\nX"],
+    "a negative GEMM shape": ["kernelbench", "--n", "-5"],
+    "a GEMM M list with a word": ["kernelbench", "--m", "6,abc"],
+    "an unknown command": ["nosuch"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(CLI_CASES))
+def test_every_command_line_option_is_refused_in_one_line(tmp_path, case):
+    env = {"RIG_RESULTS_DIR": str(tmp_path / "results"), "RIG_STATE_DIR": str(tmp_path / "state")}
+    result = rig_cli(*CLI_CASES[case], env=env, timeout=60)
+    assert result.returncode == 2, (result.returncode, result.stdout[-500:], result.stderr[-500:])
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert "fix:" in result.stderr and not (tmp_path / "results").exists()

@@ -21,7 +21,8 @@ from rig.typed import Typed, Versioned, first_problem
 # What a stored boot record (boot.json, a state file) may name as its driver: `rig down` stops it
 # through that driver, so an unknown one is refused instead of falling back to another.
 STORED_DRIVERS = frozenset({"native", "compose"})
-RECORD_MAX_BYTES = 4 << 20  # a boot record is a few kB (its fingerprint included)
+RECORD_MAX_BYTES = 4 << 20
+LOG_MAX_BYTES = 256 << 20  # a server log; a vLLM boot writes ~1 MB  # a boot record is a few kB (its fingerprint included)
 BOOT_SCHEMA = 1  # boot.json and the state files; records written before it carried no version are version 1
 # <yyyymmdd>-<hhmmss>-<recipe>[.<variant>]-<4 hex>: the slug is unambiguous between fixed-width parts.
 BOOT_ID = re.compile(r"[0-9]{8}-[0-9]{6}-(?P<recipe>[a-z0-9][a-z0-9-]*)(?:\.(?P<variant>[a-z0-9][a-z0-9-]*))?-[0-9a-f]{4}")
@@ -149,8 +150,15 @@ class BootRecord(Versioned):
         return None
 
     def log_text(self) -> str:
-        path = Path(self.log_path)
-        return path.read_text(errors="replace") if path.exists() else ""
+        """The server log ("" while there is none); a log that is not a regular file inside the boot's
+        own directory is refused (Damaged), never read."""
+        from rig.errors import NotFound
+        from rig.strict_yaml import read_inside
+
+        try:
+            return read_inside(Path(self.log_path), Path(self.boot_dir), LOG_MAX_BYTES).decode(errors="replace")
+        except NotFound:
+            return ""
 
 
 def _shown(path: Path) -> str:

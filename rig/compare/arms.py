@@ -103,8 +103,9 @@ def parse_arm(spec: str) -> Arm:
     name, sep, rest = spec.partition(":")
     if not sep or not name or not rest:
         raise refuse("is not NAME:OVERLAY")
-    if not grammar.RECIPE_NAME.fullmatch(name):
-        raise refuse(f"arm name {name!r} must be lowercase letters, digits and -", "rename the arm, e.g. before, after")
+    if not grammar.is_recipe_name(name):
+        raise refuse(f"arm name {name[:80]!r} must be at most {grammar.NAME_MAX} lowercase letters, digits and -",
+                     "rename the arm, e.g. before, after")
     variant = None
     if rest.startswith("@"):
         variant, _, rest = rest[1:].partition(",")

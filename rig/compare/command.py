@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from rig.compare.arms import check_arms, parse_arm
-from rig.compare.design import DEFAULT_BOOTS, DEFAULT_ROUND_S, DEFAULT_ROUNDS
+from rig.compare.design import DEFAULT_BOOTS, DEFAULT_ROUND_S, DEFAULT_ROUNDS, MAX_ARMS, MAX_PAIRS
 from rig.compare.model import ComparePlan
 from rig.compare.output import write_report
 from rig.compare.report import Analysis, analyze
@@ -13,10 +15,11 @@ from rig.compare.run import compare_root, run_compare
 from rig.compare.stats import MIN_PAIRS_FOR_TARGET
 from rig.deploy.recipe import load, split_ref
 from rig.engines import ENGINES, Engine
-from rig.errors import RigError
+from rig.errors import Invalid, RigError
 from rig.load.goodput import parse_slos
 from rig.load.scenarios import load_scenario
 from rig.load.session import default_small
+from rig.typed import first_problem
 
 
 def _state_unknowable(engine: Engine) -> bool:
@@ -30,6 +33,8 @@ def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, 
             duration_s: float | None = None, target_pct: float | None = None, max_boots: int | None = None,
             goodput: str | None = None, accept_fingerprint: list[str] | None = None,
             cold_caches: bool = False, burn_in: bool = True) -> tuple[Path, Analysis]:
+    if len(arm_specs) > MAX_ARMS:
+        raise RigError("command line", "--arm", f"{len(arm_specs)} arms; a comparison has at most {MAX_ARMS}", "compare fewer arms")
     name, variant = split_ref(recipe)
     if variant:
         raise RigError("command line", "recipe", "compare takes a recipe name; variants are arms", f"use --arm NAME:@{variant}")
@@ -58,13 +63,17 @@ def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, 
     small = default_small(resolved) if small is None else small
     if duration_s is None and not small:
         duration_s = DEFAULT_ROUND_S  # a round is one of several: shorter than a scenario's lone run
-    plan = ComparePlan(recipe=name, arms=arms, control=controls[0] if controls else None, boots=boots, rounds=rounds,
-                       scenarios=scenarios or ["prose-c1"], small=small,
-                       workers=workers, duration_s=duration_s, target_pct=target_pct, boot_state_control=burn_in,
-                       burn_in_first=burn_in and _state_unknowable(ENGINES[resolved.recipe.engine.name]),
-                       max_boots=(max_boots or 2 * boots) if target_pct is not None else None,
-                       first_stage=boots if target_pct is not None else None,
-                       slos=parse_slos(goodput), accept_fingerprint=list(accept_fingerprint or []), cold_caches=cold_caches)
+    try:
+        plan = ComparePlan(recipe=name, arms=arms, control=controls[0] if controls else None, boots=boots, rounds=rounds,
+                           scenarios=scenarios or ["prose-c1"], small=small,
+                           workers=workers, duration_s=duration_s, target_pct=target_pct, boot_state_control=burn_in,
+                           burn_in_first=burn_in and _state_unknowable(ENGINES[resolved.recipe.engine.name]),
+                           max_boots=min(MAX_PAIRS, max_boots or 2 * boots) if target_pct is not None else None,
+                           first_stage=boots if target_pct is not None else None,
+                           slos=parse_slos(goodput), accept_fingerprint=list(accept_fingerprint or []), cold_caches=cold_caches)
+    except ValidationError as error:
+        field, problem = first_problem(error)
+        raise Invalid("command line", field, problem, "see `rig compare --help` for what each option takes") from None
     out = Path(resume) if resume else compare_root()
     if resume and not (out / "plan.json").exists():
         raise RigError(str(out), "--resume", "no comparison (plan.json) in this directory", "name a results/compare/<timestamp> directory")

@@ -45,10 +45,23 @@ def normalize(line: str) -> str:
     return line.strip()
 
 
+LOG_MAX_BYTES = 256 << 20
+
+
 def log_lines(path: str | None) -> set[str]:
-    if not path or not Path(path).exists():
+    """A boot log's normalised lines; nothing for a log that is gone, or that is not a regular file of
+    rig's own results (an entry read back names its log: it must not make rig read elsewhere)."""
+    from rig import paths
+    from rig.errors import Damaged, NotFound
+    from rig.strict_yaml import read_inside
+
+    if not path:
         return set()
-    return {normalize(line) for line in Path(path).read_text(errors="replace").splitlines() if line.strip()}
+    try:
+        text = read_inside(Path(path), paths.results_dir(), LOG_MAX_BYTES).decode(errors="replace")
+    except (NotFound, Damaged):
+        return set()
+    return {normalize(line) for line in text.splitlines() if line.strip()}
 
 
 def boot_log_diff(entries: list[BootEntry], arms: list[str], lines: dict[str, set[str]]) -> dict[str, list[str]]:

@@ -23,3 +23,6 @@ benchmarks/RESULTS.md "Resolution"):
 DEFAULT_BOOTS = 4  # boot pairs (boots per arm, ABBA)
 DEFAULT_ROUNDS = 2  # measured rounds per boot
 DEFAULT_ROUND_S = 10.0  # measured window of each round at full sizes (--duration overrides it)
+MAX_PAIRS = 64  # boot pairs (and rounds) a comparison may ask for: 128 boots of a 12-minute engine are a day
+MAX_ARMS = 16
+MAX_SCENARIOS = 16

@@ -16,6 +16,7 @@ from rig.boot.checks import BootCheck
 from rig.boot.record import CacheState
 from rig.compare.arms import Arm, boot_order
 from rig.compare.coherence import BootCoherence
+from rig.compare.design import MAX_ARMS, MAX_PAIRS, MAX_SCENARIOS
 from rig.compare.percentiles import LatencyHistogram
 from rig.load.goodput import Goodput
 from rig.observe.fingerprint import Fingerprint
@@ -26,6 +27,7 @@ COMPARE_SCHEMA = 6
 PLAN_MAX_BYTES = 1 << 20
 ENTRY_MAX_BYTES = 16 << 20
 IMPORTED_INDEX = 100  # boots imported from another tool (rig import --compare) are numbered from here
+
 # The ABBA block of the comparison's burn-in boot: before block 0, paired with nothing.
 BURN_IN_BLOCK = -1
 
@@ -63,8 +65,31 @@ class ComparePlan(Versioned):
 
     @model_validator(mode="after")
     def _derive(self) -> ComparePlan:
+        self._bounded()
         self.boot_sequence = [(block, arm.name) for block, arm in self.order()]
         return self
+
+    def _bounded(self) -> None:
+        """What a plan may say, from the command line or read back from plan.json (which is input:
+        an edited one must not name a path, ask for a billion boots or a NaN target)."""
+        from rig import grammar
+
+        grammar.recipe_name(self.recipe)
+        for name in self.scenarios:
+            grammar.load_name(name)
+        names = [a.name for a in self.arms] + ([self.control.name] if self.control else [])
+        if not 2 <= len(self.arms) <= MAX_ARMS or len(set(names)) != len(names):
+            raise ValueError(f"a comparison has 2 to {MAX_ARMS} arms (and a control) with distinct names")
+        if not 1 <= len(self.scenarios) <= MAX_SCENARIOS or len(set(self.scenarios)) != len(self.scenarios):
+            raise ValueError(f"a comparison names 1 to {MAX_SCENARIOS} distinct scenarios")
+        for field, value in (("boots", self.boots), ("rounds", self.rounds), ("max_boots", self.max_boots),
+                             ("first_stage", self.first_stage), ("planned_pairs", self.planned_pairs)):
+            if value is not None and not 1 <= value <= MAX_PAIRS:
+                raise ValueError(f"{field} {value} is outside 1..{MAX_PAIRS}")
+        if self.target_pct is not None and not 0 < self.target_pct <= 100:
+            raise ValueError(f"target {self.target_pct}% is not a precision in (0, 100]")
+        if self.duration_s is not None and not 0 < self.duration_s <= 86_400:
+            raise ValueError(f"duration {self.duration_s} s is not in (0, 86400]")
 
     def order(self) -> list[tuple[int, Arm]]:
         """The burn-in boot (if any), then the control (if any), then the ABBA blocks: the first two

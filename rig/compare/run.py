@@ -296,10 +296,10 @@ def run_compare(plan: ComparePlan, out: Path, progress: bool = True) -> tuple[Co
             raise Damaged(str(out / "plan.json"), error.field, f"unreadable comparison plan ({error.problem})",
                           "start a new comparison; this directory's boots stay for reference") from None
         control = (saved.control.spec if saved.control else None, plan.control.spec if plan.control else None)
-        if ([a.spec for a in saved.arms] != [a.spec for a in plan.arms] or saved.scenarios != plan.scenarios
-                or saved.rounds != plan.rounds or control[0] != control[1]):
-            raise RigError(str(out / "plan.json"), "arms/scenarios/rounds/control", "this directory holds a different comparison",
-                           "resume with the same arms, scenarios, rounds and control, or start a new comparison")
+        if (saved.recipe != plan.recipe or [a.spec for a in saved.arms] != [a.spec for a in plan.arms]
+                or saved.scenarios != plan.scenarios or saved.rounds != plan.rounds or control[0] != control[1]):
+            raise RigError(str(out / "plan.json"), "recipe/arms/scenarios/rounds/control", "this directory holds a different comparison",
+                           "resume with the same recipe, arms, scenarios, rounds and control, or start a new comparison")
         plan = saved
     else:
         plan.write(out)
@@ -323,12 +323,23 @@ def run_compare(plan: ComparePlan, out: Path, progress: bool = True) -> tuple[Co
         plan.write(out)
 
 
-def _read_entry(path: Path) -> BootEntry | None:
+def _check_position(entry: BootEntry, path: Path, index: int, block: int, arm: Arm) -> None:
+    """An entry read back is the boot of the plan's position it is filed under, or Damaged."""
+    if (entry.index, entry.block, entry.arm, entry.spec) != (index, block, arm.name, arm.spec):
+        raise Damaged(str(path), "index/block/arm", f"holds boot {entry.index} (block {entry.block}) of arm {entry.arm!r}, "
+                      f"not this position's boot {index} (block {block}) of {arm.name!r}", "it was moved or edited; the boot is redone")
+
+
+def _read_entry(path: Path, index: int | None = None, block: int | None = None, arm: Arm | None = None) -> BootEntry | None:
     """A finished boot's entry; None when there is none, or when it is damaged (cut short by a lost
-    machine or a full disk, another schema, not a regular file): then it is renamed aside, kept for
-    reference, and the boot is redone. Nothing measured is lost: its runs stay under runs/."""
+    machine or a full disk, another schema, not a regular file, or not the boot of this position:
+    another index, block or arm): then it is renamed aside, kept for reference, and the boot is
+    redone. Nothing measured is lost: its runs stay under runs/."""
     try:
-        return BootEntry.read(path)
+        entry = BootEntry.read(path)
+        if index is not None and arm is not None and block is not None:
+            _check_position(entry, path, index, block, arm)
+        return entry
     except NotFound:
         return None
     except Damaged as error:
@@ -344,9 +355,9 @@ def _run_order(plan: ComparePlan, out: Path, progress: bool, arms: ResolvedArms)
     keeps_compiling = False  # a boot compiled again right after its burn-in: the caches do not persist
     for index, (block, arm) in enumerate(order):
         burn_in = block == BURN_IN_BLOCK
-        compiled_first = None if burn_in else _read_entry(BootEntry.path(out, index, arm.name, burn_in=True))
+        compiled_first = None if burn_in else _read_entry(BootEntry.path(out, index, arm.name, burn_in=True), index, block, arm)
         entries += [compiled_first] if compiled_first else []
-        done = _read_entry(BootEntry.path(out, index, arm.name))
+        done = _read_entry(BootEntry.path(out, index, arm.name), index, block, arm)
         if done is not None:
             keeps_compiling = keeps_compiling or (compiled_first is not None and done.compiled)
             entries.append(done)
@@ -394,11 +405,13 @@ def all_entries(out: Path, plan: ComparePlan) -> list[BootEntry]:
     """Every finished boot of a comparison directory, planned (burn-ins included) and imported,
     without running any."""
     entries = []
-    for index, (_, arm) in enumerate(plan.order()):
+    for index, (block, arm) in enumerate(plan.order()):
         for path in (BootEntry.path(out, index, arm.name, burn_in=True), BootEntry.path(out, index, arm.name)):
             try:
-                entries.append(BootEntry.read(path))
-            except (NotFound, Damaged):  # not run yet, or damaged: a resume redoes it
+                entry = BootEntry.read(path)
+                _check_position(entry, path, index, block, arm)
+                entries.append(entry)
+            except (NotFound, Damaged):  # not run yet, or damaged (or not this position's): a resume redoes it
                 continue
     return entries + imported_entries(out, plan)
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 from rig.errors import RigError
 from rig.load.records import RequestRecord
 from rig.load.request_metrics import PER_REQUEST, done_in_window
@@ -26,7 +28,7 @@ def parse_slos(text: str | None) -> dict[str, float] | None:
             value = float(limit[: -len(unit)]) * _UNITS[unit] if unit else None
         except ValueError:
             value = None
-        if not sep or key.strip() not in SLO_KEYS or value is None or value <= 0:
+        if not sep or key.strip() not in SLO_KEYS or value is None or not math.isfinite(value) or value <= 0:
             raise RigError("command line", "--goodput", f"{part!r} is not KEY<=LIMIT with a unit",
                            f"write e.g. ttft<=2s,tpot<=50ms (keys: {', '.join(SLO_KEYS)})")
         slos[key.strip()] = value

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, JsonValue
+from pydantic import Field, JsonValue, ValidationInfo, model_validator
 
-from rig.typed import Versioned
+from rig.typed import STORED, Versioned
 
 RECORD_SCHEMA = 3
+MAX_TIME = 1e11  # seconds since the epoch (the year 5138): a larger "time" is no time
 
 
 class RequestRecord(Versioned):
@@ -52,6 +53,33 @@ class RequestRecord(Versioned):
     conversation: str | None = None  # multi_turn: the conversation and the turn (0-based) this request is
     turn: int | None = None
 
+    @model_validator(mode="after")
+    def _plausible(self, info: ValidationInfo) -> RequestRecord:
+        """A record read back is input: its times must be times, in the order they happen, and its
+        counts counts (a live record is built from the clock itself and not checked here)."""
+        if info.context != STORED:
+            return self
+        times = [t for t in (self.t_send, self.t_first, self.t_last, self.t_end, self.t_scheduled) if t is not None]
+        if any(not 0 <= t <= MAX_TIME for t in [*times, *self.chunks]):
+            raise ValueError(f"a time outside 0..{MAX_TIME:g} s since the epoch")
+        if self.chunks and (any(b < a for a, b in zip(self.chunks, self.chunks[1:])) or self.chunks[0] < self.t_send):
+            raise ValueError("chunk arrivals go backwards (or come before the request was sent)")
+        if self.t_first is not None and self.t_first < self.t_send:
+            raise ValueError("t_first is before t_send")
+        if self.t_last is not None and self.t_first is not None and self.t_last < self.t_first:
+            raise ValueError("t_last is before t_first")
+        if self.chunk_tokens is not None and any(n < 0 for n in self.chunk_tokens):
+            raise ValueError("a negative token count in chunk_tokens")
+        for key in ("completion_tokens", "prompt_tokens"):
+            value = (self.usage or {}).get(key)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                raise ValueError(f"usage.{key} {value!r} is not a count")
+        for name in ("prompt_tokens_target", "cached_tokens", "max_tokens"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name} {value} is negative")
+        return self
+
     def to_line(self) -> str:
         # pydantic's serializer: 6 us for a 200-chunk record (json.dumps of its fields: 60 us), in
         # the Locust process's budget.
@@ -88,13 +116,24 @@ def read_records(directory: Path) -> list[RequestRecord]:
     a FIFO or /dev/zero in its place is refused, never read); a line cut by a kill mid-write (not
     JSON) is skipped, a whole line that is not a record of this schema is refused in one line
     (StoredRecordError, a Damaged)."""
-    from rig.strict_yaml import read_regular
+    from rig.errors import Damaged
+    from rig.strict_yaml import read_regular, strict_json
 
     records = []
     for path in sorted(directory.glob("records-*.jsonl")):
-        text = read_regular(path, RECORDS_MAX_BYTES).decode(errors="replace")
-        for number, line in enumerate(text.splitlines(), start=1):
-            record = RequestRecord.parse_line(line, f"{path} line {number}") if line.strip() else None
+        lines = read_regular(path, RECORDS_MAX_BYTES).decode(errors="replace").splitlines()
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            where = f"{path} line {number}"
+            try:
+                strict_json(line)  # duplicate keys and NaN refused before the record's own check
+            except ValueError as error:
+                if number == len(lines):  # a kill mid-write cuts the last line only: skipped
+                    continue
+                raise Damaged(where, "(line)", f"not a whole JSON record ({error}); only a file's last line may be cut",
+                              "re-run this measurement; the file was edited or damaged") from None
+            record = RequestRecord.parse_line(line, where)
             if record is not None:
                 records.append(record)
     return records

@@ -1,0 +1,185 @@
+"""What rig wrote and reads back is input too: a result directory for `rig export`, a comparison for
+`rig compare --resume`, each damaged or crafted, is refused in one line or redone, never a hang, a
+traceback, a MemoryError or a silently wrong figure, and nothing is written outside the results."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from rig.compare.arms import parse_arm
+from rig.compare.model import COMPARE_SCHEMA, BootEntry, ComparePlan, RunResult
+from rig.load.metrics import summarize
+from rig.load.records import RequestRecord
+from rig.load.report import write_run
+from rig.load.scenarios import load_scenario
+from rig.load.summary import ClientSetup, ClientVerdict, Provenance, RunSummary, ScenarioRun, Window
+
+TTFT, ITL, TOKENS = 0.05, 0.01, 8
+
+
+def synthetic_run(run: Path, requests: int = 6) -> None:
+    """A run directory as rig writes one, from records of exact timing (no server, no Locust)."""
+    start = 1_700_000_000.0
+    records = []
+    for i in range(requests):
+        sent = start + i * 0.2
+        chunks = [sent + TTFT + k * ITL for k in range(TOKENS)]
+        records.append(RequestRecord(id=f"p-{i}", process="p", user="u0", prompt="p0", t_send=sent, status=200, t_first=chunks[0],
+                                     t_last=chunks[-1], t_end=chunks[-1], chunks=chunks, usage={"completion_tokens": TOKENS,
+                                                                                                "prompt_tokens": 4},
+                                     finish_reason="length", prompt_tokens_target=4, prompt_nonce=f"n{i}"))
+    window = Window(start=start, end=start + requests * 0.2, run_start=start, run_end=start + requests * 0.2, steady=True,
+                    opened_by="synthetic")
+    summary = RunSummary(scenario=ScenarioRun.of(load_scenario("prose-c1"), None, None), warmup=False, interrupted=False,
+                         provenance=Provenance(recipe="tiny-cpu", variant=None, engine="transformers", image=None, boot_id="b",
+                                               driver="native", base_url=None, served_model="m", host=None, client=ClientSetup(),
+                                               time=start),
+                         metrics=summarize(records, window), client=ClientVerdict(valid=True, reasons=[], processes=1))
+    run.mkdir(parents=True)
+    (run / "records-p.jsonl").write_text("".join(r.to_line() + "\n" for r in records))
+    write_run(run, summary)
+
+
+def rig(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess:
+    env = {**os.environ, "RIG_RESULTS_DIR": str(cwd / "results"), "RIG_STATE_DIR": str(cwd / "state")}
+    return subprocess.run([sys.executable, "-m", "rig", *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def _records(run: Path) -> Path:
+    return run / "records-p.jsonl"
+
+
+def _first_line(run: Path, change) -> None:
+    lines = _records(run).read_text().splitlines()
+    lines[0] = change(lines[0])
+    _records(run).write_text("\n".join(lines) + "\n")
+
+
+def _field(name, value):
+    def change(line: str) -> str:
+        data = json.loads(line)
+        data[name] = value
+        return json.dumps(data)
+    return change
+
+
+RUN_DAMAGE = {
+    "summary is a FIFO": lambda run: ((run / "summary.json").unlink(), os.mkfifo(run / "summary.json")),
+    "summary is /dev/zero": lambda run: ((run / "summary.json").unlink(), (run / "summary.json").symlink_to("/dev/zero")),
+    "records file is a FIFO": lambda run: (_records(run).unlink(), os.mkfifo(_records(run))),
+    "records file is /dev/zero": lambda run: (_records(run).unlink(), _records(run).symlink_to("/dev/zero")),
+    "summary with NaN": lambda run: (run / "summary.json").write_text((run / "summary.json").read_text().replace(
+        '"valid": true', '"valid": true, "lag_p99_ms": NaN', 1)),
+    "timestamps backwards": lambda run: _first_line(run, _field("t_first", 1_600_000_000.0)),
+    "timestamp 1e308": lambda run: _first_line(run, _field("t_last", 1e308)),
+    "negative token count": lambda run: _first_line(run, _field("usage", {"completion_tokens": -8, "prompt_tokens": 4})),
+    "duplicate key": lambda run: _first_line(run, lambda line: line[:-1] + ', "status": 500}'),
+    "record cut mid-file": lambda run: _first_line(run, lambda line: line[: len(line) // 2]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RUN_DAMAGE))
+def test_rig_export_refuses_a_damaged_run_in_one_line(tmp_path, case):
+    run = tmp_path / "results" / "tiny-cpu" / "t" / "prose-c1"
+    synthetic_run(run)
+    RUN_DAMAGE[case](run)
+    before = sorted(p.name for p in run.iterdir())
+    started = time.monotonic()
+    result = rig("export", str(run), "--format", "vllm", cwd=tmp_path)
+    assert time.monotonic() - started < 30, "no hang"
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert sorted(p.name for p in run.iterdir()) == before  # nothing written
+
+
+def test_the_synthetic_run_itself_exports(tmp_path):
+    run = tmp_path / "results" / "tiny-cpu" / "t" / "prose-c1"
+    synthetic_run(run)
+    result = rig("export", str(run), "--format", "vllm", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    data = json.loads((run / "vllm-result.json").read_text() if (run / "vllm-result.json").exists() else
+                      next(run.glob("*.json")).read_text())
+    assert data.get("completed", 0) >= 1
+
+
+# ---- a comparison's plan, read back by --resume -----------------------------------------------------
+
+def _plan(tmp_path: Path, **changes) -> Path:
+    out = tmp_path / "results" / "compare" / "c"
+    plan = ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:RIG_TOKEN_DELAY_MS=0"), parse_arm("b:RIG_TOKEN_DELAY_MS=1")],
+                       control=None, boots=1, rounds=1, scenarios=["prose-c1"], small=True)
+    plan.write(out)
+    data = json.loads((out / "plan.json").read_text())
+    data.update(changes)
+    (out / "plan.json").write_text(json.dumps(data))
+    return out
+
+
+PLAN_DAMAGE = {
+    "another recipe": ({"recipe": "tiny-cpu-docker"}, "recipe"),
+    "a traversal recipe": ({"recipe": "../../outside/evil"}, "recipe"),
+    "a billion boots": ({"boots": 1_000_000_000}, "boots"),
+    "a NaN target": ({"target_pct": float("nan")}, "target"),
+    "an infinite duration": ({"duration_s": float("inf")}, "duration"),
+    "a traversal scenario": ({"scenarios": ["../../etc/passwd"]}, "scenario"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PLAN_DAMAGE))
+def test_a_resumed_plan_that_was_edited_is_refused_in_one_line(tmp_path, case):
+    changes, word = PLAN_DAMAGE[case]
+    out = _plan(tmp_path, **changes)
+    result = rig("compare", "tiny-cpu", "--arm", "a:RIG_TOKEN_DELAY_MS=0", "--arm", "b:RIG_TOKEN_DELAY_MS=1", "--boots", "1",
+                 "--rounds", "1", "--small", "--resume", str(out), cwd=tmp_path)
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert not (out / "boots").exists() and not (tmp_path / "outside").exists()
+
+
+def test_an_entry_of_another_arm_or_with_a_nan_figure_is_kept_aside_and_redone(tmp_path, monkeypatch):
+    from rig.compare import run as compare_run
+
+    calls = []
+
+    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False):
+        calls.append(index)
+        return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1,
+                         rounds=[{"prose-c1": RunResult(scenario="prose-c1", dir="", figures={"user_decode_tok_s": 100.0}, problems=[])}])
+
+    monkeypatch.setattr(compare_run, "run_boot", fake_boot)
+    plan = ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:X=0"), parse_arm("b:X=1")], control=None, boots=1, rounds=1,
+                       scenarios=["prose-c1"], small=True)
+    compare_run.run_compare(plan, tmp_path, progress=False)
+    wrong_arm = json.loads((tmp_path / "boots" / "00-a.json").read_text())
+    wrong_arm.update(arm="b", spec="b:X=1")
+    (tmp_path / "boots" / "00-a.json").write_text(json.dumps(wrong_arm))
+    nan = (tmp_path / "boots" / "01-b.json").read_text().replace("100.0", "NaN")
+    (tmp_path / "boots" / "01-b.json").write_text(nan)
+    calls.clear()
+    _, entries = compare_run.run_compare(ComparePlan.read(tmp_path), tmp_path, progress=False)
+    assert calls == [0, 1] and [e.arm for e in entries] == ["a", "b"]
+    assert len([p for p in (tmp_path / "boots").iterdir() if ".unreadable-" in p.name]) == 2
+    assert f'"schema": {COMPARE_SCHEMA}' in (tmp_path / "boots" / "00-a.json").read_text()
+
+
+def test_a_boot_log_that_leads_outside_the_results_is_not_read(tmp_path, monkeypatch):
+    from rig.compare.conditions import log_lines
+
+    monkeypatch.setenv("RIG_RESULTS_DIR", str(tmp_path / "results"))
+    (tmp_path / "results").mkdir()
+    secret = tmp_path / "secret.txt"
+    secret.write_text("private line\n")
+    (tmp_path / "results" / "server.log").symlink_to(secret)
+    assert log_lines(str(tmp_path / "results" / "server.log")) == set()
+    os.mkfifo(tmp_path / "results" / "fifo.log")
+    assert log_lines(str(tmp_path / "results" / "fifo.log")) == set()  # no hang
+    assert log_lines(str(secret)) == set()
