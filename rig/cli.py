@@ -366,6 +366,25 @@ def _url(text: str) -> str:
     return text
 
 
+def _boot_of_results(text: str) -> str:
+    """A boot id as rig writes them (results/boots/<id>): one path component, never a path that leads elsewhere."""
+    from rig.boot.record import BOOT_ID
+
+    if not BOOT_ID.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a boot id (like 20261201-135107-llama8b-h200-0b2b; see results/boots/)")
+    return text
+
+
+def _identity(what: str) -> Callable[[str], str]:
+    """A name that is recorded and sent as it is (a served model, a server's boot identity): 1-256
+    visible characters, no whitespace or control character."""
+    def parse(text: str) -> str:
+        if not re.fullmatch(r"[!-~]{1,256}", text):
+            raise argparse.ArgumentTypeError(f"{text[:80]!r} is not a {what} (1-256 visible ASCII characters, no spaces)")
+        return text
+    return parse
+
+
 def _fingerprint_glob(text: str) -> str:
     if not re.fullmatch(r"[A-Za-z0-9_.*?\[\]-]{1,200}", text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a fingerprint field or glob (letters, digits, _ . - * ? [ ])")
@@ -390,7 +409,8 @@ class OneLineParser(argparse.ArgumentParser):
     """A usage error is one line, like every other bad input: what was wrong and where the help is."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {' '.join(message.split())}; fix: see `{self.prog} --help`\n")
+        command = self.prog.removeprefix("rig").strip()  # "rig: loadtest: argument --duration: ...", like every rig error
+        self.exit(2, f"rig: {command + ': ' if command else ''}{' '.join(message.split())}; fix: see `{self.prog} --help`\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -449,8 +469,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("loadtest", help="Locust load test against a recipe's server (boots it if it is not up)")
     p.add_argument("recipe", nargs="?", help="recipe[:variant]; optional with --url")
     p.add_argument("--url", type=_url, help="measure a server rig did not start (e.g. one from plain `docker compose up`)")
-    p.add_argument("--model", help="with --url: the served model name (default: the first in /v1/models)")
-    p.add_argument("--boot-id", help="with --url: the server's boot identity, when rig cannot read it from the server")
+    p.add_argument("--model", type=_identity("served model name"),
+                   help="with --url: the served model name (default: the first in /v1/models)")
+    p.add_argument("--boot-id", type=_identity("boot identity"), help="with --url: the server's boot identity, when rig cannot read it from the server")
     p.add_argument("--flush-cache", action="store_true", help="empty the engine's prefix cache before each run")
     p.add_argument("--scenario", action="append", help="scenario name (repeatable); default prose-c1, code-c1, c3000")
     size = p.add_mutually_exclusive_group()
@@ -474,7 +495,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--goodput", help="SLOs a request must meet, e.g. ttft<=2s,tpot<=50ms (vLLM's --goodput)")
     p.add_argument("--slo-share", type=_amount(0, 1), default=0.9, help="share of requests that must meet the SLOs at the knee (default 0.9)")
     p.add_argument("--url", type=_url, help="sweep a server rig did not start")
-    p.add_argument("--model", help="with --url: the served model name")
+    p.add_argument("--model", type=_identity("served model name"), help="with --url: the served model name")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--small", action="store_true")
     size.add_argument("--full", action="store_true")
@@ -530,7 +551,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("recipe")
     p.add_argument("--model-dir", help="read config.json from this checkpoint instead of the shipped dimensions")
     p.add_argument("--json", action="store_true", help="print JSON instead of markdown")
-    p.add_argument("--boot", help="a boot id (results/boots/): hold the derived shapes against what that boot's engine "
+    p.add_argument("--boot", type=_boot_of_results, help="a boot id (results/boots/): hold the derived shapes against what that boot's engine "
                    "allocated on every rank (the gemm_shapes instrument)")
     p.set_defaults(func=cmd_audit)
 

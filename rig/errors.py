@@ -12,13 +12,24 @@ reports every kind the same way (one line, exit 2).
 
 from __future__ import annotations
 
+import re
+
+# What would break the one line or hide its text (control characters, line and paragraph
+# separators, bidirectional overrides): a crafted key or file name is shown escaped, as Python writes it.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c\ud800-\udfff]")
+
+
+def one_line(text: str) -> str:
+    return _UNPRINTABLE.sub(lambda found: found.group(0).encode("unicode_escape", "backslashreplace").decode("ascii"), str(text))
+
 
 class RigError(Exception):
-    """An error a user can act on. `rig` prints str(error) and exits 2, never a traceback."""
+    """An error a user can act on. `rig` prints str(error) and exits 2, never a traceback. Each part
+    is one line whatever it quotes: a character that would break or hide it is shown escaped."""
 
     def __init__(self, where: str, field: str, problem: str, fix: str) -> None:
-        self.where, self.field, self.problem, self.fix = where, field, problem, fix
-        super().__init__(f"{where}: {field}: {problem}; fix: {fix}")
+        self.where, self.field, self.problem, self.fix = (one_line(part) for part in (where, field, problem, fix))
+        super().__init__(f"{self.where}: {self.field}: {self.problem}; fix: {self.fix}")
 
 
 class NotFound(RigError):

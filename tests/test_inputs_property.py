@@ -5,14 +5,13 @@ that compose would interpolate (only rig's own variables and a recipe's declared
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
 import yaml
-from conftest import REPO
+from conftest import REPO, recorded_writes, writes_outside
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -104,35 +103,6 @@ def documents(draw: st.DrawFn) -> tuple[str, str]:
     return stem, yaml.safe_dump(data, allow_unicode=True, sort_keys=False)
 
 
-# ---- every write the code under test makes, through Python's audit hooks ------------------------
-_WRITES: list[str] | None = None
-_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-_PATH_EVENTS = {"os.mkdir": (0,), "os.remove": (0,), "os.rmdir": (0,), "os.rename": (0, 1), "os.link": (0, 1),
-                "os.symlink": (1,), "os.chmod": (0,), "os.truncate": (0,), "os.chown": (0,), "os.utime": (0,)}
-
-
-def _audit(event: str, args: tuple[Any, ...]) -> None:
-    if _WRITES is None:
-        return
-    if event == "open":
-        path, mode, flags = (tuple(args) + (None, None))[:3]
-        writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (isinstance(flags, int) and flags & _WRITE_FLAGS)
-        if writing and isinstance(path, (str, bytes, os.PathLike)):
-            _WRITES.append(os.fsdecode(path))
-    elif event in _PATH_EVENTS:
-        for index in _PATH_EVENTS[event]:
-            if index < len(args) and isinstance(args[index], (str, bytes, os.PathLike)):
-                _WRITES.append(os.fsdecode(args[index]))
-
-
-sys.addaudithook(_audit)
-
-
-def _outside(paths: list[str], roots: list[Path]) -> list[str]:
-    resolved = [root.resolve() for root in roots]
-    return [path for path in paths if not any(Path(os.path.abspath(path)).resolve().is_relative_to(root) for root in resolved)]
-
-
 def _interpolations(document: Any, host_env: set[str]) -> list[str]:
     """Every interpolation in a compose document that is not rig's own (or a declared host_env name)."""
     bad = []
@@ -148,31 +118,26 @@ def _interpolations(document: Any, host_env: set[str]) -> list[str]:
 
 def _check(stem: str, document: str, root: Path) -> str:
     """Check one document; returns "refused" or "rendered"."""
-    global _WRITES
     folder = Path(tempfile.mkdtemp(dir=root))
     path = folder / f"{stem}.yaml"
     path.write_text(document, encoding="utf-8", errors="surrogatepass")
     out = root / "tree"  # the repository root of this example: it exists, docker/ and compose/ do not yet
     out.mkdir()
     allowed = [out / "docker", out / "compose", REPO / "results", REPO / ".rig"]
-    _WRITES = []
     refused = None
-    try:
-        with mock.patch.multiple(render_module, REPO_ROOT=out, DOCKER_DIR=out / "docker", COMPOSE_DIR=out / "compose"):
-            try:
-                recipe = parse_recipe(path)
-                files = render_module.rendered_files(recipe)
-                written = render_module.render([path])
-            except RigError as error:
-                refused = str(error)
-        writes = _WRITES
-    finally:
-        _WRITES = None
+    with recorded_writes() as writes, \
+            mock.patch.multiple(render_module, REPO_ROOT=out, DOCKER_DIR=out / "docker", COMPOSE_DIR=out / "compose"):
+        try:
+            recipe = parse_recipe(path)
+            files = render_module.rendered_files(recipe)
+            written = render_module.render([path])
+        except RigError as error:
+            refused = str(error)
     if refused is not None:  # one line, and nothing written anywhere
         assert "\n" not in refused and "\r" not in refused and "fix: " in refused, refused
         assert writes == [] and not any(out.iterdir()), writes
         return "refused"
-    assert not _outside(writes, allowed), _outside(writes, allowed)
+    assert not writes_outside(writes, allowed), writes_outside(writes, allowed)
     assert set(written) <= set(files)
     host_env = {name for variant in [None, *recipe.variants] for name in recipe.variant(variant).host_env()}
     for target, content in files.items():
@@ -193,15 +158,10 @@ def test_hostile_recipe_documents(document):
 
 def test_the_property_sees_writes_and_interpolations(tmp_path):
     """The checks themselves: a write outside is seen, an interpolation is seen."""
-    global _WRITES
-    _WRITES = []
-    try:
+    with recorded_writes() as seen:
         (tmp_path / "elsewhere.txt").write_text("x")
         os.mkdir(tmp_path / "dir")
-        seen = _WRITES
-    finally:
-        _WRITES = None
-    assert _outside(seen, [REPO / "docker"]) == [str(tmp_path / "elsewhere.txt"), str(tmp_path / "dir")]
+    assert writes_outside(seen, [REPO / "docker"]) == [str(tmp_path / "elsewhere.txt"), str(tmp_path / "dir")]
     document = {"services": {"server": {"command": ["--x", "${RIG_API_KEY}"], "environment": {"RIG_API_KEY": "${RIG_API_KEY:-}"}}}}
     assert _interpolations(document, set()) == ["services.server.command.1: '${RIG_API_KEY}'"]
     # A valid recipe renders under the redirected tree and nowhere else.

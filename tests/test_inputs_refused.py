@@ -678,6 +678,9 @@ CLI_CASES = {
     "a negative GEMM shape": ["kernelbench", "--n", "-5"],
     "a GEMM M list with a word": ["kernelbench", "--m", "6,abc"],
     "an unknown command": ["nosuch"],
+    "a boot id that is a path": ["audit", "llama8b-h200", "--boot", "../../../etc"],
+    "a served model name with a newline": ["loadtest", "--url", "http://127.0.0.1:9/", "--model", "m\nX"],
+    "a boot identity with a space": ["loadtest", "--url", "http://127.0.0.1:9/", "--boot-id", "a b"],
 }
 
 
@@ -688,3 +691,75 @@ def test_every_command_line_option_is_refused_in_one_line(tmp_path, case):
     assert result.returncode == 2, (result.returncode, result.stdout[-500:], result.stderr[-500:])
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert "fix:" in result.stderr and not (tmp_path / "results").exists()
+
+
+# ---- rig audit: a checkpoint's config.json is input --------------------------------------------------
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _sparse(path: Path) -> None:
+    path.touch()
+    os.truncate(path, 3 << 30)
+
+
+MODEL_CONFIGS = {
+    "a FIFO": _fifo,
+    "a sparse 3 GB file": _sparse,
+    "a link to /dev/zero": lambda path: path.symlink_to("/dev/zero"),
+    "negative dimensions": lambda path: path.write_text('{"hidden_size": -4096, "num_attention_heads": 32}'),
+    "a dimension of 2^40": lambda path: path.write_text('{"hidden_size": 1099511627776}'),
+    "a dimension that is a boolean": lambda path: path.write_text('{"hidden_size": true}'),
+    "a dimension that is text": lambda path: path.write_text('{"hidden_size": "4096"}'),
+    "duplicate keys": lambda path: path.write_text('{"hidden_size": 4096, "hidden_size": 8}'),
+    "NaN": lambda path: path.write_text('{"hidden_size": NaN}'),
+    "not an object": lambda path: path.write_text("[4096]"),
+    "a depth bomb": lambda path: path.write_text('{"hidden_size": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+    "not UTF-8": lambda path: path.write_bytes(b'{"hidden_size": 4096, "\xff": 1}'),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MODEL_CONFIGS))
+def test_rig_audit_refuses_a_crafted_config_json_in_one_line(tmp_path, case):
+    model = tmp_path / "model"
+    model.mkdir()
+    MODEL_CONFIGS[case](model / "config.json")
+    env = {"RIG_RESULTS_DIR": str(tmp_path / "results"), "RIG_STATE_DIR": str(tmp_path / "state")}
+    result = rig_cli("audit", "llama8b-h200", "--model-dir", str(model), env=env, timeout=60)  # a hang fails here
+    assert result.returncode == 2, (result.returncode, result.stdout[-500:], result.stderr[-500:])
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert "config.json" in result.stderr and "fix:" in result.stderr and not (tmp_path / "results").exists()
+
+
+def test_rig_audit_reads_a_real_checkpoint_config(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+                                                   "num_key_value_heads": 8, "vocab_size": 128256, "torch_dtype": "bfloat16",
+                                                   "rope_scaling": {"factor": 8.0}}))
+    result = rig_cli("audit", "llama8b-h200", "--model-dir", str(model), "--json", timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)[0]["dims_source"] == str(model / "config.json")
+
+
+# ---- environment: RIG_MODEL_DIR is the checkpoint a compose file mounts and a tokenizer is read from --
+
+@pytest.mark.parametrize("value", ["relative/model", "/models/../etc", "/models/a/../../etc", "/no/such/dir", "/models/\nX"])
+def test_a_model_directory_that_is_not_an_absolute_directory_without_dotdot_is_refused(monkeypatch, value):
+    from rig import paths
+    from rig.errors import Invalid
+
+    monkeypatch.setenv("RIG_MODEL_DIR", value)
+    with pytest.raises(Invalid) as caught:
+        paths.model_dir()
+    assert caught.value.field == "RIG_MODEL_DIR" and "\n" not in str(caught.value)
+
+
+def test_a_model_directory_that_exists_is_taken_as_it_is(monkeypatch, tmp_path):
+    from rig import paths
+
+    monkeypatch.setenv("RIG_MODEL_DIR", str(tmp_path))
+    assert paths.model_dir() == tmp_path
+    monkeypatch.setenv("RIG_MODEL_DIR", "")
+    assert paths.model_dir() is None

@@ -8,44 +8,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, synthetic_run
 
 from rig.compare.arms import parse_arm
 from rig.compare.model import COMPARE_SCHEMA, BootEntry, ComparePlan, RunResult
-from rig.load.metrics import summarize
-from rig.load.records import RequestRecord
-from rig.load.report import write_run
-from rig.load.scenarios import load_scenario
-from rig.load.summary import ClientSetup, ClientVerdict, Provenance, RunSummary, ScenarioRun, Window
-
-TTFT, ITL, TOKENS = 0.05, 0.01, 8
-
-
-def synthetic_run(run: Path, requests: int = 6) -> None:
-    """A run directory as rig writes one, from records of exact timing (no server, no Locust)."""
-    start = 1_700_000_000.0
-    records = []
-    for i in range(requests):
-        sent = start + i * 0.2
-        chunks = [sent + TTFT + k * ITL for k in range(TOKENS)]
-        records.append(RequestRecord(id=f"p-{i}", process="p", user="u0", prompt="p0", t_send=sent, status=200, t_first=chunks[0],
-                                     t_last=chunks[-1], t_end=chunks[-1], chunks=chunks, usage={"completion_tokens": TOKENS,
-                                                                                                "prompt_tokens": 4},
-                                     finish_reason="length", prompt_tokens_target=4, prompt_nonce=f"n{i}"))
-    window = Window(start=start, end=start + requests * 0.2, run_start=start, run_end=start + requests * 0.2, steady=True,
-                    opened_by="synthetic")
-    summary = RunSummary(scenario=ScenarioRun.of(load_scenario("prose-c1"), None, None), warmup=False, interrupted=False,
-                         provenance=Provenance(recipe="tiny-cpu", variant=None, engine="transformers", image=None, boot_id="b",
-                                               driver="native", base_url=None, served_model="m", host=None, client=ClientSetup(),
-                                               time=start),
-                         metrics=summarize(records, window), client=ClientVerdict(valid=True, reasons=[], processes=1))
-    run.mkdir(parents=True)
-    (run / "records-p.jsonl").write_text("".join(r.to_line() + "\n" for r in records))
-    write_run(run, summary)
 
 
 def rig(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -93,9 +62,7 @@ def test_rig_export_refuses_a_damaged_run_in_one_line(tmp_path, case):
     synthetic_run(run)
     RUN_DAMAGE[case](run)
     before = sorted(p.name for p in run.iterdir())
-    started = time.monotonic()
-    result = rig("export", str(run), "--format", "vllm", cwd=tmp_path)
-    assert time.monotonic() - started < 30, "no hang"
+    result = rig("export", str(run), "--format", "vllm", cwd=tmp_path, timeout=120)  # a hang fails here
     assert result.returncode == 2, result.stdout + result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr, result.stderr
     assert sorted(p.name for p in run.iterdir()) == before  # nothing written
@@ -183,3 +150,38 @@ def test_a_boot_log_that_leads_outside_the_results_is_not_read(tmp_path, monkeyp
     os.mkfifo(tmp_path / "results" / "fifo.log")
     assert log_lines(str(tmp_path / "results" / "fifo.log")) == set()  # no hang
     assert log_lines(str(secret)) == set()
+
+
+# ---- a peer's result for `rig import` --------------------------------------------------------------
+
+def _vllm(**changes) -> dict:
+    base = {"completed": 2, "duration": 1.0, "input_lens": [4, 4], "output_lens": [3, 3], "ttfts": [0.05, 0.06],
+            "itls": [[0.01, 0.01], [0.01, 0.01]], "errors": ["", ""], "start_times": [0.0, 0.5]}
+    base.update(changes)
+    return base
+
+
+IMPORT_DAMAGE = {
+    "a depth bomb": ("vllm.json", b'{"completed": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
+    "not UTF-8 (vLLM)": ("vllm.json", json.dumps(_vllm()).encode().replace(b'"completed"', b'"compl\xffeted"')),
+    "not UTF-8 (AIPerf)": ("profile_export.jsonl", b'{"metadata": {"x_request_id": "\xff"}}\n'),
+    "an absurd TTFT": ("vllm.json", json.dumps(_vllm(ttfts=[1e308, 0.06])).encode()),
+    "an absurd duration": ("vllm.json", json.dumps(_vllm(duration=1e300)).encode()),
+    "counts that disagree": ("vllm.json", json.dumps(_vllm(completed=5)).encode()),
+    "negative output lengths": ("vllm.json", json.dumps(_vllm(output_lens=[-3, 3])).encode()),
+    "NaN": ("vllm.json", json.dumps(_vllm()).encode().replace(b"0.05", b"NaN")),
+    "no requests at all": ("vllm.json", json.dumps(_vllm(completed=0, input_lens=[], output_lens=[], ttfts=[], itls=[], errors=[],
+                                                          start_times=[])).encode()),
+    "a million requests": ("vllm.json", json.dumps(_vllm(completed=1_000_001, input_lens=[1] * 1_000_001)).encode()),
+}
+
+
+@pytest.mark.parametrize("case", sorted(IMPORT_DAMAGE))
+def test_rig_import_refuses_a_crafted_peer_file_in_one_line(tmp_path, case):
+    name, data = IMPORT_DAMAGE[case]
+    path = tmp_path / name
+    path.write_bytes(data)
+    result = rig("import", str(path), "--out", str(tmp_path / "results" / "run"), cwd=tmp_path, timeout=120)  # a hang fails here
+    assert result.returncode == 2, (result.returncode, result.stdout[-300:], result.stderr[-300:])
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr, result.stderr[-1000:]
+    assert not (tmp_path / "results" / "run").exists()

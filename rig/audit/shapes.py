@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import yaml
 from pydantic import Field, ValidationError
 
 from rig.deploy.recipe import Resolved
 from rig.errors import Invalid, RigError
+from rig.strict_yaml import load_json_file
 from rig.typed import Spec, first_problem
 
 AUDIT_DIR = Path(__file__).resolve().parent
@@ -19,6 +20,9 @@ MODELS_DIR = AUDIT_DIR / "models"
 CONFIG_KEYS = ("hidden_size", "intermediate_size", "moe_intermediate_size", "n_shared_experts", "n_routed_experts",
                "first_k_dense_replace", "num_attention_heads", "num_key_value_heads", "head_dim", "q_lora_rank",
                "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "vocab_size")
+CONFIG_MAX_BYTES = 4 << 20  # a config.json is a few kB
+# A dimension is a whole number from 0 (the model has none of that part) to 2^24 (vocabularies are ~10^5-10^6).
+Dimension = Annotated[int, Field(ge=0, le=1 << 24)]
 
 
 class ModelDims(Spec):
@@ -27,21 +31,21 @@ class ModelDims(Spec):
 
     name: str | None = None
     source_note: str | None = Field(None, alias="_source")
-    hidden_size: int | None = None
-    intermediate_size: int | None = None
-    moe_intermediate_size: int | None = None
-    n_shared_experts: int | None = None
-    n_routed_experts: int | None = None
-    first_k_dense_replace: int | None = None
-    num_attention_heads: int | None = None
-    num_key_value_heads: int | None = None
-    head_dim: int | None = None
-    q_lora_rank: int | None = None
-    kv_lora_rank: int | None = None
-    qk_nope_head_dim: int | None = None
-    qk_rope_head_dim: int | None = None
-    v_head_dim: int | None = None
-    vocab_size: int | None = None
+    hidden_size: Dimension | None = None
+    intermediate_size: Dimension | None = None
+    moe_intermediate_size: Dimension | None = None
+    n_shared_experts: Dimension | None = None
+    n_routed_experts: Dimension | None = None
+    first_k_dense_replace: Dimension | None = None
+    num_attention_heads: Dimension | None = None
+    num_key_value_heads: Dimension | None = None
+    head_dim: Dimension | None = None
+    q_lora_rank: Dimension | None = None
+    kv_lora_rank: Dimension | None = None
+    qk_nope_head_dim: Dimension | None = None
+    qk_rope_head_dim: Dimension | None = None
+    v_head_dim: Dimension | None = None
+    vocab_size: Dimension | None = None
 
 
 def _dims(data: object, where: str) -> ModelDims:
@@ -72,10 +76,13 @@ class ExpertShard:
 def load_dims(name: str | None, model_dir: str | None) -> tuple[ModelDims, str]:
     if model_dir:
         path = Path(model_dir) / "config.json"
-        if not path.exists():
-            raise RigError(str(path), "(file)", "no config.json in the model directory", "pass the checkpoint directory")
-        config = json.loads(path.read_text())
-        config = config.get("text_config", config)
+        config = load_json_file(path, CONFIG_MAX_BYTES, str(path), missing=("no config.json in the model directory",
+                                                                            "pass the checkpoint directory"),
+                                fix="pass a checkpoint's config.json, unchanged")
+        if isinstance(config, dict) and isinstance(config.get("text_config"), dict):
+            config = config["text_config"]
+        if not isinstance(config, dict):
+            raise Invalid(str(path), "(file)", "the top level is not a JSON object", "pass a checkpoint's config.json, unchanged")
         dims = {key: config.get(key) for key in CONFIG_KEYS}
         if dims["head_dim"] is None and dims["hidden_size"] and dims["num_attention_heads"]:
             dims["head_dim"] = dims["hidden_size"] // dims["num_attention_heads"]
@@ -85,7 +92,7 @@ def load_dims(name: str | None, model_dir: str | None) -> tuple[ModelDims, str]:
     path = MODELS_DIR / f"{name}.json"
     if not path.exists():
         raise RigError("recipe", "model.dims", f"no shipped dimensions named {name!r}", f"add rig/audit/models/{name}.json or pass --model-dir")
-    return _dims(json.loads(path.read_text()), str(path)), str(path.relative_to(AUDIT_DIR.parent.parent))
+    return _dims(load_json_file(path, CONFIG_MAX_BYTES, str(path)), str(path)), str(path.relative_to(AUDIT_DIR.parent.parent))
 
 
 def _split(value: int, parts: int, what: str, missing: list[str]) -> int | None:

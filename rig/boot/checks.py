@@ -21,7 +21,9 @@ from pydantic import Field
 
 from rig.boot.record import BootRecord
 from rig.deploy.recipe import BootLog, Resolved
+from rig.errors import RigError
 from rig.grammar import compile_regex
+from rig.strict_yaml import read_regular
 from rig.typed import Typed
 from rig_adapters.gates import gate_is_on
 from rig_adapters.registry import BY_NAME
@@ -43,12 +45,18 @@ class BootCheck(Typed):
     manifests: int = 0
 
 
+MANIFEST_MAX_BYTES = 4 << 20  # an adapter manifest is a few kB
+
+
 def read_manifests(directory: str | Path) -> list[dict[str, Any]]:
+    """The manifests the engine's processes wrote (one per process). One that cannot be read as a
+    JSON object (a FIFO or a device in its place, too large, cut, not JSON) is left out: what it
+    would have shown is then missing, and the checks that need it say so."""
     manifests = []
     for path in sorted(Path(directory).glob("manifest-*.json")):
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
+            data = json.loads(read_regular(path, MANIFEST_MAX_BYTES))
+        except (RigError, ValueError):
             continue
         if isinstance(data, dict):
             manifests.append(data)

@@ -23,7 +23,7 @@ from rig.deploy.render import compose_path, compose_project, host_ip
 from rig.docker_client import docker_client
 from rig.engines import ENGINES
 from rig.errors import RigError
-from rig.paths import REPO_ROOT
+from rig.paths import REPO_ROOT, model_dir
 from rig.redaction import RIG_VARIABLES, compose_environment, recordable_keys
 
 
@@ -62,6 +62,9 @@ class ComposeDriver:
             raise RigError(f"recipes/{resolved.recipe.name}.yaml", "topology.nodes",
                            "rig boots one host; a multi-node variant runs one compose service per node",
                            f"on each node run the command at the top of {compose_path(resolved).relative_to(REPO_ROOT)}")
+        if resolved.recipe.model.source == "mount" and model_dir() is None:  # checked before anything is written
+            raise RigError("environment", "RIG_MODEL_DIR", "unset, and the compose file mounts it as the checkpoint",
+                           f"set RIG_MODEL_DIR to the host directory holding {resolved.recipe.model.id}")
         overlay = dict(overlay or {})
         serving = resolved.recipe.serving
         record = new_boot(resolved, self.name, overlay, port or serving.port)

@@ -298,6 +298,11 @@ def _vllm_records(data: bytes, where: str) -> tuple[list[RequestRecord], float |
     if len(lengths) != 1 or (result.start_times is not None and len(result.start_times) not in lengths):
         raise RigError(where, "input_lens/output_lens/ttfts/itls/errors", "the per-request lists differ in length",
                        "pass the file vllm bench serve wrote, unchanged")
+    succeeded = sum(1 for error in result.errors if not error)
+    if result.completed != succeeded:
+        # vLLM's lists hold every request and `completed` counts those without an error.
+        raise Invalid(where, "completed", f"{result.completed} completed, but {succeeded} requests have no error",
+                      "pass the file vllm bench serve wrote, unchanged")
     records = []
     for i, (inp, out, first_s, gaps, error) in enumerate(zip(result.input_lens, result.output_lens, result.ttfts, result.itls,
                                                              result.errors)):
@@ -318,8 +323,12 @@ def _vllm_records(data: bytes, where: str) -> tuple[list[RequestRecord], float |
 
 
 def _aiperf_records(data: bytes, where: str) -> tuple[list[RequestRecord], float | None]:
+    try:
+        text = data.decode("utf-8", errors="strict")
+    except UnicodeDecodeError as error:
+        raise Damaged(where, f"byte {error.start}", "not UTF-8 text", "pass the profile_export.jsonl AIPerf wrote, unchanged") from None
     records = []
-    for number, line in enumerate(data.decode("utf-8", errors="strict").splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -382,6 +391,8 @@ def import_file(path: Path, scenario_ref: str | None, out: Path | None = None, p
     tool = _detect(data, where)
     scenario = load_scenario(scenario_ref or "prose-c1")
     records, duration = (_vllm_records if tool == "vllm" else _aiperf_records)(data, where)
+    if not records:
+        raise Invalid(where, "(file)", "holds no requests", "pass the result of a run that sent requests")
     digest = hashlib.sha256(data).hexdigest()
 
     run = out or paths.results_dir() / "imported" / f"{time.strftime('%Y%m%d-%H%M%S')}-{tool}-{digest[:8]}" / scenario.name

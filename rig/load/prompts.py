@@ -16,13 +16,15 @@ import hashlib
 from collections.abc import Callable
 from pathlib import Path
 
-from rig.errors import RigError
+from rig.errors import Invalid, RigError
 from rig.load.bounds import PROMPT_POOL
-from rig.load.datasets import read_conversations, read_trace
-from rig.load.inputs import display
+from rig.load.datasets import TRACE_FIX, read_conversations, read_trace
+from rig.load.inputs import MAX_DATA_BYTES, display, read_regular
 from rig.load.scenarios import CONVERSATION_DIR, PROMPT_DIR, TRACE_DIR, Scenario, data_path
 from rig.load.wire import ConversationScript, Nonce, Prompt, ScriptedTurn, TraceReplay, TraceRequest
+from rig.strict_yaml import load_json_file
 
+TOKENIZER_CONFIG_MAX_BYTES = 16 << 20  # chat templates make these tens of kB
 MAX_BLOCK_TEXT_TOKENS = 16_000_000  # all distinct blocks of one replay together (the Locust config holds them)
 
 
@@ -47,12 +49,12 @@ class LocalTokenizer:
         if not config_path.exists():
             return None
         if (model_dir / "tokenizer.json").exists():
-            import json
-
             from tokenizers import Tokenizer
 
             tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-            clean = bool(json.loads(config_path.read_text()).get("clean_up_tokenization_spaces", False))
+            config = load_json_file(config_path, TOKENIZER_CONFIG_MAX_BYTES, str(config_path),
+                                    fix="pass a checkpoint directory whose tokenizer_config.json is its own, unchanged")
+            clean = isinstance(config, dict) and config.get("clean_up_tokenization_spaces", False) is True
 
             def decode(ids: list[int]) -> str:
                 text = tokenizer.decode(ids, skip_special_tokens=False)
@@ -164,13 +166,26 @@ def _body_in_context(counter: TokenCounter, ids: list[int], tokens: int, prefix:
     return None
 
 
+PROMPT_SET_MAX_BYTES = 16 << 20  # the shipped sets are a few kB; a sparse multi-GB file is refused, not read
+
+
+def prompt_set_text(name: str) -> str:
+    """loadtests/prompts/<name>.txt as UTF-8 text: a regular file of at most PROMPT_SET_MAX_BYTES."""
+    path = PROMPT_DIR / f"{name}.txt"
+    where = display(path)
+    data = read_regular(path, where, PROMPT_SET_MAX_BYTES, f"restore {where} or name another prompt set")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise Invalid(where, f"byte {error.start}", "not UTF-8 text", "save the prompt set as UTF-8") from None
+
+
 def build_prompts(scenario: Scenario, counter: TokenCounter) -> tuple[list[Prompt], Nonce | None]:
     """A pool of prompts, each exactly `prompt_tokens` long for the served tokenizer once the Locust
     user puts its per-request nonce (and the scenario's shared prefix, if any) in front."""
     import random
 
-    source = (PROMPT_DIR / f"{scenario.prompt_set}.txt").read_text()
-    ids = counter.encode(source)
+    ids = counter.encode(prompt_set_text(scenario.prompt_set))
     if not ids:
         raise RigError(f"loadtests/prompts/{scenario.prompt_set}.txt", "(text)", "encodes to no tokens", "put text in it")
     where = f"loadtests/scenarios/{scenario.name}.yaml"
@@ -204,7 +219,7 @@ def build_prompts(scenario: Scenario, counter: TokenCounter) -> tuple[list[Promp
 
 
 def _corpus(scenario: Scenario, counter: TokenCounter, minimum: int) -> list[int]:
-    ids = counter.encode((PROMPT_DIR / f"{scenario.prompt_set}.txt").read_text())
+    ids = counter.encode(prompt_set_text(scenario.prompt_set))
     if not ids:
         raise RigError(f"loadtests/prompts/{scenario.prompt_set}.txt", "(text)", "encodes to no tokens", "put text in it")
     return ids * (minimum // len(ids) + 2)
@@ -258,7 +273,7 @@ def build_trace(scenario: Scenario, counter: TokenCounter, label: str, scenario_
         if text is None:
             raise RigError(where, "trace", f"block {hash_id} cannot be cut to exactly {tokens} tokens", "report this tokenizer")
         blocks[f"{hash_id}:{tokens}"] = text
-    return TraceReplay(rows=entries, blocks=blocks, file=display(path), sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+    return TraceReplay(rows=entries, blocks=blocks, file=display(path), sha256=hashlib.sha256(read_regular(path, display(path), MAX_DATA_BYTES, TRACE_FIX)).hexdigest(),
                        block_tokens=spec.block_tokens, speed=spec.speed)
 
 

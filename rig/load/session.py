@@ -5,12 +5,12 @@ scenarios at their chosen size, prefix-cache flushes, and the server a series is
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from rig import paths
 from rig.boot import BootRecord, current_boot, driver_for
 from rig.boot.base import BootDriver
 from rig.boot.native import NativeDriver
@@ -38,13 +38,18 @@ class Interrupted(KeyboardInterrupt):
 def model_dir_for(resolved: Resolved | None) -> str | None:
     """Where the served tokenizer can be read on this host."""
     if resolved is None:
-        return os.environ.get("RIG_MODEL_DIR")
+        return _model_dir_from_environment()
     if resolved.recipe.model.source == "generated":
         try:
             return NativeDriver().model_path(resolved)
         except RigError:  # the generator is not installed on this client host: the server's /tokenize counts
             return None
-    return os.environ.get("RIG_MODEL_DIR")
+    return _model_dir_from_environment()
+
+
+def _model_dir_from_environment() -> str | None:
+    directory = paths.model_dir()
+    return str(directory) if directory is not None else None
 
 
 def default_small(resolved: Resolved | None) -> bool:

@@ -174,6 +174,9 @@ TRACE_CASES = {
     "unsorted": (json.dumps({**ROW, "timestamp": 50}) + "\n" + json.dumps(ROW) + "\n", "row 2: timestamp"),
     "control character": (json.dumps({**ROW, "hash_ids": [1, 2], "timestamp": 0}).replace('"timestamp"', '"time\\u0007stamp"') + "\n", "line 1"),
     "empty": ("\n\n", "(file)"),
+    "a depth bomb": ('{"timestamp": ' + "[" * 100_000 + "]" * 100_000 + "}\n", "line 1"),
+    "rows split by a vertical tab": (json.dumps(ROW) + "\x0b" + json.dumps(ROW) + "\n", "line 1"),
+    "a timestamp past the longest run": (json.dumps({**ROW, "timestamp": 1e15}) + "\n", "line 1: timestamp"),
 }
 
 
@@ -196,12 +199,55 @@ def test_trace_symlinked_to_dev_zero_is_refused(tmp_path):
     assert raised.value.field == "(file)" and "regular" in raised.value.problem
 
 
+def test_ten_million_lines_are_refused_before_they_are_parsed(tmp_path):
+    path = _trace(tmp_path, [ROW])
+    (tmp_path / "rows.jsonl").write_bytes(b"{}\n" * 10_000_000)
+    with pytest.raises(RigError) as raised:
+        load_scenario(str(path))
+    assert raised.value.field == "(file)" and "more than 100000 rows" in raised.value.problem
+
+
+def test_a_trace_larger_than_its_cap_is_refused_unread(tmp_path):
+    path = _trace(tmp_path, [ROW])
+    with open(tmp_path / "rows.jsonl", "r+b") as handle:  # sparse: 3 GB on paper, nothing on disk
+        handle.truncate(3 << 30)
+    with pytest.raises(RigError) as raised:
+        load_scenario(str(path))
+    assert raised.value.field == "(file)" and "larger than" in raised.value.problem
+
+
+def test_a_sparse_multi_gigabyte_prompt_set_is_refused_unread(tmp_path, monkeypatch):
+    from rig.load import prompts
+
+    (tmp_path / "huge.txt").touch()
+    os.truncate(tmp_path / "huge.txt", 3 << 30)
+    monkeypatch.setattr(prompts, "PROMPT_DIR", tmp_path)
+    with pytest.raises(RigError) as raised:
+        prompts.prompt_set_text("huge")
+    assert raised.value.field == "(file)" and "larger than" in raised.value.problem
+    os.mkfifo(tmp_path / "fifo.txt")
+    with pytest.raises(RigError) as raised:
+        prompts.prompt_set_text("fifo")  # no hang
+    assert "regular" in raised.value.problem
+
+
+def test_a_conversation_file_that_is_a_fifo_is_refused_without_hanging(tmp_path):
+    os.mkfifo(tmp_path / "chats.jsonl")
+    base = yaml.safe_load((REPO / "loadtests" / "scenarios" / "chat-sharegpt.yaml").read_text())
+    path = _write(tmp_path, {**base, "name": "mine", "conversation": {"turns": 2, "file": "chats.jsonl"}}, "mine")
+    with pytest.raises(RigError) as raised:
+        load_scenario(str(path))
+    assert raised.value.field == "(file)" and "regular" in raised.value.problem
+
+
 CONVERSATION_CASES = {
     "starts with gpt": ({"id": "a", "conversations": [{"from": "gpt", "value": "hi"}, {"from": "human", "value": "x"}]}, "line 1: conversations"),
     "two humans in a row": ({"id": "a", "conversations": [{"from": "human", "value": "x"}, {"from": "human", "value": "y"}]}, "line 1"),
     "unknown sender": ({"id": "a", "conversations": [{"from": "bot", "value": "x"}, {"from": "gpt", "value": "y"}]}, "line 1"),
     "value not a string": ({"id": "a", "conversations": [{"from": "human", "value": 3}, {"from": "gpt", "value": "y"}]}, "line 1"),
     "too many turns": ({"id": "a", "conversations": [{"from": "human", "value": "x"}, {"from": "gpt", "value": "y"}] * 100}, "line 1"),
+    "a depth bomb in a turn": ({"id": "a", "conversations": [{"from": "human", "value": "x"}, {"from": "gpt", "value": "y"}],
+                                "extra": "@@BOMB@@"}, "line 1"),
     "bidi override in text": ({"id": "a", "conversations": [{"from": "human", "value": "x\u202e"}, {"from": "gpt", "value": "y"}]}, "line 1"),
 }
 
@@ -209,7 +255,7 @@ CONVERSATION_CASES = {
 @pytest.mark.parametrize("case", sorted(CONVERSATION_CASES))
 def test_crafted_conversation_file_is_refused_in_one_line(case, tmp_path):
     row, field = CONVERSATION_CASES[case]
-    (tmp_path / "chats.jsonl").write_text(json.dumps(row) + "\n")
+    (tmp_path / "chats.jsonl").write_text(json.dumps(row).replace('"@@BOMB@@"', "[" * 100_000 + "]" * 100_000) + "\n")
     base = yaml.safe_load((REPO / "loadtests" / "scenarios" / "chat-sharegpt.yaml").read_text())
     path = _write(tmp_path, {**base, "name": "mine", "conversation": {"turns": 2, "file": "chats.jsonl"}}, "mine")
     with pytest.raises(RigError) as raised:
