@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The container lab: a Docker engine, a local registry and a Debian base image on a machine
-# with no Docker Hub. `make lab` runs `lab/lab.sh up` (idempotent); `make lab-down` runs `down`.
+# with no Docker Hub. `make lab` runs `lab/lab.sh up` (idempotent); `make lab-down` runs `down`;
+# `lab/lab.sh base` is `up` without the compose plugin (which needs the venv): CI runs it beside `make setup`.
 # Everything it keeps lives under .rig/lab/ (logs, pid files, registry storage, caches).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -195,14 +196,18 @@ compose_plugin() {
   say "installed $(docker compose version) as $target"
 }
 
-up() {
-  local t0=$SECONDS
+base() {  # everything but the compose plugin, which comes from the venv: runs while `make setup` builds it
   step packages packages
   step engine engine
   step registry registry
   step wheelhouse wheelhouse
   step base-image base_image
   step stand-ins standins
+}
+
+up() {
+  local t0=$SECONDS
+  base
   step compose-plugin compose_plugin
   echo "lab: ready in $((SECONDS - t0))s: engine $(docker info -f '{{.ServerVersion}}'), registry http://$REGISTRY_ADDR, base $BASE_REPO:$BASE_TAG"
   echo "lab: next: rig pin tiny-cpu-docker && make build tiny-cpu-docker   (or: make rehearse mia-tp4)"
@@ -225,6 +230,7 @@ down() {
 
 case ${1:-up} in
   up) up ;;
+  base) base ;;
   down) down ;;
-  *) echo "usage: lab/lab.sh [up|down]" >&2; exit 2 ;;
+  *) echo "usage: lab/lab.sh [up|base|down]" >&2; exit 2 ;;
 esac

@@ -11,7 +11,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from rig import paths
 from rig.atomic import write_text_atomic
-from rig.deploy.render import COMPOSE_DIR
+from rig.deploy.render import COMPOSE_DIR, project_name
 from rig.errors import Damaged
 from rig.observe.fingerprint import Fingerprint
 from rig.paths import REPO_ROOT
@@ -139,7 +139,7 @@ class BootRecord(Versioned):
                 return name, f"{getattr(self, name)!r} is not {str(path)!r}"
         # The compose project is the one rig derives for this recipe and variant (rig.deploy.render
         # compose_project), never another: `rig down` runs `docker compose -p <it> down`.
-        expected_project = f"rig-{self.recipe}" + (f"_{self.variant}" if self.variant else "")
+        expected_project = project_name(self.recipe, self.variant)
         if self.driver == "compose" and self.compose_project != expected_project:
             return "compose_project", f"{self.compose_project!r} is not this boot's project ({expected_project!r})"
         if self.driver != "compose" and self.compose_project is not None:

@@ -139,7 +139,14 @@ def _figures(analysis: Analysis) -> list[str]:
     lines.append("```")
     if analysis.plan.slos:
         lines.append(f"Goodput: requests per second meeting every SLO {analysis.plan.slos} (seconds).")
+    lines += [client_line(name, result.client_bounds) for name, result in analysis.scenarios.items() if result.client_bounds]
     return lines
+
+
+def client_line(scenario: str, bounds: dict[str, float]) -> str:
+    """How far the client's own timing could have moved each figure, at worst over the rounds it was read from."""
+    return (f"Client timing, {scenario} (the most it could move a figure, over the rounds read for it): "
+            + ", ".join(f"{name} +/- {100 * bound:.2g}%" for name, bound in bounds.items()) + ".")
 
 
 def _target_section(analysis: Analysis) -> list[str]:

@@ -122,10 +122,21 @@ class RunResult(Typed):
     # the comparison checks between boots (rig.compare.conditions.gpu_conditions). None: no telemetry.
     gpu: dict[str, GpuTelemetry] | None = None
     window: tuple[float, float] | None = None  # the measured window (wall time), for checks against adapter timings
+    # Per latency figure, why this round may not be used for it (RunSummary.problems(figure)): a busy
+    # client may move ITL p99 and not the headline. A figure not named here follows `problems`.
+    problems_by_figure: dict[str, list[str]] = Field(default_factory=dict)
+    # Per figure, the most the client's timing could have moved it, as a share (rig.load.client_error).
+    client_bounds: dict[str, float | None] = Field(default_factory=dict)
 
     @property
     def usable(self) -> bool:
         return not self.problems
+
+    def usable_for(self, figure: str | None) -> bool:
+        """Whether this round may be used for `figure` (None: the headline)."""
+        if figure is None or figure not in self.problems_by_figure:
+            return self.usable
+        return not self.problems_by_figure[figure]
 
 
 class Generation(Typed):
@@ -207,9 +218,9 @@ class BootEntry(Versioned):
         """The engine's own log says this boot compiled (its caches did not hold the configuration)."""
         return self.compile_cache is not None and self.compile_cache.log == "compiled"
 
-    def usable_results(self, scenario: str) -> list[RunResult]:
-        """This scenario's usable rounds, in round order."""
-        return [r[scenario] for r in self.rounds if scenario in r and r[scenario].usable]
+    def usable_results(self, scenario: str, figure: str | None = None) -> list[RunResult]:
+        """This scenario's rounds usable for `figure` (None: the headline), in round order."""
+        return [r[scenario] for r in self.rounds if scenario in r and r[scenario].usable_for(figure)]
 
     def usable_figures(self, scenario: str, figure: str) -> list[float]:
         return [float(value) for result in self.usable_results(scenario) if (value := result.figures.get(figure)) is not None]

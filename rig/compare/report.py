@@ -10,7 +10,7 @@ them (rig.compare.percentiles).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pydantic import Field
 
@@ -44,6 +44,7 @@ from rig.compare.stats import (
     paired_blocks,
     target_met,
 )
+from rig.load.client_error import UNBOUNDED
 from rig.load.scenarios import load_scenario
 from rig.load.summary import HEADLINE, LATENCY, Figure, LatencyFigure
 from rig.typed import Typed, Versioned
@@ -63,6 +64,8 @@ class PercentileBoots:
     figure: LatencyFigure
     values: ArmBoots  # supported boots only, one value each
     counts: dict[str, dict[int, int]]  # arm -> block -> samples pooled over the boot's usable rounds
+    # the client bounds of rounds usable for the headline but left out of this figure (its own client bound failed)
+    client_left_out: list[float] = field(default_factory=list)
 
     def support(self, arms: tuple[str, str]) -> SampleSupport:
         """The counts of the blocks where both arms' boots were measured (a voided boot's partner
@@ -82,6 +85,7 @@ class ScenarioFigures:
     headline_boots: ArmBoots
     latency: list[PercentileBoots]
     goodput: ArmBoots | None  # None: no SLOs were given
+    client_bounds: dict[str, float] = field(default_factory=dict)  # figure -> largest client bound over the rounds used for it
 
 
 class ScenarioResult(Typed):
@@ -96,6 +100,8 @@ class ScenarioResult(Typed):
     # in ms: what a per-token change (an injected delay, a slower kernel) is in its own unit. The
     # same measurements as the headline, so it is no further verdict; {} for other headlines.
     per_token: dict[str, Comparison] = Field(default_factory=dict)
+    # figure -> the largest client bound (a share, rig.load.client_error) over the rounds used for it
+    client_bounds: dict[str, float] = Field(default_factory=dict)
 
 
 class SecondaryFamily(Typed):
@@ -250,7 +256,9 @@ def per_token_boots(headline_boots: ArmBoots) -> ArmBoots:
 def percentile_boots(entries: list[BootEntry], scenario: str, figure: LatencyFigure) -> PercentileBoots:
     result = PercentileBoots(figure=figure, values={}, counts={})
     for entry in _measured(entries):
-        rounds = [r.latency[figure.samples] for r in entry.usable_results(scenario) if figure.samples in r.latency]
+        rounds = [r.latency[figure.samples] for r in entry.usable_results(scenario, figure.name) if figure.samples in r.latency]
+        result.client_left_out += [r.client_bounds.get(figure.name) or UNBOUNDED for r in entry.usable_results(scenario)
+                                   if not r.usable_for(figure.name)]
         if not rounds:
             continue
         pooled = pooled_percentile(rounds, figure.quantile)
@@ -264,7 +272,20 @@ def scenario_figures(plan: ComparePlan, entries: list[BootEntry], name: str, kin
     headline = HEADLINE[kind]
     return ScenarioFigures(kind=kind, headline=headline, headline_boots=figure_boots(entries, name, headline.name),
                            latency=[percentile_boots(entries, name, figure) for figure in LATENCY],
-                           goodput=goodput_boots(entries, name) if plan.slos else None)
+                           goodput=goodput_boots(entries, name) if plan.slos else None,
+                           client_bounds=client_bounds_used(entries, name, [headline.name, *(f.name for f in LATENCY)]))
+
+
+def client_bounds_used(entries: list[BootEntry], scenario: str, names: list[str]) -> dict[str, float]:
+    """Per figure, the largest client bound over the rounds it was read from (rounds of rigs before
+    the bound, or imported ones, carry none and add nothing)."""
+    out = {}
+    for name in names:
+        figure = None if name not in {f.name for f in LATENCY} else name
+        bounds = [b for e in _measured(entries) for r in e.usable_results(scenario, figure) if (b := r.client_bounds.get(name)) is not None]
+        if bounds:
+            out[name] = max(bounds)
+    return out
 
 
 def secondary_family(plan: ComparePlan, figures: dict[str, ScenarioFigures]) -> SecondaryFamily:
@@ -314,6 +335,10 @@ def scenario_result(plan: ComparePlan, figures: ScenarioFigures, family: Seconda
             if refused and c.pairs < MIN_PAIRS and counts:
                 c.verdict = (f"refused, not part of the family: a {c.support.percentile} needs >= {c.support.needed} samples "
                              f"per boot, these boots had {counts[0]}-{counts[1]} (more rounds or a longer duration_s)")
+            elif c.pairs < MIN_PAIRS and percentile.client_left_out:
+                left = percentile.client_left_out
+                c.verdict = (f"refused, not part of the family: the client's timing could move it by up to {100 * max(left):.2g}% "
+                             f"in {len(left)} round(s) left out for it (the scenario's client_error_limit; a quieter client)")
             latency[percentile.figure.name][arm] = c
     goodput = {}
     if figures.goodput is not None:
@@ -329,7 +354,8 @@ def scenario_result(plan: ComparePlan, figures: ScenarioFigures, family: Seconda
                                                     names=(baseline, arm)))
                      for arm in arms[1:]}
     return ScenarioResult(kind=figures.kind, unit=headline.unit, headline=headline.name, vs=vs,
-                          latency=latency, goodput=goodput, boots=figures.headline_boots, per_token=per_token)
+                          latency=latency, goodput=goodput, boots=figures.headline_boots, per_token=per_token,
+                          client_bounds=figures.client_bounds)
 
 
 def headline_comparisons(plan: ComparePlan, entries: list[BootEntry], kinds: dict[str, str] | None = None) -> list[Comparison]:

@@ -51,7 +51,7 @@ from rig.load.request_metrics import done_in_window
 from rig.load.runner import LoadTarget
 from rig.load.scenarios import greedy_prompts, load_scenario
 from rig.load.session import Interrupted, model_dir_for, run_scenarios
-from rig.load.summary import LATENCY_SAMPLES, RunSummary
+from rig.load.summary import LATENCY, LATENCY_SAMPLES, RunSummary
 from rig.load.wire import BootMarker
 
 
@@ -102,7 +102,9 @@ def run_result(summary: RunSummary, records: list[RequestRecord], out_dir: Path,
     gpu = {index: t for index, t in telemetry.gpus.items() if t.serving} if telemetry and telemetry.gpus else None
     return RunResult(scenario=summary.name, dir=str(out_dir), figures=summary.figures(), problems=summary.problems(),
                      goodput=goodput(records, summary, slos) if slos else None, latency=latency, gpu=gpu,
-                     window=(window.start, window.end))
+                     window=(window.start, window.end),
+                     problems_by_figure={figure.name: summary.problems(figure.name) for figure in LATENCY},
+                     client_bounds={name: bound.bound for name, bound in summary.client.figures.items()})
 
 
 # Statistics whose processes' values combine by their extreme, not their mean: the last process

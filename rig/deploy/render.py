@@ -63,10 +63,14 @@ def compose_path(resolved: Resolved) -> Path:
     return COMPOSE_DIR / f"{resolved.slug if resolved.variant != resolved.recipe.default_variant else resolved.recipe.name}.yaml"
 
 
-def compose_project(resolved: Resolved) -> str:
+def project_name(recipe: str, variant: str | None) -> str:
     """The compose project (containers, network, the boot's identity in Docker): `_` cannot occur in
     a recipe or variant name, so recipe `a-b` and recipe `a` variant `b` never share one."""
-    return f"rig-{resolved.recipe.name}" + (f"_{resolved.variant}" if resolved.variant else "")
+    return f"rig-{recipe}" + (f"_{variant}" if variant else "")
+
+
+def compose_project(resolved: Resolved) -> str:
+    return project_name(resolved.recipe.name, resolved.variant)
 
 
 # Variables a rendered compose file may leave to compose (besides a recipe's host_env names), and

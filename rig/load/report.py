@@ -110,10 +110,22 @@ def notes(summary: RunSummary) -> list[str]:
         out.append(f"{name}: imported from {summary.imported.tool} ({summary.imported.file}); rig did not check that client")
     if summary.interrupted:
         out.append(f"{name}: interrupted; the summary covers what was measured")
+    if summary.client.figures:
+        out.append(client_note(summary))
     for problem in summary.problems():
         if problem != "warmup run":
             out.append(f"{name}: not usable: {problem}")
     return out
+
+
+def client_note(summary: RunSummary) -> str:
+    """Each figure with the most the client's timing could have moved it: 'itl_p50_ms +/- 0.3% (client)'."""
+    parts = []
+    for figure, bound in summary.client.figures.items():
+        amount = "unbounded" if bound.bound is None else f"+/- {100 * bound.bound:.2g}%"
+        parts.append(f"{figure} {amount}" + ("" if bound.holds else " NOT USABLE"))
+    limit = next(iter(summary.client.figures.values())).limit
+    return f"{summary.name}: client timing (limit {100 * limit:.2g}%): " + ", ".join(parts)
 
 
 def write_run(out_dir: Path, summary: RunSummary) -> None:

@@ -20,6 +20,7 @@ from rig.boot.record import BootImage, BootRecord
 from rig.deploy.recipe import Resolved
 from rig.engines import LENGTH_PINNING
 from rig.errors import RigError
+from rig.load.client_error import client_bounds
 from rig.load.metrics import (
     arrival_problems,
     arrival_stats,
@@ -36,7 +37,7 @@ from rig.load.prompts import TokenCounter, build_prompts
 from rig.load.records import RequestRecord, read_records
 from rig.load.request_metrics import chunk_token_counts, run_tokens_per_chunk
 from rig.load.scenarios import ARRIVAL_KINDS, LOADTESTS, Scenario
-from rig.load.summary import ClientSetup, Metrics, Observations, Provenance, RunSummary, ScenarioRun, Window
+from rig.load.summary import HEADLINE, ClientSetup, Metrics, Observations, Provenance, RunSummary, ScenarioRun, Window
 from rig.load.wire import (
     CONFIG_FILE,
     WINDOW_FILE,
@@ -321,7 +322,8 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
     clients = [client_lag(client, window) for client in raw_clients]
     metrics = summarize(records, window, counter.count if counter.tokenizer is not None else None)
     metrics.output_lengths = output_length_stats(records, window)
-    verdict = client_verdict(clients)
+    bounds = client_bounds(records, window, raw_clients, scenario.client_error_limit)
+    verdict = client_verdict(clients, bounds, HEADLINE[scenario.kind].name)
     if scenario.kind in ARRIVAL_KINDS:
         arrivals = scenario.arrivals
         metrics.arrivals = arrival_stats(records, window, offsets, events.get("arrivals_start"),
@@ -329,6 +331,7 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
                                          scenario.capped, scenario.pool, workload.factor)
         late = arrival_problems(metrics.arrivals)
         verdict.valid, verdict.reasons = bool(verdict.valid) and not late, verdict.reasons + late
+        verdict.every_figure += late
     if scenario.kind == "multi_turn":
         metrics.conversation = turn_stats(records, window)
     summary = RunSummary(

@@ -111,6 +111,9 @@ class Scenario(Spec):
     spawn_rate: bounded_seconds(0.0, 100_000.0, open_low=True) | None = None
     distributed: StrictBool = False
     read_timeout_s: bounded_seconds(0.0, MAX_TIMEOUT_S, open_low=True) = 600.0
+    # The most the client's own timing may move a figure (a share of it) for the figure to be used
+    # (rig.load.client_error); the report prints each figure's bound beside it.
+    client_error_limit: Annotated[Number, Field(gt=0, le=0.5)] = 0.01
     # Every request's prompt starts with a unique nonce, so no prefix cache can answer it. A
     # scenario that wants shared prefixes says so: prefix: {shared_tokens: N, groups: G}.
     unique_prompts: StrictBool = True

@@ -187,12 +187,26 @@ class ClientLag(Typed):
     cpu_percent_max: float | None
 
 
+class ClientBound(Typed):
+    """The most the client's own timing could have moved one figure, as a share of it
+    (rig.load.client_error): the figure is usable when that is at most `limit`."""
+
+    bound: float | None  # None: not measurable (no lag samples, or no samples of the figure)
+    limit: float
+    holds: bool
+    reason: str | None = None  # why it does not hold
+
+
 class ClientVerdict(Typed):
     """Whether the client measured the server or itself (rig.load.metrics.client_verdict). `valid`
+    and `reasons` are the headline's; `figures` holds every figure's own bound, and `every_figure`
+    the problems that void them all (no statistics, a saturated process, a late schedule). `valid`
     is None for a run another tool measured: rig cannot check that client."""
 
     valid: bool | None
     reasons: list[str]
+    figures: dict[str, ClientBound] = Field(default_factory=dict)
+    every_figure: list[str] = Field(default_factory=list)
     processes: int
     lag_p99_ms: float | None = None
     lag_p50_ms: float | None = None
@@ -394,14 +408,22 @@ class RunSummary(Versioned):
         percentiles are pooled over the rounds instead; see LATENCY)."""
         return {HEADLINE[self.kind].name: self.headline()}
 
-    def problems(self) -> list[str]:
-        """Why this run's figures may not be used; empty when they may. The one usability rule."""
+    def problems(self, figure: str | None = None) -> list[str]:
+        """Why this run's headline (or the named figure) may not be used; empty when it may. The one
+        usability rule. A figure other than the headline is usable when the run is, save the client:
+        for it, its own client bound counts (a busy client may move ITL p99 and not the headline)."""
         out = []
         if self.warmup:
             out.append("warmup run")
         if self.interrupted:
             out.append("interrupted")
-        if self.imported is None and not self.client.valid:
+        own = self.client.figures.get(figure) if figure not in (None, HEADLINE[self.kind].name) else None
+        if self.imported is not None:
+            pass
+        elif own is not None:
+            if self.client.every_figure or not own.holds:
+                out.append(f"client INVALID for {figure}: " + "; ".join([*self.client.every_figure, *([own.reason] if own.reason else [])]))
+        elif not self.client.valid:
             out.append("client INVALID: " + "; ".join(self.client.reasons))
         requests = self.metrics.requests
         if requests.error_rate > ERROR_RATE_LIMIT:

@@ -16,6 +16,7 @@ from conftest import REPO, free_port, rig_cli
 
 from rig.boot import process as kernel
 from rig.boot.process import group_alive
+from rig.deploy.render import project_name
 
 pytestmark = pytest.mark.e2e
 
@@ -215,7 +216,7 @@ def test_compose_record_without_container_is_one_line(rig_dirs, monkeypatch, cap
     env, root = rig_dirs
     state = _stale_state(root, 1, None)
     record = json.loads(state.read_text())
-    state.write_text(json.dumps({**record, "driver": "compose", "pid": None, "compose_project": "rig-tiny-cpu-cb"}))
+    state.write_text(json.dumps({**record, "driver": "compose", "pid": None, "compose_project": project_name(record["recipe"], record["variant"])}))
     client = types.SimpleNamespace(containers=types.SimpleNamespace(list=lambda **kwargs: []))
     monkeypatch.setattr(compose, "docker_client", lambda: client)
     monkeypatch.setenv("RIG_STATE_DIR", str(root / "state"))

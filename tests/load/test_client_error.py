@@ -1,0 +1,185 @@
+"""The client-error bound (rig.load.client_error) against a simulated event loop whose every delay
+is known: blocked stretches (a competing process's time slices, collections, stalls of hundreds of
+milliseconds), the lag monitor as Locust runs it (a 10 ms timer that wakes late by the stretch it
+lands in), and closed-loop users whose chunk arrivals are recorded late by the stretch they land
+in. The same users against the same server with an ideal client give the truth. Every figure rig
+reports must be within its bound of the truth, or named unusable. Pure arithmetic: no clock."""
+
+from __future__ import annotations
+
+import bisect
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from rig.load.client_error import BOUNDS, client_bounds
+from rig.load.metrics import summarize
+from rig.load.records import RequestRecord
+from rig.load.summary import HEADLINE, LATENCY, Metrics, Window
+from rig.load.wire import ClientStats
+
+PERIOD = 0.01  # the locustfile's lag monitor
+START = 1_700_000_000.0
+
+
+@dataclass(frozen=True)
+class Loop:
+    """Blocked stretches of one client process: [start, end) in seconds from START."""
+
+    starts: list[float]
+    ends: list[float]
+
+    def delay(self, t: float) -> float:
+        """How late an event that became ready at t is read: the rest of the stretch it lands in."""
+        i = bisect.bisect_right(self.starts, t) - 1
+        return max(self.ends[i] - t, 0.0) if i >= 0 else 0.0
+
+
+def busy_loop(rng: random.Random, seconds: float, rate: float, longest: float, stalls: int) -> Loop:
+    """Stretches at `rate` per second of up to `longest` (time slices lost to other work), and
+    `stalls` stretches of 50-300 ms (a collection, a descheduled process)."""
+    spans, t = [], 0.0
+    while t < seconds:
+        t += rng.expovariate(rate)
+        spans.append((t, t + rng.uniform(0, longest)))
+    for _ in range(stalls):
+        at = rng.uniform(1.0, seconds - 1.0)
+        spans.append((at, at + rng.uniform(0.05, 0.3)))
+    spans.sort()
+    starts, ends, reach = [], [], 0.0
+    for a, b in spans:  # overlapping stretches are one
+        if starts and a <= reach:
+            reach = max(reach, b)
+            ends[-1] = reach
+        else:
+            starts.append(a)
+            ends.append(b)
+            reach = b
+    return Loop(starts, ends)
+
+
+def monitor(loop: Loop, seconds: float) -> list[tuple[float, float]]:
+    """The lag monitor: sleep PERIOD, record how late it woke."""
+    samples, t = [], 0.0
+    while t < seconds:
+        due = t + PERIOD
+        late = loop.delay(due)
+        samples.append((START + due + late, late))
+        t = due + late
+    return samples
+
+
+def server_times(user: int, k: int, tokens: int, ttft: float, itl: float) -> tuple[float, list[float]]:
+    """Request k of a user: its TTFT and ITLs, the same whichever client sends it."""
+    rng = random.Random(user * 100_003 + k)
+    return ttft * rng.uniform(0.7, 1.3), [itl * rng.uniform(0.8, 1.2) for _ in range(tokens - 1)]
+
+
+def record(user: int, k: int, sent: float, times: list[float], tokens: int) -> RequestRecord:
+    return RequestRecord(id=f"p-{user}-{k}", process="p", user=f"u{user}", prompt="p0", t_send=START + sent,
+                         status=200, t_first=START + times[0], t_last=START + times[-1], t_end=START + times[-1],
+                         chunks=[START + t for t in times], usage={"completion_tokens": tokens, "prompt_tokens": 64},
+                         finish_reason="length", prompt_tokens_target=64, prompt_nonce=f"n{user}-{k}")
+
+
+def closed_loop(loop: Loop | None, users: int, seconds: float, tokens: int, ttft: float,
+                itl: float) -> tuple[list[RequestRecord], list[RequestRecord]]:
+    """Closed-loop users: the records as the client read them, and the same requests at the times
+    they happened. `loop` None: an ideal client (every time read exactly when it happens)."""
+    records, exact = [], []
+    for user in range(users):
+        sent, k = 0.01 * user, 0
+        while sent < seconds:
+            first, gaps = server_times(user, k, tokens, ttft, itl)
+            true = [sent + first]
+            for gap in gaps:
+                true.append(true[-1] + gap)
+            seen = [t + (loop.delay(t) if loop else 0.0) for t in true]
+            seen = list(np.maximum.accumulate(seen))  # one greenlet reads its stream in order
+            records.append(record(user, k, sent, seen, tokens))
+            exact.append(record(user, k, sent, true, tokens))
+            sent, k = seen[-1], k + 1
+    return records, exact
+
+
+FIGURES = {
+    "user_decode_tok_s": lambda m: m.user_decode_tok_s.token_weighted,
+    "prefill_tok_s": lambda m: m.prefill_tok_s.token_weighted,
+    "output_tok_s": lambda m: m.output_tok_s,
+    "e2e_p50_ms": lambda m: m.e2e_s.p50,
+    "ttft_p50_ms": lambda m: m.ttft_s.p50,
+    "ttft_p99_ms": lambda m: m.ttft_s.p99,
+    "itl_p50_ms": lambda m: m.itl_s.p50,
+    "itl_p99_ms": lambda m: m.itl_s.p99,
+    "tpot_p50_ms": lambda m: m.tpot_s.p50,
+}
+
+PROFILES = {  # (stretches per second, longest stretch, stalls): from a quiet client to a starved one
+    "quiet": (20.0, 0.0005, 0),
+    "busy": (60.0, 0.006, 0),
+    "stalled": (60.0, 0.006, 3),
+    "starved": (150.0, 0.012, 1),
+    "frozen": (20.0, 0.0005, 8),  # a quiet loop stopped eight times (SIGSTOP, swapping)
+}
+
+
+def trial(seed: int, profile: str, users: int, tokens: int = 64, ttft: float = 0.2, itl: float = 0.02,
+          seconds: float = 20.0) -> list[tuple[str, float, float | None, bool]]:
+    rng = random.Random(seed)
+    rate, longest, stalls = PROFILES[profile]
+    loop = busy_loop(rng, seconds + 5, rate, longest, stalls)
+    window = Window(start=START + 3.0, end=START + seconds, run_start=START, run_end=START + seconds + 2, steady=True,
+                    opened_by="simulated")
+    records, exact = closed_loop(loop, users, seconds + 2, tokens, ttft, itl)
+    measured: Metrics = summarize(records, window)
+    # Per-request figures: the same requests at their true times. The aggregate: an ideal client's
+    # own run, since a late client also sends later (it holds its users back).
+    truth: Metrics = summarize(exact, window)
+    truth.output_tok_s = summarize(closed_loop(None, users, seconds + 2, tokens, ttft, itl)[0], window).output_tok_s
+    client = ClientStats(process="p", lag=monitor(loop, seconds + 2))
+    bounds = client_bounds(records, window, [client], limit=0.01)
+    out = []
+    for name, read in FIGURES.items():
+        error = abs(read(truth) / read(measured) - 1)  # a bound is a share of the reported figure
+        out.append((name, error, bounds[name].bound, bounds[name].holds))
+    return out
+
+
+def test_every_reported_figure_has_a_bound():
+    assert set(FIGURES) == set(BOUNDS) == {f.name for f in HEADLINE.values()} | {f.name for f in LATENCY}
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+@pytest.mark.parametrize("users", [1, 8])
+def test_each_figure_is_within_its_bound_of_the_truth(profile, users):
+    """25 simulated runs per case: a figure's error is never above its bound. (The bound is a worst
+    case: it is typically several times the error.)"""
+    misses = []
+    for seed in range(25):
+        for name, error, bound, _ in trial(seed, profile, users):
+            if bound is None or error > bound:
+                misses.append((seed, name, round(100 * error, 3), bound and round(100 * bound, 3)))
+    assert not misses, misses
+
+
+def test_a_quiet_client_keeps_the_headlines_and_a_busy_one_loses_the_tails_first():
+    """What the bound is for. A quiet client (stretches under 0.5 ms) at 20 ms ITL keeps every
+    headline, ITL p50, TPOT and E2E to 1%; TTFT (200 ms, ~45 samples) it cannot: a stretch as long
+    as the monitor's period may hide between two samples. A busy one (lag p99 ~6 ms) keeps the decode
+    headline and loses ITL, which one late chunk moves by its whole delay."""
+    quiet = {name: (holds, bound) for name, _, bound, holds in trial(1, "quiet", 4)}
+    assert all(quiet[name][0] for name in ("user_decode_tok_s", "prefill_tok_s", "output_tok_s", "e2e_p50_ms",
+                                           "itl_p50_ms", "tpot_p50_ms")), quiet
+    assert not quiet["ttft_p50_ms"][0] and quiet["ttft_p50_ms"][1] < 0.05, quiet
+    busy = {name: holds for name, _, _, holds in trial(1, "busy", 1)}
+    assert busy["user_decode_tok_s"] and not busy["itl_p50_ms"] and not busy["itl_p99_ms"], busy
+
+
+def test_no_lag_samples_is_no_bound():
+    records, _ = closed_loop(None, 1, 6.0, 8, 0.1, 0.02)
+    window = Window(start=START + 1, end=START + 5, run_start=START, run_end=START + 6, steady=True, opened_by="simulated")
+    bounds = client_bounds(records, window, [ClientStats(process="p", lag=[])], limit=0.01)
+    assert all(b.bound is None and not b.holds and b.reason == "no lag samples inside the window" for b in bounds.values())
+    assert all(not b.holds for b in client_bounds(records, window, [], limit=0.01).values())
