@@ -56,11 +56,15 @@ test-fast: setup ## unit tests: no server boot, no Locust run, no container (eve
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest -q -m "$(UNIT)" -n 2 --durations=10
 
-test: setup ## the whole suite (what CI runs): unit tests, then timed and slow ones, on 2 processes; then e2e and docker tests one at a time
+test: setup ## the whole suite (what CI runs): unit tests, then timed and slow ones, on 2 processes; then the e2e tests one at a time beside the docker ones
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest -q -m "$(UNIT)" -n 2 --durations=10
 	$(VENV)/bin/pytest -q -m "$(TIMED)" -n 2 --durations=10
-	$(VENV)/bin/pytest -q -m "not ($(UNIT)) and not ($(TIMED))" --durations=15
+	@mkdir -p .rig; rm -f .rig/test-docker.rc; \
+	  ( $(VENV)/bin/pytest -q -m "docker and not ($(UNIT)) and not ($(TIMED))" --durations=10 >.rig/test-docker.log 2>&1; echo $$? >.rig/test-docker.rc ) & \
+	  $(VENV)/bin/pytest -q -m "not docker and not ($(UNIT)) and not ($(TIMED))" --durations=15; e2e=$$?; wait; \
+	  echo "== the docker tests (run beside the e2e tests; .rig/test-docker.log):"; cat .rig/test-docker.log; \
+	  docker=$$(cat .rig/test-docker.rc); [ "$$e2e" = 0 ] && [ "$$docker" = 0 ]
 
 demo: setup ## boot tiny-cpu, stream a chat, load test, compare, shut down
 	$(RIG) demo

@@ -1,17 +1,21 @@
-"""Client capacity: how many token events per second rig's Locust client delivers per CPU core, and
-with what event-loop lag, against a streaming server whose timing is known exactly.
+"""Client capacity: how many token events per second rig's Locust client delivers per CPU core, how
+far its timing could move each figure, and how close its figures are to a streaming server whose
+timing is known exactly; with --aiperf, AIPerf on the same server, load and host, in the same run.
 
     python benchmarks/client_capacity.py --users 3000 --workers 10 --server-processes 5 --duration 30
+    python benchmarks/client_capacity.py --users 1000 --workers 1 --step 0.25 --max-num-seqs 2048   # engine-like bursts
+    python benchmarks/client_capacity.py --users 300 --workers 1 --aiperf /path/to/venv/bin/aiperf --tokenizer DIR
     python benchmarks/client_capacity.py --users 300 --workers 1 --profile            # where the time goes
     python benchmarks/client_capacity.py --users 300 --locustfile OLD.py              # another version, same load
 
-Each stream sends a token every --itl seconds, so the offered token-event rate is known. The run
-reports delivered / offered, events per second per worker process, events per CPU-second of the
-worker processes (the client's cost per event, which is what the per-event work in the locustfile
-decides), and the event-loop lag percentiles; it is invalid when fewer than 99% of offered events
-arrived or lag p99 exceeded 5 ms. With --profile each worker runs cProfile over the window and
-the heaviest functions are printed. Prints figures; asserts nothing (speed targets are checked by
-reading them, on a machine whose cores are free: the timed server shares them)."""
+Each stream sends a token every --itl seconds (with --step: every running stream one chunk per
+step, at most --max-num-seqs running per server process, the rest queued), so the offered event
+rate and the true ITL are known. The run reports delivered / offered, events per second per
+process, events per CPU-second of the client's processes (its cost per event), ITL p50 and decode
+rate against the truth, and rig's client bound on each (rig.load.client_error); a run is valid
+when at least 99% of offered events arrived and the headline's bound holds. With --profile each
+worker runs cProfile over the window. Prints figures; asserts nothing (speed targets are read, on
+a machine whose cores are free: the timed server shares them)."""
 
 from __future__ import annotations
 
@@ -62,8 +66,13 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=8470)
     parser.add_argument("--profile", action="store_true", help="cProfile each worker over the window; print the heaviest functions")
     parser.add_argument("--locustfile", help="measure another version of the Locust user (e.g. one from git history)")
+    parser.add_argument("--step", type=float, help="engine-like server: one chunk for every running stream per STEP seconds")
+    parser.add_argument("--max-num-seqs", type=int, default=2048, help="with --step: streams running at once per server process")
+    parser.add_argument("--aiperf", help="also run this AIPerf executable (`aiperf profile`) on the same server and load")
+    parser.add_argument("--tokenizer", help="with --aiperf: a local tokenizer directory for AIPerf (no hub access)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    step = args.step or args.itl  # the true ITL
 
     out = Path(args.out or tempfile.mkdtemp(prefix="capacity-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -71,8 +80,9 @@ def main() -> int:
         runner.LOCUSTFILE = Path(args.locustfile).resolve()
     if args.profile:
         os.environ["RIG_PROFILE"] = str(out)
+    engine = ["--step", str(args.step), "--max-num-seqs", str(args.max_num_seqs)] if args.step else []
     server = subprocess.Popen([sys.executable, "-m", "rig.load.timed_server", "--port", str(args.port), "--ttft", str(args.ttft),
-                               "--itl", str(args.itl), "--processes", str(args.server_processes)], cwd=REPO)
+                               "--itl", str(args.itl), "--processes", str(args.server_processes), *engine], cwd=REPO)
     base_url = f"http://127.0.0.1:{args.port}"
     for _ in range(100):
         try:
@@ -90,6 +100,7 @@ def main() -> int:
     try:
         summary = run_scenario(LoadTarget(load("tiny-cpu"), record, None), scenario, out / "run", workers=args.workers,
                                counter=FixedPrompts(), prompts=[Prompt(name="p", text="hello", tokens=8)], progress=False)
+        peer = run_aiperf(args, base_url, out / "aiperf") if args.aiperf else None
     finally:
         server.terminate()
         server.wait()
@@ -97,8 +108,9 @@ def main() -> int:
     start, end = metrics.window.start, metrics.window.end
     span = end - start
     delivered = sum(1 for r in read_records(out / "run") for t in r.chunks if start <= t <= end)
-    request_time = args.ttft + (args.max_tokens - 1) * args.itl
-    offered = args.users * (args.max_tokens / request_time) * span
+    request_time = args.ttft + (args.max_tokens - 1) * step
+    running = min(args.users, args.max_num_seqs * args.server_processes) if args.step else args.users
+    offered = running * (args.max_tokens / request_time) * span
     clients = summary.clients
     processes = max(1, len(clients))
     # CPU seconds inside the window from the cumulative samples; a locustfile that does not write
@@ -107,7 +119,8 @@ def main() -> int:
     lag_p99 = max(c.lag_p99_ms or 0.0 for c in clients)
     lag_p50 = max(c.lag_p50_ms or 0.0 for c in clients)
     ratio = delivered / offered
-    valid = ratio >= 0.99 and lag_p99 <= 5.0
+    valid = ratio >= 0.99 and bool(summary.client.valid)
+    bounds = {name: bound.bound for name, bound in summary.client.figures.items()}
     result = {
         "users": args.users, "workers": args.workers, "server_processes": args.server_processes, "window_s": span,
         "locustfile": str(runner.LOCUSTFILE), "offered_events_per_s": offered / span, "delivered_events_per_s": delivered / span,
@@ -116,8 +129,11 @@ def main() -> int:
         "worker_cpu_s": cpu_seconds, "streams_per_worker": args.users / processes,
         "lag_p50_ms_worst_worker": lag_p50, "lag_p99_ms_worst_worker": lag_p99,
         "cpu_percent_mean_worst_worker": max((c.cpu_percent_mean or 0) for c in clients),
-        "ttft_mean_s": metrics.ttft_s.mean, "ttft_truth_s": args.ttft, "itl_mean_s": metrics.itl_s.mean, "itl_truth_s": args.itl,
-        "errors": metrics.requests.errors, "client_verdict": summary.client.reasons, "valid": valid,
+        "ttft_mean_s": metrics.ttft_s.mean, "ttft_truth_s": args.ttft, "itl_mean_s": metrics.itl_s.mean, "itl_truth_s": step,
+        "itl_p50_s": metrics.itl_s.p50, "itl_p50_error": error_of(metrics.itl_s.p50, step),
+        "decode_tok_s": metrics.user_decode_tok_s.token_weighted, "decode_error": error_of(metrics.user_decode_tok_s.token_weighted, 1 / step),
+        "client_bounds": bounds, "errors": metrics.requests.errors, "client_verdict": summary.client.reasons, "valid": valid,
+        "aiperf": peer,
         "host": summary.provenance.host.model_dump() if summary.provenance.host else None, "profiled": args.profile,
     }
     print(json.dumps(result, indent=1))
@@ -127,6 +143,13 @@ def main() -> int:
           f"{result['events_per_s_per_worker']:.0f}/s per process, "
           f"{'-' if per_core is None else format(per_core, ',.0f')} per CPU-second), "
           f"client lag p50 {lag_p50:.2f} ms p99 {lag_p99:.2f} ms -> {'VALID' if valid else 'INVALID'}")
+    print(f"rig:    ITL p50 {_pct(result['itl_p50_error'])} from the truth (client bound {_pct(bounds.get('itl_p50_ms'))}), "
+          f"decode rate {_pct(result['decode_error'])} (bound {_pct(bounds.get('user_decode_tok_s'))})")
+    if peer:
+        print(f"AIPerf: {peer['delivered_events_per_s']:.0f} events/s, "
+              f"{'-' if peer['events_per_cpu_second'] is None else format(peer['events_per_cpu_second'], ',.0f')} per CPU-second "
+              f"({peer['processes']} processes, {peer['cpu_s']:.1f} CPU-s over its whole {peer['wall_s']:.1f} s run, start-up included); ITL p50 "
+              f"{_pct(peer['itl_p50_error'])} from the truth, decode rate {_pct(peer['decode_error'])}")
     (out / "capacity.json").write_text(json.dumps(result, indent=1))
     if args.profile:
         profiles = sorted(out.glob("profile-*.pstats"))
@@ -136,6 +159,60 @@ def main() -> int:
             stats.sort_stats("tottime").print_stats(25)
     print(f"results: {out}")
     return 0
+
+
+def error_of(value: float | None, truth: float) -> float | None:
+    return None if value is None else value / truth - 1
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:+.3g}%"
+
+
+def run_aiperf(args: argparse.Namespace, base_url: str, out: Path) -> dict:
+    """AIPerf on the same server: the same concurrency, output length and duration, streaming chat;
+    its CPU from its whole process tree, its figures from its own per-request export, read by rig's
+    importer (rig.load.peers) and computed by the same definitions as rig's own."""
+    import psutil
+
+    from rig.load.peers import import_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    command = [args.aiperf, "profile", "--model", "timed", "--url", base_url, "--endpoint-type", "chat", "--streaming",
+               "--concurrency", str(args.users), "--benchmark-duration", str(args.duration),
+               "--synthetic-input-tokens-mean", "8", "--output-tokens-mean", str(args.max_tokens), "--output-tokens-stddev", "0",
+               "--extra-inputs", f"max_tokens:{args.max_tokens}", "--artifact-dir", str(out), "--ui-type", "none"]
+    if args.tokenizer:
+        command += ["--tokenizer", args.tokenizer]
+    started = time.monotonic()
+    cpu: dict[int, float] = {}  # every process AIPerf starts, sampled until each ends: its whole run, start-up included
+    with open(out / "aiperf.log", "wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        tree = psutil.Process(process.pid)
+        while process.poll() is None:
+            for member in [tree, *tree.children(recursive=True)]:
+                try:
+                    times = member.cpu_times()
+                    cpu[member.pid] = times.user + times.system
+                except psutil.Error:
+                    pass
+            time.sleep(0.2)
+    wall = time.monotonic() - started
+    export = next(iter(sorted(out.rglob("profile_export.jsonl"))), None)
+    if process.returncode != 0 or export is None:
+        return {"error": f"aiperf exited {process.returncode}; see {out / 'aiperf.log'}", "processes": len(cpu),
+                "cpu_s": sum(cpu.values()), "wall_s": wall, "delivered_events_per_s": 0.0, "events_per_cpu_second": None,
+                "itl_p50_error": None, "decode_error": None}
+    imported = import_file(export, None, out=out / "imported", progress=False)
+    records = read_records(imported.run)
+    events = sum(len(r.chunks) for r in records)
+    span = max((r.t_last or r.t_send for r in records), default=0.0) - min((r.t_send for r in records), default=0.0)
+    metrics = imported.summary.metrics
+    return {"processes": len(cpu), "cpu_s": sum(cpu.values()), "wall_s": wall, "events": events,
+            "delivered_events_per_s": events / span if span > 0 else 0.0,
+            "events_per_cpu_second": events / sum(cpu.values()) if sum(cpu.values()) else None,
+            "itl_p50_s": metrics.itl_s.p50, "itl_p50_error": error_of(metrics.itl_s.p50, args.step or args.itl),
+            "decode_error": error_of(metrics.user_decode_tok_s.token_weighted, 1 / (args.step or args.itl))}
 
 
 if __name__ == "__main__":

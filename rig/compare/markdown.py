@@ -133,7 +133,7 @@ def _figures(analysis: Analysis) -> list[str]:
             lines += [known_effect_line(e) for e in analysis.known_effects if e.scenario == name and e.arm == arm]
         for figure, per_arm in result.latency.items():
             lines += [comparison_line(name, f"  {figure} {arm}", c) for arm, c in per_arm.items()
-                      if c.pairs or (c.support and c.support.count_range())]
+                      if c.pairs or (c.support and c.support.count_range()) or c.verdict.startswith("refused")]
         if result.goodput:
             lines += [comparison_line(name, f"  goodput {arm}", c) for arm, c in result.goodput.items()]
     lines.append("```")

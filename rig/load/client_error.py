@@ -5,25 +5,29 @@ event loop took to get to the socket: an event's delay. The lag monitor (loadtes
 is itself such an event, a timer that wakes up late by exactly that delay, so its samples inside
 the window are the delay distribution of that process. From it, per Locust process:
 
-- `level` L: a delay that at most a small share of events exceed (the monitor's p99, or its max);
-- `beyond` q(L): the share of events later than L, the monitor's share of late samples plus the
-  share of the window spent in stretches longer than L (a stretch much longer than the monitor's
-  period holds many arrivals but one monitor sample);
+- `level` L: a delay that few events exceed (candidates: the monitor's p90, p99, p99.9 and max);
+- the events later than L: short stretches (under the monitor's 10 ms period) in the share the
+  monitor met them, since it meets them as often as any event does; each long stretch (a sample
+  later than the period, taken as a period longer: it may have begun before the timer was due)
+  once per user, and for its share of the time;
 - `excess` X(L): the seconds of those stretches beyond L, each of which can hold up every user of
   the process once.
 
 A figure's bound follows from how it is computed (rig.load.request_metrics, rig.load.metrics):
 
-- a sum of per-request durations (decode time, TTFT) over N requests moves by at most N*L plus
-  users*X(L): relative bound (N*L + users*X) / sum of the durations;
+- a sum of per-request durations (decode time, TTFT) over N requests, each the difference of two
+  recorded times, moves by N*mu (a bias, at most the mean short delay) + Z*sigma*sqrt(2N) (the
+  spread of 2N independent delays, Z = 3.09) + the long stretches' delay at each recorded time
+  they reached (a stretch is known in time: from its earliest start to the monitor's next sample);
 - the aggregate rate (tokens whose arrival falls in the window) moves by the tokens the window's
-  two edges can trade (2L/T), by the time the client held each user back between requests
-  (L / mean E2E), and by stretches (2X/T);
+  two edges can trade, by the mean delay the client held each user back between requests
+  (mu / mean E2E), by long stretches (2X/T), and by a chunk per user at each edge (phases shift);
 - a percentile of per-request samples, each moved by at most e = L (TTFT, E2E, ITL; TPOT by
-  L/(tokens-1)), except a share q of them that may move anywhere: the p-quantile stays between
-  the (p-q)- and (p+q)-quantiles, widened by e. Its bound is e plus that spread, over the figure.
+  L/(tokens-1)), except q of them that may move anywhere (the short-stretch share at its
+  binomial 99.9th percentile, plus every long stretch's reach): the p-quantile stays between the
+  (p-q)- and (p+q)-quantiles, widened by e. Its bound is e plus that spread, over the figure.
 
-Each figure takes the smaller of the bounds at L = p99 and at L = max. The clock's resolution is
+Each figure takes the smallest of its bounds over the candidate levels. The clock's resolution is
 added to L. A bound is a share of the reported figure: the truth lies within reported * (1 +/- bound). A figure is usable when its bound is at most the scenario's `client_error_limit`
 (1% by default); the bound is derived here and checked against the timed server's known timing
 (tests/load/test_client_error.py).
@@ -31,6 +35,8 @@ added to L. A bound is a share of the reported figure: the truth lies within rep
 
 from __future__ import annotations
 
+import bisect
+import math
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -48,6 +54,7 @@ from rig.load.wire import ClientStats
 CLOCK_RESOLUTION_S = time.get_clock_info("time").resolution  # the records' clock (time.time())
 SAMPLE_EVENTS = 2  # a latency sample is the difference of two recorded times: either may be late
 BAD_SAMPLE_QUANTILE = 0.999
+SPREAD_Z = 3.09  # the normal 99.9th percentile: a sum of many independent delays stays within Z sd of its mean
 UNBOUNDED = 1e3  # the client could have moved the figure by more than the figure itself
 
 
@@ -57,9 +64,16 @@ class DelayLevel:
 
     level: float  # seconds, the clock's resolution included
     beyond: float  # share of the monitor's samples from short stretches later than L
-    long_stretches: int  # stretches longer than the monitor's period that outlast L
-    long_share: float  # share of the span those long stretches spend beyond L
-    excess: float  # seconds beyond L, summed over the stretches: each can hold up every user once
+
+
+@dataclass(frozen=True)
+class ShortDelays:
+    """The delays of stretches under the monitor's period: rare ones (a quiet loop) are far from
+    normal, so a bound on their sum carries the largest once besides the normal spread."""
+
+    mean: float
+    sd: float
+    largest: float
 
 
 @dataclass(frozen=True)
@@ -70,12 +84,37 @@ class LagProfile:
     samples: tuple[float, ...]  # sorted, seconds
     window_s: float
     users: int  # simulated users of this process inside the window
+    # Long stretches in time: (from, to, delay). An event recorded inside [from, to] may be late by
+    # up to `delay`: from the stretch's earliest start (the wake-up, less the lag and a period) to
+    # the monitor's next wake-up (by then the loop has read what the stretch held back).
+    stretches: tuple[tuple[float, float, float], ...] = ()
 
     @classmethod
     def of(cls, client: ClientStats, start: float, end: float, users: int) -> LagProfile:
         """The samples from `start` to `end`: the window, and after it as long as a request sent inside it was read."""
-        inside = sorted(max(lag, 0.0) for t, lag in client.lag if start <= t <= end)
-        return cls(client.process, tuple(inside), max(end - start, 1e-9), users)
+        timed = sorted((t, max(lag, 0.0)) for t, lag in client.lag)
+        inside = sorted(lag for t, lag in timed if start <= t <= end)
+        stretches = []
+        for i, (wake, lag) in enumerate(timed):
+            if lag > LAG_PERIOD_S and start - 1.0 <= wake <= end + 1.0:
+                after = timed[i + 1][0] if i + 1 < len(timed) else wake + LAG_PERIOD_S + lag
+                stretches.append((wake - lag - LAG_PERIOD_S, after, lag + LAG_PERIOD_S))
+        return cls(client.process, tuple(inside), max(end - start, 1e-9), users, tuple(stretches))
+
+    def late_by(self, t: float) -> float:
+        """How late a long stretch may have made an event recorded at t (0: none reached it)."""
+        i = bisect.bisect_right(self.stretches, (t, math.inf, math.inf))
+        return max((delay for begin, until, delay in self.stretches[max(0, i - 2):i] if begin <= t <= until), default=0.0)
+
+    def split(self) -> tuple[ShortDelays, float]:
+        """The short stretches' delay distribution (samples under the monitor's period), and the
+        seconds of the long ones, each counted a period longer (it may have begun before the timer was due)."""
+        array = np.asarray(self.samples)
+        long = array > LAG_PERIOD_S
+        short = array[~long]
+        return (ShortDelays(float(short.mean()) if short.size else 0.0, float(short.std()) if short.size > 1 else LAG_PERIOD_S,
+                            float(short.max()) if short.size else LAG_PERIOD_S),
+                float((array[long] + LAG_PERIOD_S).sum()))
 
     def levels(self) -> list[DelayLevel]:
         """The candidates: L at the monitor's p90, p99, p99.9 and max. A stretch shorter than the
@@ -93,20 +132,19 @@ class LagProfile:
         out = []
         for level in (*(float(v) for v in np.percentile(array, [90, 99, 99.9])), top):
             later = stretch > level
-            out.append(DelayLevel(level=level + CLOCK_RESOLUTION_S, beyond=float((later & ~long).mean()),
-                                  long_stretches=int((later & long).sum()),
-                                  long_share=float((stretch[later & long] - level).sum()) / self.window_s,
-                                  excess=float((stretch[later] - level).sum())))
+            out.append(DelayLevel(level=level + CLOCK_RESOLUTION_S, beyond=float((later & ~long).mean())))
         return out
 
 
-def _bad_samples(n: int, per_request: bool, lv: DelayLevel, users: int) -> int:
-    """How many of n latency samples may have a time later than L: short stretches at the monitor's
-    rate, by the binomial's 99.9th percentile (a sample is two times); long stretches each reach a
-    user's request once (a per-request figure) or its gaps for the stretch's share of the time (ITL)."""
-    share = lv.beyond if per_request else lv.beyond + lv.long_share
-    random_part = int(binom.ppf(BAD_SAMPLE_QUANTILE, n, min(1.0, SAMPLE_EVENTS * share))) if share > 0 else 0
-    return min(n, random_part + SAMPLE_EVENTS * users * lv.long_stretches)
+def _late_samples(times: list[tuple[float, float]], lv: DelayLevel, profile: LagProfile) -> int:
+    """How many of the samples (each the difference of two recorded times) may be later than L: the
+    short stretches' share at its binomial 99.9th percentile (a sample is two times), and every
+    sample one of whose times a long stretch later than L reached (known in time)."""
+    n = len(times)
+    share = min(1.0, SAMPLE_EVENTS * lv.beyond)
+    short = int(binom.ppf(BAD_SAMPLE_QUANTILE, n, share)) if share > 0 else 0
+    reached = sum(1 for a, b in times if max(profile.late_by(a), profile.late_by(b)) > lv.level) if profile.stretches else 0
+    return min(n, short + reached)
 
 
 def _share_of_reported(share_of_truth: float) -> float:
@@ -114,17 +152,25 @@ def _share_of_reported(share_of_truth: float) -> float:
     return share_of_truth / (1 - share_of_truth) if share_of_truth < 1 else UNBOUNDED
 
 
-def _duration_sum_bound(durations: list[float], profile: LagProfile) -> float | None:
-    """A rate over per-request durations (tokens / their sum): the sum moves by at most a = N*L +
-    users*X, so the rate by at most a / (sum - a) of the reported rate, at the best L."""
-    total = sum(durations)
-    if not durations or total <= 0:
+def _duration_sum_bound(spans: list[tuple[float, float]], profile: LagProfile) -> float | None:
+    """A rate over per-request durations (tokens / their sum). Each duration is the difference of two
+    recorded times of one stream, each late by a short-stretch delay (mean mu, sd sigma, the
+    monitor's samples under its period) or held up by a long stretch. The sum moves by at most
+    a = N*mu (a bias between the two ends, at most the mean delay) + Z*sigma*sqrt(2N) (their
+    spread, at the normal 99.9th percentile) + users * X (every long stretch once per user), so the
+    rate by a / (sum - a) of the reported rate. A long stretch counts where it reached one of the
+    recorded times (each of the `spans`' two ends is checked against the stretches in time)."""
+    total = sum(b - a for a, b in spans)
+    if not spans or total <= 0 or not profile.samples:
         return None
-    moved = min(len(durations) * lv.level + profile.users * lv.excess for lv in profile.levels())
+    short, _ = profile.split()
+    n = len(spans)
+    reached = sum(profile.late_by(a) + profile.late_by(b) for a, b in spans)
+    moved = n * short.mean + SPREAD_Z * short.sd * math.sqrt(SAMPLE_EVENTS * n) + short.largest + reached
     return moved / (total - moved) if moved < total else UNBOUNDED
 
 
-def _quantile_bound(samples: list[float], quantile: float, sample_error: float, per_request: bool,
+def _quantile_bound(samples: list[float], times: list[tuple[float, float]], quantile: float, sample_error: float,
                     profile: LagProfile, value: float) -> float | None:
     """A p-quantile of samples each moved by at most sample_error * L, save a share q of them:
     (e + spread between the (p-q), p and (p+q) quantiles) / the value, at the best L."""
@@ -133,7 +179,7 @@ def _quantile_bound(samples: list[float], quantile: float, sample_error: float, 
     array = np.asarray(samples)
     bounds = []
     for lv in profile.levels():
-        q = _bad_samples(len(samples), per_request, lv, profile.users) / len(samples)
+        q = _late_samples(times, lv, profile) / len(samples)
         if q > 0 and (quantile - q < 0 or quantile + q > 1):
             continue  # as many samples may be late as lie on one side of the quantile: nothing holds it but the top level
         low, mid, high = np.percentile(array, [100 * max(quantile - q, 0.0), 100 * quantile, 100 * min(quantile + q, 1.0)])
@@ -142,14 +188,22 @@ def _quantile_bound(samples: list[float], quantile: float, sample_error: float, 
 
 
 def _aggregate_bound(done: list[Done], window: Window, profile: LagProfile) -> float | None:
-    """Tokens counted at their arrival inside the window: edges (2L/T), users held back between
-    requests (L / mean E2E), stretches (2X/T)."""
+    """Tokens counted at their arrival inside the window: the two edges trade the tokens of a
+    delay's worth of time (2 * (mu + Z*sigma) / T), the client holds each user back between requests
+    by the mean delay (mu / mean E2E: the server idles), and long stretches push tokens past an edge
+    and hold users back (2X / T)."""
     lifetimes = [e2e(d) for d in done]
-    if not lifetimes:
+    if not lifetimes or not profile.samples:
         return None
     mean_e2e = float(np.mean(lifetimes))
-    return _share_of_reported(min(2 * lv.level / window.seconds + (lv.level / mean_e2e if mean_e2e > 0 else 1.0)
-                                  + 2 * lv.excess / window.seconds for lv in profile.levels()))
+    short, long_stretches = profile.split()
+    tokens = sum(sum(d.chunk_tokens) for d in done) or 1.0
+    share = (2 * (short.mean + SPREAD_Z * short.sd + short.largest) / window.seconds
+             + (short.mean / mean_e2e if mean_e2e > 0 else 1.0)
+             + 2 * long_stretches / window.seconds
+             # a client that shifts its users' phases moves each edge by up to a chunk per user
+             + 2 * profile.users * max(d.chunk_tokens[-1] for d in done) / tokens)
+    return _share_of_reported(share)
 
 
 @dataclass(frozen=True)
@@ -162,32 +216,46 @@ class FigureInputs:
 
 
 def _decode(inputs: FigureInputs) -> float | None:
-    return _duration_sum_bound([decode_time(d) for d in inputs.done if d.decoded_tokens > 0 and decode_time(d) > 0], inputs.profile)
+    return _duration_sum_bound([(d.first, d.last) for d in inputs.done if d.decoded_tokens > 0 and decode_time(d) > 0], inputs.profile)
 
 
 def _prefill(inputs: FigureInputs) -> float | None:
-    return _duration_sum_bound([ttft(d) for d in inputs.done if d.record.prompt_tokens and ttft(d) > 0], inputs.profile)
+    return _duration_sum_bound([(d.sent, d.first) for d in inputs.done if d.record.prompt_tokens and ttft(d) > 0], inputs.profile)
 
 
 def _aggregate(inputs: FigureInputs) -> float | None:
     return _aggregate_bound(inputs.done, inputs.window, inputs.profile)
 
 
-def _percentile(samples_of: Callable[[Done], list[float]], quantile: float,
-                per_token: bool = False) -> Callable[[FigureInputs], float | None]:
+Spans = Callable[[Done], list[tuple[float, float, float]]]  # a request's samples: (value, first recorded time, second)
+
+
+def _percentile(spans_of: Spans, quantile: float, per_token: bool = False) -> Callable[[FigureInputs], float | None]:
     def bound(inputs: FigureInputs) -> float | None:
-        samples = [s for d in inputs.done for s in samples_of(d)]
-        if not samples:
+        spans = [span for d in inputs.done for span in spans_of(d)]
+        if not spans:
             return None
+        samples = [value for value, _, _ in spans]
         value = float(np.percentile(samples, 100 * quantile))
         # TPOT divides a duration (two recorded times) by the request's decoded tokens
         fewest = min((d.decoded_tokens for d in inputs.done if d.decoded_tokens >= 1), default=1.0)
-        return _quantile_bound(samples, quantile, 1.0 / fewest if per_token else 1.0, samples_of is not itl, inputs.profile, value)
+        return _quantile_bound(samples, [(a, b) for _, a, b in spans], quantile, 1.0 / fewest if per_token else 1.0,
+                               inputs.profile, value)
     return bound
 
 
-_SAMPLES: dict[str, Callable[[Done], list[float]]] = {
-    "ttft": lambda d: [ttft(d)], "itl": itl, "tpot": lambda d: [] if (v := tpot(d)) is None else [v], "e2e": lambda d: [e2e(d)],
+def _tpot_spans(d: Done) -> list[tuple[float, float, float]]:
+    value = tpot(d)
+    return [] if value is None else [(value, d.first, d.last)]
+
+
+# Each latency sample with the two recorded times it is the difference of (the values from
+# rig.load.request_metrics, the one definition of each).
+_SPANS: dict[str, Spans] = {
+    "ttft": lambda d: [(ttft(d), d.sent, d.first)],
+    "e2e": lambda d: [(e2e(d), d.sent, d.last)],
+    "tpot": _tpot_spans,
+    "itl": lambda d: [(gap, a, b) for gap, a, b in zip(itl(d), d.record.chunks, d.record.chunks[1:])],
 }
 
 # One bound per reported figure, by the figure's name in HEADLINE and LATENCY (rig.load.summary).
@@ -195,8 +263,8 @@ BOUNDS: dict[str, Callable[[FigureInputs], float | None]] = {
     "user_decode_tok_s": _decode,
     "prefill_tok_s": _prefill,
     "output_tok_s": _aggregate,
-    "e2e_p50_ms": _percentile(_SAMPLES["e2e"], 0.50),
-    **{f.name: _percentile(_SAMPLES[f.samples], f.quantile, per_token=f.samples == "tpot") for f in LATENCY},
+    "e2e_p50_ms": _percentile(_SPANS["e2e"], 0.50),
+    **{f.name: _percentile(_SPANS[f.samples], f.quantile, per_token=f.samples == "tpot") for f in LATENCY},
 }
 assert {f.name for f in HEADLINE.values()} <= set(BOUNDS), "every headline figure has a client bound"
 

@@ -94,6 +94,13 @@ CLOSED_KINDS = ("decode", "prefill", "concurrency")
 ARRIVAL_KINDS = ("open_loop", "trace")
 
 
+# On a CPU server the client shares a few cores with the server, whose forward passes deschedule it
+# (measured on 2 cores: delays of 0.7 ms mean over requests of ~0.15 s, a headline bound of 1.1-1.3%
+# at c=1); the effects measured there are tens of percent (the demo's -51%). 5% is what such a box
+# can state per round; the report prints each figure's bound all the same.
+SMALL_CLIENT_ERROR_LIMIT = 0.05
+
+
 class Scenario(Spec):
     schema_version: Literal[1] = Field(alias="schema", description="the scenario format (this schema)")
     name: Name
@@ -176,7 +183,12 @@ class Scenario(Spec):
         return self._file or SCENARIO_DIR / f"{self.name}.yaml"
 
     def scaled(self, small: bool) -> Scenario:
-        return self.with_changes(**self.small) if small and self.small else self
+        """The scenario for a CPU server (--small): its `small` values, and the client error limit of
+        a box whose client shares its few cores with the server (SMALL_CLIENT_ERROR_LIMIT) unless the
+        scenario sets its own there."""
+        if not small:
+            return self
+        return self.with_changes(**{"client_error_limit": SMALL_CLIENT_ERROR_LIMIT, **self.small})
 
 
 

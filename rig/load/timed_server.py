@@ -12,26 +12,94 @@ back shows its cached share growing turn by turn.
 Deadlines are absolute, so sleep jitter does not accumulate. `--processes N` shares the
 port through SO_REUSEPORT to serve thousands of streams.
 
+With `--step S` it runs like an engine instead (`StepEngine`): one step every S seconds, at which
+every running request emits one chunk, so N streams make a burst of N events per step, not a
+smooth stream. At most `--max-num-seqs` requests run (vLLM's max_num_seqs); the rest wait in
+arrival order and are admitted at a step boundary when one finishes. A request's first chunk comes
+`--ttft` after its admission, rounded up to whole steps (its prefill), then one chunk per step.
+`/metrics` reports running and waiting like vLLM. With --processes each process is one such engine.
+
     python -m rig.load.timed_server --port 8400 --ttft 0.5 --itl 0.02 [--processes 4] [--die-after 3]
+    python -m rig.load.timed_server --port 8400 --step 0.05 --max-num-seqs 256 --ttft 0.1
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
+import math
 import multiprocessing
 import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
 
 from rig.load import toy_lm
 
 
+class StepStream:
+    """One request inside the step engine: where its chunks go, and how far it has got."""
+
+    def __init__(self, send_chunk: Callable[[int, bool], None], tokens: int) -> None:
+        self.send_chunk = send_chunk  # (index, last) -> None: writes one chunk
+        self.tokens = tokens
+        self.sent = 0
+        self.first_step: int | None = None  # the step of its first chunk, set at admission
+        self.done = asyncio.Event()
+
+
+class StepEngine:
+    """Steps every `step` seconds from its start (absolute deadlines); at each, admits waiting
+    requests up to `max_num_seqs` and lets every running request past its prefill emit one chunk."""
+
+    def __init__(self, step: float, max_num_seqs: int, ttft: float) -> None:
+        self.step, self.max_num_seqs = step, max_num_seqs
+        self.prefill_steps = max(1, math.ceil(ttft / step - 1e-9))
+        self.waiting: collections.deque[StepStream] = collections.deque()
+        self.running: list[StepStream] = []
+        self.task: asyncio.Task | None = None
+        self.steps = 0
+        self.late_max = 0.0  # the latest this engine finished writing a step's chunks after the step was due (its own error)
+
+    def submit(self, stream: StepStream) -> None:
+        self.waiting.append(stream)
+        if self.task is None:
+            self.task = asyncio.get_running_loop().create_task(self.run())
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        while True:
+            due = start + self.steps * self.step
+            if due > loop.time():
+                await asyncio.sleep(due - loop.time())
+            k = self.steps
+            self.steps += 1
+            while self.waiting and len(self.running) < self.max_num_seqs:
+                stream = self.waiting.popleft()
+                stream.first_step = k + self.prefill_steps
+                self.running.append(stream)
+            still = []
+            for stream in self.running:
+                if stream.first_step is not None and k >= stream.first_step:
+                    stream.sent += 1
+                    last = stream.sent >= stream.tokens
+                    stream.send_chunk(stream.sent - 1, last)
+                    if last:
+                        stream.done.set()
+                        continue
+                still.append(stream)
+            self.running = still
+            self.late_max = max(self.late_max, loop.time() - due)
+
+
 class TimedServer:
     def __init__(self, ttft: float, itl: float, die_after: float | None = None, tokens_per_chunk: int = 1,
-                 continuous_usage: bool = True, perturb: float = 0.0) -> None:
+                 continuous_usage: bool = True, perturb: float = 0.0, engine: StepEngine | None = None) -> None:
+        self.engine = engine  # None: every stream on its own deadlines
         self.ttft, self.itl, self.die_after = ttft, itl, die_after
         self.perturb = perturb  # the toy model's logit change for non-streamed completions (rig/load/toy_lm.py)
         self.tokens_per_chunk, self.continuous_usage = tokens_per_chunk, continuous_usage
@@ -121,13 +189,16 @@ class TimedServer:
         return (
             "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
             "# TYPE vllm:num_requests_running gauge\n"
-            f'vllm:num_requests_running{{model_name="timed"}} {self.running}\n'
+            f'vllm:num_requests_running{{model_name="timed"}} {len(self.engine.running) if self.engine else self.running}\n'
             "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
             "# TYPE vllm:num_requests_waiting gauge\n"
-            'vllm:num_requests_waiting{model_name="timed"} 0\n'
+            f'vllm:num_requests_waiting{{model_name="timed"}} {len(self.engine.waiting) if self.engine else 0}\n'
             "# HELP vllm:generation_tokens_total Number of generation tokens processed.\n"
             "# TYPE vllm:generation_tokens_total counter\n"
             f'vllm:generation_tokens_total{{model_name="timed"}} {self.generated}\n'
+            "# HELP rig_timed_step_late_max_seconds The latest a step's chunks were all written after it was due.\n"
+            "# TYPE rig_timed_step_late_max_seconds gauge\n"
+            f"rig_timed_step_late_max_seconds {self.engine.late_max if self.engine else 0.0}\n"
         ).encode()
 
     async def stream(self, request: dict, path: str, arrival: float, writer: asyncio.StreamWriter) -> None:
@@ -149,15 +220,9 @@ class TimedServer:
         words = prompt_words(request)
         prompt_tokens = max(1, len(words))
         cached, chain = self.cached(words)
-        for index in range(chunks):
-            if self.die_after is not None and time.monotonic() - self.first_request > self.die_after:  # type: ignore[operator]
-                os._exit(0)  # the fault test: the server dies mid-stream
+
+        def chunk(index: int, last: bool) -> None:
             carried = min(per_chunk, tokens - index * per_chunk)
-            # A chunk leaves when its last token is made: token j at ttft + j * itl.
-            delay = arrival + self.ttft + (index * per_chunk + carried - 1) * self.itl - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            last = index == chunks - 1
             piece = "".join(f" t{index * per_chunk + j}" for j in range(carried))
             choice = {"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece}
             if last:
@@ -170,6 +235,20 @@ class TimedServer:
                                   "prompt_tokens_details": {"cached_tokens": cached}}
             send(event)
             self.generated += carried
+
+        if self.engine is not None:  # engine-like: the step loop writes this stream's chunks
+            stream = StepStream(chunk, chunks)
+            self.engine.submit(stream)
+            await stream.done.wait()
+        for index in range(chunks if self.engine is None else 0):
+            if self.die_after is not None and time.monotonic() - self.first_request > self.die_after:  # type: ignore[operator]
+                os._exit(0)  # the fault test: the server dies mid-stream
+            carried = min(per_chunk, tokens - index * per_chunk)
+            # A chunk leaves when its last token is made: token j at ttft + j * itl.
+            delay = arrival + self.ttft + (index * per_chunk + carried - 1) * self.itl - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            chunk(index, index == chunks - 1)
             await writer.drain()
         if chat:  # the reply's tokens are cached too (as an engine keeps a finished sequence's KV blocks)
             self.remember(chain, [f"t{i}" for i in range(tokens)])
@@ -187,18 +266,34 @@ def prompt_words(request: dict) -> list[str]:
 
 
 def serve(port: int, ttft: float, itl: float, die_after: float | None, host: str = "127.0.0.1", tokens_per_chunk: int = 1,
-          continuous_usage: bool = True, perturb: float = 0.0) -> None:
+          continuous_usage: bool = True, perturb: float = 0.0, step: float | None = None, max_num_seqs: int = 256) -> None:
     async def main() -> None:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
         sock.listen(4096)
-        server = await asyncio.start_server(TimedServer(ttft, itl, die_after, tokens_per_chunk, continuous_usage, perturb).handle, sock=sock, limit=1 << 20)
+        engine = StepEngine(step, max_num_seqs, ttft) if step else None
+        handler = TimedServer(ttft, itl, die_after, tokens_per_chunk, continuous_usage, perturb, engine).handle
+        server = await asyncio.start_server(handler, sock=sock, limit=1 << 20)
         async with server:
             await server.serve_forever()
 
     asyncio.run(main())
+
+
+def positive_seconds(text: str) -> float:
+    value = float(text)
+    if not 0.0005 <= value <= 10:
+        raise argparse.ArgumentTypeError(f"{text!r}: a step of 0.0005 to 10 seconds")
+    return value
+
+
+def positive_count(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 1_000_000:
+        raise argparse.ArgumentTypeError(f"{text!r}: 1 to 1000000")
+    return value
 
 
 def main() -> None:
@@ -211,9 +306,11 @@ def main() -> None:
     parser.add_argument("--tokens-per-chunk", type=int, default=1, help="tokens in each chunk (MTP / speculative decoding)")
     parser.add_argument("--no-continuous-usage", action="store_true", help="usage on the last chunk only, whatever is asked")
     parser.add_argument("--perturb", type=float, default=0.0, help="change the toy model's logits by this much (quality tests)")
+    parser.add_argument("--step", type=positive_seconds, help="run like an engine: one step every STEP seconds (--itl is ignored)")
+    parser.add_argument("--max-num-seqs", type=positive_count, default=256, help="with --step: requests running at once; the rest wait")
     args = parser.parse_args()
     options = (args.port, args.ttft, args.itl, args.die_after, "127.0.0.1", args.tokens_per_chunk, not args.no_continuous_usage,
-               args.perturb)
+               args.perturb, args.step, args.max_num_seqs)
     if args.processes == 1:
         serve(*options)
         return

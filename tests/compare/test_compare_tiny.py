@@ -32,8 +32,13 @@ def test_gate_off_vs_gate_on_finds_the_injected_delay(results_dir):
                             scenarios=["prose-c1"], small=True, workers=1, resume=None, progress=False, duration_s=3.0)
     stats = analysis.scenarios["prose-c1"].vs["on"]
     pairs = json.loads((out / "plan.json").read_text())["boots"]
-    assert pairs == 3 and analysis.boots.used == 6 and not analysis.boots.voided, analysis.boots
-    assert stats.verdict == "slower" and stats.pairs == pairs, stats
+    assert pairs == 3 and not analysis.boots.voided, analysis.boots
+    # A round the client could not measure to the scenario's limit is left out and named (this test
+    # may share the box with others: that it was quiet is not its to assert); the rest is compared.
+    left_out = [r for x in analysis.boots.exclusions for r in x.rounds]
+    assert all("client INVALID" in r for r in left_out), left_out
+    assert stats.pairs >= pairs - len(left_out) and stats.pairs >= 2, (stats, left_out)
+    assert stats.verdict == "slower", stats
     boots = [json.loads(p.read_text()) for p in sorted((out / "boots").glob("*-on.json"))]
     injected_ms = sum(b["adapter_stats"]["token_delay"]["injected_ms"]["mean"] for b in boots) / len(boots)
     assert DELAY_MS <= injected_ms < DELAY_MS * 1.05
@@ -68,11 +73,13 @@ def test_identical_arms_give_no_verdict_and_a_failed_boot_is_voided(results_dir)
         assert reasons and all("client INVALID" in r for r in reasons), analysis.boots
         return
     # Latency deltas with intervals (lower is better) and goodput per arm sit beside the headline.
-    latency = analysis.scenarios["prose-c1"].latency["ttft_p50_ms"]["b"]
-    assert latency.pairs == 2 and latency.ci is not None and not latency.higher_is_better
+    # (A latency figure the client could move beyond the limit is refused alone, and says so.)
+    latency = analysis.scenarios["prose-c1"].latency["tpot_p50_ms"]["b"]
+    assert (latency.pairs == 2 and latency.ci is not None) or "client's timing" in latency.verdict, latency
+    assert not latency.higher_is_better
     goodput = analysis.scenarios["prose-c1"].goodput  # b and broken against the baseline a, a paired difference
     assert goodput["b"].pairs == 2 and goodput["b"].ci is not None and goodput["broken"].verdict.startswith("no data")
-    assert "goodput" in (out / "compare.md").read_text() and "ttft_p50_ms" in (out / "compare.md").read_text()
+    assert "goodput" in (out / "compare.md").read_text() and "tpot_p50_ms" in (out / "compare.md").read_text()
     # Identical arms: at 95% the statistics call a direction in 5% of comparisons by design (their
     # error rate is proven by simulation in test_compare_calibration.py). What this real run must not
     # show is a large difference between identical arms (arms mixed up, a boot measured twice...).
