@@ -32,7 +32,7 @@ help: ## this list
 $(VENV)/.rig-setup: pyproject.toml adapter/pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[dev]" -e ./adapter
+	$(PY) -m pip install --quiet --no-compile -e ".[dev]" -e ./adapter
 	$(PY) -m rig_adapters install-pth
 	touch $@
 
@@ -56,15 +56,17 @@ test-fast: setup ## unit tests: no server boot, no Locust run, no container (eve
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest -q -m "$(UNIT)" -n 2 --durations=10
 
-test: setup ## the whole suite (what CI runs): unit tests, then timed and slow ones, on 2 processes; then the e2e tests one at a time beside the docker ones
+test: setup ## the whole suite (what CI runs): unit tests, then timed and slow ones, on 2 processes; then e2e tests one at a time in two lanes (docker and load beside the rest)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest -q -m "$(UNIT)" -n 2 --durations=10
 	$(VENV)/bin/pytest -q -m "$(TIMED)" -n 2 --durations=10
-	@mkdir -p .rig; rm -f .rig/test-docker.rc; \
-	  ( $(VENV)/bin/pytest -q -m "docker and not ($(UNIT)) and not ($(TIMED))" --durations=10 >.rig/test-docker.log 2>&1; echo $$? >.rig/test-docker.rc ) & \
-	  $(VENV)/bin/pytest -q -m "not docker and not ($(UNIT)) and not ($(TIMED))" --durations=15; e2e=$$?; wait; \
-	  echo "== the docker tests (run beside the e2e tests; .rig/test-docker.log):"; cat .rig/test-docker.log; \
-	  docker=$$(cat .rig/test-docker.rc); [ "$$e2e" = 0 ] && [ "$$docker" = 0 ]
+	@mkdir -p .rig; rm -f .rig/test-lane.rc; \
+	  ( { $(VENV)/bin/pytest -q -m "docker and not ($(UNIT)) and not ($(TIMED))" --durations=10; docker=$$?; \
+	      $(VENV)/bin/pytest -q -m "not docker and not ($(UNIT)) and not ($(TIMED))" --durations=10 tests/load; load=$$?; \
+	      echo $$(( docker || load )) >.rig/test-lane.rc; } >.rig/test-lane.log 2>&1 ) & \
+	  $(VENV)/bin/pytest -q -m "not docker and not ($(UNIT)) and not ($(TIMED))" --ignore=tests/load --durations=15; e2e=$$?; wait; \
+	  echo "== the docker tests and the load e2e tests (run beside the others; .rig/test-lane.log):"; cat .rig/test-lane.log; \
+	  lane=$$(cat .rig/test-lane.rc); [ "$$e2e" = 0 ] && [ "$$lane" = 0 ]
 
 demo: setup ## boot tiny-cpu, stream a chat, load test, compare, shut down
 	$(RIG) demo

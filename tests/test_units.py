@@ -6,7 +6,9 @@ import os
 import stat
 import subprocess
 import sys
+import time
 import types
+from pathlib import Path
 
 import pytest
 
@@ -81,6 +83,11 @@ def test_redact_keeps_only_allowed_values():
 def test_process_identity_tells_a_reused_pid_apart():
     child = subprocess.Popen(["sleep", "30"], start_new_session=True, env={**os.environ, "RIG_BOOT_ID": "boot-a"})
     try:
+        # Until the child has exec'd, /proc shows the parent's environment: wait for `sleep` itself
+        # (on a loaded box the fork-to-exec window is long enough to be read).
+        cmdline = Path(f"/proc/{child.pid}/cmdline")
+        while child.poll() is None and cmdline.read_bytes().split(b"\0")[0] != b"sleep":
+            time.sleep(0.001)
         me = kernel.identity(child.pid)
         assert me is not None and me.kernel_boot == kernel.kernel_boot_time()
         assert abs(me.started - __import__("time").time()) < 30

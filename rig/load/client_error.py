@@ -128,7 +128,8 @@ class LagProfile:
         array = np.asarray(self.samples)
         long = array > LAG_PERIOD_S
         stretch = array + LAG_PERIOD_S * long  # the longest stretch each sample may have come from
-        top = float(stretch.max()) + (0.0 if long.any() else LAG_PERIOD_S)
+        # (stretches reach a second either side of the window: a request sent inside it is read after it)
+        top = max([float(stretch.max()), *(delay for _, _, delay in self.stretches)]) + (0.0 if long.any() else LAG_PERIOD_S)
         out = []
         for level in (*(float(v) for v in np.percentile(array, [90, 99, 99.9])), top):
             later = stretch > level
@@ -184,7 +185,7 @@ def _quantile_bound(samples: list[float], times: list[tuple[float, float]], quan
             continue  # as many samples may be late as lie on one side of the quantile: nothing holds it but the top level
         low, mid, high = np.percentile(array, [100 * max(quantile - q, 0.0), 100 * quantile, 100 * min(quantile + q, 1.0)])
         bounds.append((sample_error * lv.level + max(high - mid, mid - low)) / value)
-    return min(bounds)  # the top level (no sample late beyond it) is always a candidate
+    return min(bounds, default=UNBOUNDED)  # the top level (no sample late beyond it) is a candidate whenever nothing outlasts it
 
 
 def _aggregate_bound(done: list[Done], window: Window, profile: LagProfile) -> float | None:

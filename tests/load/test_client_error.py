@@ -151,6 +151,7 @@ def test_every_reported_figure_has_a_bound():
     assert set(FIGURES) == set(BOUNDS) == {f.name for f in HEADLINE.values()} | {f.name for f in LATENCY}
 
 
+@pytest.mark.slow  # a calibration simulation: `make test` runs it, `make test-fast` does not
 @pytest.mark.parametrize("profile", sorted(PROFILES))
 @pytest.mark.parametrize("users", [1, 8])
 def test_each_figure_is_within_its_bound_of_the_truth(profile, users):
@@ -183,3 +184,14 @@ def test_no_lag_samples_is_no_bound():
     bounds = client_bounds(records, window, [ClientStats(process="p", lag=[])], limit=0.01)
     assert all(b.bound is None and not b.holds and b.reason == "no lag samples inside the window" for b in bounds.values())
     assert all(not b.holds for b in client_bounds(records, window, [], limit=0.01).values())
+
+
+def test_a_long_stretch_just_outside_the_window_still_bounds_every_figure():
+    """A stall a moment after the window closes reaches the last chunks of requests sent inside it:
+    its delay bounds them, whatever the samples inside the window say."""
+    records, _ = closed_loop(None, 2, 8.0, 16, 0.1, 0.02)
+    window = Window(start=START + 1, end=START + 5, run_start=START, run_end=START + 8, steady=True, opened_by="simulated")
+    lag = [(START + 1 + 0.012 * k, 0.0005) for k in range(400)] + [(START + 5.2, 0.25)]
+    bounds = client_bounds(records, window, [ClientStats(process="p", lag=lag)], limit=0.01)
+    assert all(b.bound is not None for b in bounds.values()), bounds
+    assert bounds["itl_p99_ms"].bound > 1 and not bounds["itl_p99_ms"].holds
