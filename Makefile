@@ -32,7 +32,7 @@ help: ## this list
 $(VENV)/.rig-setup: pyproject.toml adapter/pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --no-compile -e ".[dev]" -e ./adapter
+	$(PY) -m pip install --quiet -e ".[dev]" -e ./adapter
 	$(PY) -m rig_adapters install-pth
 	touch $@
 
