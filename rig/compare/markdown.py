@@ -8,6 +8,7 @@ from rig.compare.percentiles import min_count
 from rig.compare.quality import quality_line
 from rig.compare.report import Analysis
 from rig.compare.stats import CONFIDENCE, RATIO, Comparison, pairs_needed
+from rig.load.client_error import share_text
 
 
 def _num(value: float) -> str:
@@ -146,7 +147,7 @@ def _figures(analysis: Analysis) -> list[str]:
 def client_line(scenario: str, bounds: dict[str, float]) -> str:
     """How far the client's own timing could have moved each figure, at worst over the rounds it was read from."""
     return (f"Client timing, {scenario} (the most it could move a figure, over the rounds read for it): "
-            + ", ".join(f"{name} +/- {100 * bound:.2g}%" for name, bound in bounds.items()) + ".")
+            + ", ".join(f"{name} +/- {share_text(bound)}" for name, bound in bounds.items()) + ".")
 
 
 def _target_section(analysis: Analysis) -> list[str]:

@@ -44,7 +44,7 @@ from rig.compare.stats import (
     paired_blocks,
     target_met,
 )
-from rig.load.client_error import UNBOUNDED
+from rig.load.client_error import UNBOUNDED, share_text
 from rig.load.scenarios import load_scenario
 from rig.load.summary import HEADLINE, LATENCY, Figure, LatencyFigure
 from rig.typed import Typed, Versioned
@@ -337,7 +337,7 @@ def scenario_result(plan: ComparePlan, figures: ScenarioFigures, family: Seconda
                              f"per boot, these boots had {counts[0]}-{counts[1]} (more rounds or a longer duration_s)")
             elif c.pairs < MIN_PAIRS and percentile.client_left_out:
                 left = percentile.client_left_out
-                c.verdict = (f"refused, not part of the family: the client's timing could move it by up to {100 * max(left):.2g}% "
+                c.verdict = (f"refused, not part of the family: the client's timing could move it by up to {share_text(max(left))} "
                              f"in {len(left)} round(s) left out for it (the scenario's client_error_limit; a quieter client)")
             latency[percentile.figure.name][arm] = c
     goodput = {}

@@ -148,6 +148,12 @@ def _late_samples(times: list[tuple[float, float]], lv: DelayLevel, profile: Lag
     return min(n, short + reached)
 
 
+def share_text(bound: float) -> str:
+    """A bound as the reports print it: a share of the figure; from 100% on, the client could have
+    made the figure up, and a larger number says nothing more."""
+    return f"{100 * bound:.2g}%" if bound < 1 else "over 100%"
+
+
 def _share_of_reported(share_of_truth: float) -> float:
     """A bound stated as a share of the truth, restated as one of the reported figure."""
     return share_of_truth / (1 - share_of_truth) if share_of_truth < 1 else UNBOUNDED
@@ -302,7 +308,7 @@ def client_bounds(records: list[RequestRecord], window: Window, clients: list[Cl
         if worst is None:
             reason = "no lag samples inside the window" if unmonitored else "no samples of it inside the window"
         elif worst > limit:
-            reason = f"the client's timing could move it by {100 * worst:.2g}% > {100 * limit:.2g}%"
+            reason = f"the client's timing could move it by {share_text(worst)} > {share_text(limit)}"
         else:
             reason = None
         out[name] = ClientBound(bound=worst, limit=limit, holds=reason is None, reason=reason)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from rig.atomic import write_text_atomic
+from rig.load.client_error import share_text
 from rig.load.summary import RunSummary
 
 COLUMNS: list[tuple[str, Callable[[RunSummary], Any]]] = [
@@ -122,10 +123,10 @@ def client_note(summary: RunSummary) -> str:
     """Each figure with the most the client's timing could have moved it: 'itl_p50_ms +/- 0.3% (client)'."""
     parts = []
     for figure, bound in summary.client.figures.items():
-        amount = "unbounded" if bound.bound is None else f"+/- {100 * bound.bound:.2g}%"
+        amount = "unbounded" if bound.bound is None else f"+/- {share_text(bound.bound)}"
         parts.append(f"{figure} {amount}" + ("" if bound.holds else " NOT USABLE"))
     limit = next(iter(summary.client.figures.values())).limit
-    return f"{summary.name}: client timing (limit {100 * limit:.2g}%): " + ", ".join(parts)
+    return f"{summary.name}: client timing (limit {share_text(limit)}): " + ", ".join(parts)
 
 
 def write_run(out_dir: Path, summary: RunSummary) -> None:
