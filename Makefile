@@ -56,16 +56,16 @@ test-fast: setup ## unit tests: no server boot, no Locust run, no container (eve
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest -q -m "$(UNIT)" -n 2 --durations=10
 
-test: setup ## the whole suite (what CI runs): unit tests, then timed and slow ones, on 2 processes; then e2e tests one at a time in two lanes (docker and workloads beside the rest: 19.6 min in all measured)
+test: setup ## the whole suite (what CI runs): unit tests, then timed and slow ones, on 2 processes; then e2e tests one at a time in two lanes (docker and load beside the rest: CI 19.6 min in all, measured)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest -q -m "$(UNIT)" -n 2 --durations=10
 	$(VENV)/bin/pytest -q -m "$(TIMED)" -n 2 --durations=10
 	@mkdir -p .rig; rm -f .rig/test-lane.rc; \
 	  ( { $(VENV)/bin/pytest -q -m "docker and not ($(UNIT)) and not ($(TIMED))" --durations=10; docker=$$?; \
-	      $(VENV)/bin/pytest -q -m "not docker and not ($(UNIT)) and not ($(TIMED))" --durations=10 tests/load/test_workloads_tiny.py; load=$$?; \
+	      $(VENV)/bin/pytest -q -m "not docker and not ($(UNIT)) and not ($(TIMED))" --durations=10 tests/load; load=$$?; \
 	      echo $$(( docker || load )) >.rig/test-lane.rc; } >.rig/test-lane.log 2>&1 ) & \
-	  $(VENV)/bin/pytest -q -m "not docker and not ($(UNIT)) and not ($(TIMED))" --ignore=tests/load/test_workloads_tiny.py --durations=15; e2e=$$?; wait; \
-	  echo "== the docker tests and the workload e2e tests (run beside the others; .rig/test-lane.log):"; cat .rig/test-lane.log; \
+	  $(VENV)/bin/pytest -q -m "not docker and not ($(UNIT)) and not ($(TIMED))" --ignore=tests/load --durations=15; e2e=$$?; wait; \
+	  echo "== the docker tests and the load e2e tests (run beside the others; .rig/test-lane.log):"; cat .rig/test-lane.log; \
 	  lane=$$(cat .rig/test-lane.rc); [ "$$e2e" = 0 ] && [ "$$lane" = 0 ]
 
 demo: setup ## boot tiny-cpu, stream a chat, load test, compare, shut down

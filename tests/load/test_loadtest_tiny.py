@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -119,6 +120,12 @@ def test_interrupt_writes_the_summary_of_what_was_measured(tiny, monkeypatch, tm
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["interrupted"]
 
 
+def measured(loadtest: subprocess.CompletedProcess[str]) -> bool:
+    """A load test that ran: usable (0), or not usable (4) because the client could not measure its
+    headline on a busy box, and then it must say so (that the box was quiet is not this test's to assert)."""
+    return loadtest.returncode == 0 or (loadtest.returncode == 4 and "client INVALID" in loadtest.stdout)
+
+
 def test_attach_mode_measures_a_server_rig_did_not_start(tiny, tmp_path):
     """`rig loadtest --url`: the boot identity comes from the process listening on the port, so the
     first run against it is the warmup and a second invocation measures at once."""
@@ -129,14 +136,14 @@ def test_attach_mode_measures_a_server_rig_did_not_start(tiny, tmp_path):
            "RIG_MODEL_DIR": target.model_dir or ""}
     args = ["loadtest", "--url", target.record.base_url, "--scenario", "prose-c1", "--small", "--duration", "2", "--workers", "1"]
     first = rig_cli(*args, env=env)
-    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    assert measured(first), first.stdout[-2000:] + first.stderr[-2000:]
     assert "attached to" in first.stdout and "(process-" in first.stdout, first.stdout[-500:]
     boots = list((tmp_path / "results" / "boots").glob("attached-*"))
     assert len(boots) == 1
     runs = [json.loads(line) for line in (boots[0] / "runs.jsonl").read_text().splitlines()]
     assert [r["warmup"] for r in runs] == [True, False]
     second = rig_cli(*args, env=env)
-    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
+    assert measured(second), second.stdout[-2000:] + second.stderr[-2000:]
     runs = [json.loads(line) for line in (boots[0] / "runs.jsonl").read_text().splitlines()]
     assert [r["warmup"] for r in runs] == [True, False, False]
     summaries = sorted((tmp_path / "results" / "attached").glob("*/prose-c1/summary.json"))
