@@ -107,7 +107,7 @@ base_image() {
   if [[ ! -f $tarball ]]; then
     local root=$LAB/cache/rootfs mirror
     mirror=$(mirror_url)
-    mirror=${mirror:-http://deb.debian.org/debian}
+    [[ -n $mirror ]] || { echo "lab: no Debian mirror in /etc/apt/sources.list{,.d/*.sources}; fix: add the machine's apt source (a 'deb URL ...' or 'URIs: URL' line)" >&2; exit 1; }
     rm -rf "$root" && mkdir -p "$root"
     say "debootstrap --variant=minbase $SUITE from $mirror"
     debootstrap --variant=minbase "$SUITE" "$root" "$mirror" >"$LAB/debootstrap.log" 2>&1 || { tail -5 "$LAB/debootstrap.log"; exit 1; }

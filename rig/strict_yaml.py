@@ -40,7 +40,7 @@ class YamlRefused(ValueError):
         return self.field or (f"line {self.line}" if self.line else "(file)")
 
 
-# ---- YAML 1.2 core schema (https://yaml.org/spec/1.2.2/#1032-tag-resolution) -------------------
+# ---- YAML 1.2 core schema (the spec's section 10.3.2, tag resolution) ----------------------------
 _CORE_BOOL = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
 _CORE_INT = re.compile(r"[-+]?[0-9]+")
 _CORE_OCT = re.compile(r"0o[0-7]+")
