@@ -37,6 +37,12 @@ from rig.typed import Typed
 CONFIDENCE = 0.95
 BIN_RATIO = 1.001
 _LOG_BIN = math.log(BIN_RATIO)
+# A boot's percentile is a bin's geometric centre, or lies between two: within half a bin (in ln) of
+# its samples' own type-8 quantile. A difference of two arms' mean ln-percentiles is therefore within
+# one bin of the samples' own: the comparison widens its interval by that much. Without it, boots
+# whose percentiles fall in the same bins (H200 TPOT p50 at c=1: boot sd 0.07%, bins of 0.1%) gave
+# identical pair differences and an interval of zero width (2026-12-01, evening).
+DIFFERENCE_RESOLUTION = _LOG_BIN
 
 
 def min_count(quantile: float, confidence: float = CONFIDENCE) -> int:

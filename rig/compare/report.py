@@ -28,7 +28,7 @@ from rig.compare.conditions import (
 from rig.compare.effects import KnownEffect, known_effects
 from rig.compare.identity import BatchingIdentity, GreedyIdentity, OutputKey, batching_identity, greedy_report, load_test_outputs
 from rig.compare.model import COMPARE_SCHEMA, BootEntry, ComparePlan
-from rig.compare.percentiles import min_count, percentile_label, pooled_percentile
+from rig.compare.percentiles import DIFFERENCE_RESOLUTION, min_count, percentile_label, pooled_percentile
 from rig.compare.quality import Encode, QualityReport, analyze_quality
 from rig.compare.stats import (
     CONFIDENCE,
@@ -329,7 +329,8 @@ def scenario_result(plan: ComparePlan, figures: ScenarioFigures, family: Seconda
         latency[percentile.figure.name] = {}
         for arm in arms[1:]:
             c = compare_boots(percentile.values.get(baseline, {}), percentile.values.get(arm, {}), percentile.figure.name,
-                              False, target, family.confidence, first, unit=percentile.figure.unit, names=(baseline, arm))
+                              False, target, family.confidence, first, unit=percentile.figure.unit, names=(baseline, arm),
+                              resolution=DIFFERENCE_RESOLUTION)
             c.support = percentile.support((baseline, arm))
             refused, counts = c.support.refused(), c.support.count_range()
             if refused and c.pairs < MIN_PAIRS and counts:

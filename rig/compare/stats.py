@@ -216,12 +216,16 @@ def compare_boots(baseline: dict[int, list[float]], arm: dict[int, list[float]],
                   higher_is_better: bool = True, target_pct: float = DEFAULT_TARGET_PCT,
                   confidence: float = CONFIDENCE, first_stage: int | None = None, scale: str = RATIO,
                   unit: str = "", words: tuple[str, str] | None = None,
-                  names: tuple[str, str] = ("baseline", "arm")) -> Comparison:
+                  names: tuple[str, str] = ("baseline", "arm"), resolution: float = 0.0) -> Comparison:
     """`baseline[block]` / `arm[block]`: the usable round figures of that arm's boot in that ABBA
     block (a voided boot or one without usable rounds is absent or empty). `first_stage`: the
     comparison ran under `--target` (Stein's procedure): the sd comes from the pairs of the first
     `first_stage` blocks only, with their degrees of freedom, and the mean from every pair.
-    `words`: what a positive and a negative resolved delta are called."""
+    `words`: what a positive and a negative resolved delta are called. `resolution`: the most the
+    difference of the two arms' means can be off because each boot's value is read at a finite
+    resolution (in the units of the differences: ln for RATIO). It is a bound, not noise, so it widens
+    the interval as it is: boot values that agree to within their resolution (every pair the same
+    difference, sd 0) would otherwise give an interval of zero width."""
     excluded: list[str] = []
     if scale == RATIO:
         for name, boots in zip(names, (baseline, arm)):
@@ -285,8 +289,10 @@ def compare_boots(baseline: dict[int, list[float]], arm: dict[int, list[float]],
         sd, df = float(np.std(first, ddof=1)), len(first) - 1
         common["method"] = (f"Stein two-stage: t interval on {what} of ABBA boot-pair means, {len(blocks)} pair(s), "
                             f"sd from the {len(first)} first-stage pair(s), {df} df, {_confidence_label(confidence)}")
-    half = t_quantile(df, confidence) * sd / math.sqrt(len(blocks))
+    half = t_quantile(df, confidence) * sd / math.sqrt(len(blocks)) + resolution
     low, high = mean - half, mean + half
+    if resolution:
+        common["method"] += f", widened by the values' resolution (+/-{factor * resolution:.3g}{'%' if scale == RATIO else ''})"
     decided = low > 0 or high < 0
     verdict = (positive if mean > 0 else negative) if decided else "no difference resolved (the interval spans 0)"
     if scale == RATIO:
