@@ -28,6 +28,7 @@ MULTINODE_ADDR_VAR = "RIG_DIST_INIT_ADDR"
 RIG_OWNED_ENV = (KEY_VARIABLE, "RIG_BOOT_ID", "RIG_ADAPTER_MANIFEST_DIR", "RIG_MANIFEST_DIR", "RIG_MODEL_DIR",
                  IMAGE_TAG_VARIABLE, "RIG_ENGINE", MULTINODE_ADDR_VAR)
 ROUNDING_FILE = Path(__file__).resolve().parent / "audit" / "engine_rounding.yaml"
+CACHE_RESET_WAIT_S = 60  # how long an engine that can wait for idleness before emptying its cache may take
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,8 @@ class CacheReset:
     path: str
     requires_env: dict[str, str] = field(default_factory=dict)
     why: str = ""
+    params: dict[str, str] = field(default_factory=dict)  # query parameters of the POST
+    busy: str = ""  # what an answer of 400 means for this engine (said with the error)
 
 
 @dataclass(frozen=True)
@@ -151,11 +154,22 @@ ENGINES: dict[str, Engine] = {
                                                                           ("-m", "sglang.launch_server")),
                argv=_sglang, multinode=_sglang_multinode, length_pinning={"ignore_eos": True},
                scoring="sglang-input-logprobs",
-               cache_reset=CacheReset("/flush_cache"), plugin_group="sglang.srt.plugins",
+               # /flush_cache answers 400 while requests run or wait (http_server.py:1025-1040 in 0.5.23);
+               # with ?timeout=S the scheduler defers the flush until it is idle, up to S seconds
+               # (managers/scheduler_components/flush_wrapper.py, 0.5.17 and later).
+               cache_reset=CacheReset("/flush_cache", params={"timeout": str(CACHE_RESET_WAIT_S)},
+                                      busy=f"requests were still running or waiting after SGLang's own {CACHE_RESET_WAIT_S} s wait"),
+               report_args=("--enable-cache-report",),  # usage.prompt_tokens_details: cached prompt tokens
+               plugin_group="sglang.srt.plugins",
                no_key_reason=("SGLang logs its server arguments, api_key included, at every start "
-                              "(sglang/srt/entrypoints/engine.py:311 in 0.5.23 redacts only watermark keys): the key "
+                              "(launch_server: sglang/srt/entrypoints/engine.py:1185 in 0.5.23, :1059 in 0.5.17; "
+                              "_server_args_for_logging redacts only watermark keys): the key "
                               "would land in the boot log; put an authenticating proxy in front of SGLang instead"),
-               compile_caches=(("SGLANG_CACHE_DIR", "~/.cache/sglang"), *_TORCH_CACHES),
+               # FlashInfer JIT-compiles its kernels under $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer
+               # (flashinfer/jit/env.py, base: the home directory); DeepGEMM's JIT cache is
+               # SGLANG_DG_CACHE_DIR (~/.cache/deep_gemm in 0.5.17, under SGLANG_CACHE_DIR in 0.5.23).
+               compile_caches=(("SGLANG_CACHE_DIR", "~/.cache/sglang"), ("FLASHINFER_WORKSPACE_BASE", "~/.cache/flashinfer"),
+                               ("SGLANG_DG_CACHE_DIR", "~/.cache/deep_gemm"), *_TORCH_CACHES),
                # sglang/srt/server_args.py; --config would let a recipe replace rig's own settings.
                owned_flags=("--model-path", "--model", "--host", "--port", "--api-key", "--admin-api-key", "--config",
                             "--tp-size", "--tensor-parallel-size", "--ep-size", "--expert-parallel-size", "--nnodes",

@@ -108,6 +108,7 @@ class AdapterSpec:
 
 _FP8_UTILS = "sglang.srt.layers.quantization.fp8_utils"
 _FP8 = "sglang.srt.layers.quantization.fp8"
+_LINEAR = "sglang.srt.layers.linear"
 # Where SGLang binds the MXFP8 linear for block-FP8 weights served as MXFP8 (a partial per backend).
 _MXFP8_DISPATCH = f"{_FP8_UTILS}.dispatch_block_fp8_mxfp8_linear"
 _B12X_MM_MXFP8 = KernelEntry(
@@ -161,6 +162,8 @@ REGISTRY: tuple[AdapterSpec, ...] = (
         settings=("DSV41_SHARED_PAD_BUF_ROWS",),
         engines=("sglang",),
         targets=(
+            Target(_LINEAR, "LinearBase.__init__", "install_names",
+                   ("self", "input_size", "output_size", "skip_bias_add", "params_dtype", "quant_config", "prefix")),
             Target(_FP8, "Fp8LinearMethod._prepare_block_fp8_as_mxfp8", "install_prepare", ("self", "layer"),
                    callers=(f"{_FP8}.Fp8LinearMethod.process_weights_after_loading_block_quant",)),
             Target(_FP8_UTILS, "flashinfer_mxfp8_blockscaled_linear", "install_linear", _MXFP8_LINEAR_PARAMS,

@@ -96,7 +96,7 @@ wait)
 gputest)
   [ -f "$MARK" ] || exit 42
   source benchmarks/h200/env.sh || exit 3
-  timeout -k 5 400 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_vllm_gpu.py -k tp1 > "$OUT/vllm-gpu-test.txt" 2>&1
+  timeout -k 5 400 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_engines_gpu.py -k "llama-h200 and tp1" > "$OUT/vllm-gpu-test.txt" 2>&1
   tail -30 "$OUT/vllm-gpu-test.txt"
   ;;
 session)

@@ -16,7 +16,7 @@ RIG_API_KEY=sk-session-planted-77aa step python3 -m rig compare llama-h200 \
   --arm off:@delay,RIG_TOKEN_DELAY_MS=0 --arm on:@delay,RIG_TOKEN_DELAY_MS=100 \
   --arm same:@delay,RIG_TOKEN_DELAY_MS=0 \
   --boots 2 --rounds 2 --scenario prose-c1 --small --duration 8 2>&1
-step python3 -m pytest -m gpu tests/gpu/test_vllm_gpu.py -v -s -p no:cacheprovider -k "${RIG_GPU_TESTS:-llama}" 2>&1
+step python3 -m pytest -m gpu tests/gpu/test_engines_gpu.py -v -s -p no:cacheprovider -k "${RIG_GPU_TESTS:-llama}" 2>&1
 # the key must be in no file: results, vLLM's compile cache (it writes VLLM_* variables there), shared memory
 leaks=$(grep -rl "sk-session-planted-77aa" /tmp/rig-results ~/.cache/vllm /tmp/torchinductor_* /dev/shm 2>/dev/null)
 [ -z "$leaks" ] && echo "planted key: in no file" || echo "!!! planted key found in: $leaks"

@@ -80,14 +80,26 @@ def _sglang_top(entries: list[list[Any]] | None) -> dict[int, float]:
     return {int(entry[1]): float(entry[0]) for entry in entries or []}
 
 
+def _sglang_matches(returned: list[int], sent: list[int]) -> bool:
+    """SGLang echoes a prompt id >= vocab_size - 1 as 0 in input_token_logprobs (0.5.23
+    scheduler_components/logprob_result_processor.py:53-55, "clip padded hash values"): there a 0
+    stands for any id, and only the other positions can be held to what was sent."""
+    return len(returned) == len(sent) and all(r == s or r == 0 for r, s in zip(returned, sent))
+
+
 def _sglang_generate(http: Any, base_url: str, model: str, probe: Probe, max_tokens: int, pinning: dict[str, Any]) -> Generation:
-    """SGLang's native /generate (sglang 0.5.17 io_struct.GenerateReqInput): the prompt's ids come back
-    as `input_token_logprobs` from logprob_start_len 0, the continuation as `output_ids`."""
-    body = _sglang_post(http, base_url, {"text": probe.text, "logprob_start_len": 0,
+    """SGLang's native /generate (sglang 0.5.17 io_struct.GenerateReqInput) on the ids its own
+    /v1/tokenize gives the probe's text, so the prompt's ids are known exactly (the echo in
+    input_token_logprobs turns the vocabulary's last ids into 0); the continuation is `output_ids`."""
+    tokenized = http.post(f"{base_url}/v1/tokenize", json={"model": model, "prompt": probe.text}, timeout=60)
+    tokenized.raise_for_status()
+    prompt = [int(i) for i in tokenized.json()["tokens"]]
+    body = _sglang_post(http, base_url, {"input_ids": prompt, "logprob_start_len": 0,
                                          "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0, **pinning}})
     meta = body["meta_info"]
-    return Generation(prompt_ids=[int(entry[1]) for entry in meta["input_token_logprobs"]],
-                      output_ids=[int(i) for i in body["output_ids"]], text=body.get("text") or "",
+    if not _sglang_matches([int(entry[1]) for entry in meta["input_token_logprobs"]], prompt):
+        raise ValueError("SGLang echoed other prompt ids than it was sent (logprob_start_len semantics changed?)")
+    return Generation(prompt_ids=prompt, output_ids=[int(i) for i in body["output_ids"]], text=body.get("text") or "",
                       top=[_sglang_top(position) for position in meta.get("output_top_logprobs") or []] or None)
 
 
@@ -100,7 +112,7 @@ def _sglang_score(http: Any, base_url: str, model: str, reference: Generation) -
                                          "sampling_params": {"max_new_tokens": 1, "temperature": 0}})
     meta = body["meta_info"]
     entries, tops = meta["input_token_logprobs"][1:], (meta.get("input_top_logprobs") or [])[1:]
-    if [int(entry[1]) for entry in entries] != output:
+    if not _sglang_matches([int(entry[1]) for entry in entries], output):
         raise ValueError("SGLang scored other tokens than the reference continuation (logprob_start_len semantics changed?)")
     return Score(logprobs=[float(entry[0]) for entry in entries], top=[_sglang_top(position) for position in tops],
                  sequence=sequence_digest(reference))

@@ -15,7 +15,7 @@ from rig.boot import BootRecord, current_boot, driver_for
 from rig.boot.base import BootDriver
 from rig.boot.native import NativeDriver
 from rig.deploy.recipe import Resolved, load
-from rig.engines import engine
+from rig.engines import CACHE_RESET_WAIT_S, engine
 from rig.errors import RigError
 from rig.load.prompts import TokenCounter
 from rig.load.runner import LoadTarget, run_scenario
@@ -81,10 +81,12 @@ def flush_prefix_cache(target: LoadTarget) -> str:
     if reset is None:
         return f"{target.engine_name} has no cache-reset endpoint: nothing flushed"
     with client.session() as http:
-        response = http.post(target.record.base_url + reset.path, timeout=60)
+        response = http.post(target.record.base_url + reset.path, params=reset.params or None, timeout=CACHE_RESET_WAIT_S + 30)
     if response.status_code >= 400:
         needs = "".join(f"; {target.engine_name} registers it only with {k}={v} ({reset.why})"
                         for k, v in reset.requires_env.items()) if response.status_code == 404 else ""
+        if response.status_code == 400 and reset.busy:
+            needs = f": {reset.busy}"
         raise RigError("command line", "--flush-cache", f"POST {reset.path} answered {response.status_code}{needs}",
                        "start the server with its cache-reset endpoint enabled, or drop --flush-cache")
     return f"prefix cache flushed ({reset.path})"

@@ -136,7 +136,8 @@ class TimedServer:
                 if not request.get("stream"):
                     # non-streamed completions are the quality tests' scored requests; anything else
                     # this server does not serve answers 404, as a real server would
-                    route = {"/v1/completions": toy_lm.complete, "/generate": toy_lm.generate}.get(path.split("?")[0])
+                    route = {"/v1/completions": toy_lm.complete, "/generate": toy_lm.generate,
+                             "/v1/tokenize": toy_lm.tokenize}.get(path.split("?")[0])
                     known = route is not None
                     data = json.dumps(route(request, self.perturb) if route else {"detail": "Not Found"}).encode()
                     status = b"200 OK" if known else b"404 Not Found"

@@ -10,6 +10,10 @@ import math
 import random
 
 VOCAB = tuple(range(32, 127))
+# Its vocabulary size as SGLang's model config would give it: ids 0..126. SGLang returns a prompt id
+# >= vocab_size - 1 as 0 in input_token_logprobs (logprob_result_processor.py:53-55 in 0.5.23),
+# so the toy's '~' (126) comes back as 0 there, as the last id of a real vocabulary does.
+VOCAB_SIZE = 127
 CONTEXT = 3  # tokens the next-token distribution depends on
 
 
@@ -82,6 +86,16 @@ def _sglang_entry(logprob: float | None, token: int) -> list:
     return [logprob, token, None]  # [logprob, token id, text]: text only with return_text_in_logprobs
 
 
+def _sglang_clipped(token: int) -> int:
+    return token if token < VOCAB_SIZE - 1 else 0
+
+
+def tokenize(request: dict, perturb: float = 0.0) -> dict:
+    """SGLang's /v1/tokenize (entrypoints/openai/protocol.py TokenizeRequest/TokenizeResponse)."""
+    tokens = encode(str(request.get("prompt") or ""))
+    return {"tokens": tokens, "count": len(tokens), "max_model_len": 4096}
+
+
 def generate(request: dict, perturb: float = 0.0) -> dict:
     """An SGLang-format /generate response (non-streamed), as sglang 0.5.17 builds it
     (managers/scheduler_components/logprob_result_processor.py, tokenizer_manager.py): greedy
@@ -100,7 +114,7 @@ def generate(request: dict, perturb: float = 0.0) -> dict:
     if request.get("return_logprob"):
         start = int(request.get("logprob_start_len", -1))
         positions = range(start, len(ids)) if 0 <= start < len(ids) else range(0)
-        meta["input_token_logprobs"] = [_sglang_entry(None if i == start else logprobs(ids[:i], perturb)[ids[i]], ids[i])
+        meta["input_token_logprobs"] = [_sglang_entry(None if i == start else logprobs(ids[:i], perturb)[ids[i]], _sglang_clipped(ids[i]))
                                         for i in positions]
         meta["output_token_logprobs"] = [_sglang_entry(dist[token], token) for token, dist in steps]
         if k:

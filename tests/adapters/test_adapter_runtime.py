@@ -58,6 +58,7 @@ def run_engine(script: str, env: dict[str, str], tmp_path: Path, standins: Path 
 
 
 ARM_SCRIPT = """
+import sglang.srt.layers.linear  # a model's import brings it in before any layer is built
 import sglang.srt.layers.quantization.fp8 as fp8
 import sglang.srt.layers.quantization.fp8_utils as fu
 import rig_adapters.runtime as runtime
@@ -99,6 +100,7 @@ def test_plugin_entry_point_path_is_idempotent_with_the_pth(tmp_path):
     for group in ("sglang.srt.plugins", "vllm.general_plugins"):
         (ep,) = [e for e in entry_points(group=group) if e.name == "rig_adapters"]
         ep.load()()
+    import sglang.srt.layers.linear
     import sglang.srt.layers.quantization.fp8
     import sglang.srt.layers.quantization.fp8_utils as fu
     print(fu.flashinfer_mxfp8_blockscaled_linear.__wrapped__.__rig_adapter__)

@@ -29,9 +29,10 @@ def load_standin(relative: str) -> types.ModuleType:
     return module
 
 
-def context(adapter: str, target_index: int, module: types.ModuleType) -> AdapterContext:
+def context(adapter: str, installer: str, module: types.ModuleType) -> AdapterContext:
     spec = BY_NAME[adapter]
-    return AdapterContext(spec, spec.targets[target_index], module)
+    (target,) = [t for t in spec.targets if t.installer == installer]
+    return AdapterContext(spec, target, module)
 
 
 def fp8_layer(n: int, k: int, prefix: str = "model.layers.3.mlp.shared_experts.down_proj", seed: int = 0):
@@ -112,19 +113,46 @@ def test_pad_layer_raises_on_every_mismatch(kind, match):
         shared_pad_k.pad_layer(layer, layer.prefix)
 
 
-def test_prepare_hook_pads_before_sglang_prepares(monkeypatch):
+def built_layer(linear: types.ModuleType, cls: str, n: int, k: int, prefix: str):
+    """A stand-in linear layer built as SGLang builds one (the name given as `prefix`, which the
+    class itself does not keep), carrying fp8_layer's block-FP8 weight and scales."""
+    layer = getattr(linear, cls)(k, n, prefix=prefix) if cls == "RowParallelLinear" else getattr(linear, cls)(k, [n // 2, n // 2], prefix=prefix)
+    loaded = fp8_layer(n, k, prefix)
+    layer.weight, layer.weight_scale_inv = loaded.weight, loaded.weight_scale_inv
+    return layer
+
+
+def test_prepare_hook_pads_the_layer_the_model_named_before_sglang_prepares(monkeypatch):
     monkeypatch.syspath_prepend(str(STANDINS))
     fp8 = load_standin("sglang/srt/layers/quantization/fp8.py")
-    shared_pad_k.install_prepare(context("shared_pad_k", 0, fp8))
+    linear = load_standin("sglang/srt/layers/linear.py")
+    shared_pad_k.install_names(context("shared_pad_k", "install_names", linear))
+    shared_pad_k.install_prepare(context("shared_pad_k", "install_prepare", fp8))
     method = fp8.Fp8LinearMethod.__new__(fp8.Fp8LinearMethod)
-    shared = fp8_layer(5120, 576)
-    other = fp8_layer(256, 576, prefix="model.layers.3.self_attn.o_proj")
+    shared = built_layer(linear, "RowParallelLinear", 5120, 576, "model.layers.3.mlp.shared_experts.down_proj")
+    assert not hasattr(shared, "prefix")  # the stock class keeps no name: the adapter recorded it
+    other = built_layer(linear, "RowParallelLinear", 256, 576, "model.layers.3.self_attn.o_proj")
     method._prepare_block_fp8_as_mxfp8(shared)
     method._prepare_block_fp8_as_mxfp8(other)
     assert shared.prepared == ((5120, 640), (160, 20))  # SGLang saw the padded shapes
     assert other.prepared == ((256, 576), (8, 18))  # not a shared expert: untouched
     method._prepare_block_fp8_as_mxfp8(shared)  # idempotent per layer
     assert shared.weight.shape == (5120, 640)
+    gate_up = built_layer(linear, "MergedColumnParallelLinear", 512, 576, "model.layers.3.mlp.shared_experts.gate_up_proj")
+    method._prepare_block_fp8_as_mxfp8(gate_up)
+    assert gate_up.prepared == ((512, 576), (16, 18))  # the shared expert's other linear: untouched
+
+
+def test_prepare_hook_refuses_a_layer_without_its_name(monkeypatch):
+    """A layer built without the wrapper (no recorded name, no prefix of its own) cannot be told
+    apart from the shared down_proj: the preparation raises rather than leave it unpadded."""
+    monkeypatch.syspath_prepend(str(STANDINS))
+    fp8 = load_standin("sglang/srt/layers/quantization/fp8.py")
+    linear = load_standin("sglang/srt/layers/linear.py")
+    shared_pad_k.install_prepare(context("shared_pad_k", "install_prepare", fp8))
+    unnamed = built_layer(linear, "RowParallelLinear", 5120, 576, "model.layers.3.mlp.shared_experts.down_proj")
+    with pytest.raises(RuntimeError, match="without the name it was built with"):
+        fp8.Fp8LinearMethod.__new__(fp8.Fp8LinearMethod)._prepare_block_fp8_as_mxfp8(unnamed)
 
 
 # ---- shared_pad_k: inputs ---------------------------------------------------------------
@@ -166,8 +194,8 @@ def test_pad_input_rejects_integer_activations():
 
 def _linear_stack():
     utils = load_standin("sglang/srt/layers/quantization/fp8_utils.py")
-    mxfp8_b12x.install_linear(context("mxfp8_b12x", 0, utils))
-    shared_pad_k.install_linear(context("shared_pad_k", 1, utils))
+    mxfp8_b12x.install_linear(context("mxfp8_b12x", "install_linear", utils))
+    shared_pad_k.install_linear(context("shared_pad_k", "install_linear", utils))
     return utils
 
 
@@ -203,7 +231,7 @@ def test_unpadded_mismatch_still_raises_upstream():
 def test_b12x_routes_accepted_shapes_and_rejects_k576_once(caplog):
     mxfp8_b12x.device_capability = lambda device: (12, 0)
     utils = load_standin("sglang/srt/layers/quantization/fp8_utils.py")
-    ctx = context("mxfp8_b12x", 0, utils)
+    ctx = context("mxfp8_b12x", "install_linear", utils)
     mxfp8_b12x.install_linear(ctx)
     linear = utils.flashinfer_mxfp8_blockscaled_linear
     with caplog.at_level(logging.WARNING, logger="rig_adapters"):
@@ -235,7 +263,7 @@ def test_b12x_runtime_error_falls_back():
         return "stock"
 
     module = types.SimpleNamespace(flashinfer_mxfp8_blockscaled_linear=upstream)
-    mxfp8_b12x.install_linear(context("mxfp8_b12x", 0, module))
+    mxfp8_b12x.install_linear(context("mxfp8_b12x", "install_linear", module))
     assert module.flashinfer_mxfp8_blockscaled_linear(torch.randn(2, 640), torch.zeros(256, 640), None) == "stock"
     assert calls == ["b12x", "cutlass"]
     assert (256, 640) in mxfp8_b12x.REJECTED
@@ -297,7 +325,7 @@ def test_w4a8_pad_is_bit_exact():
 def test_w4a8_wrapper_pads_per_mode_and_passes_aligned_through(monkeypatch):
     monkeypatch.setattr(w4a8_pad, "native_tail_support", lambda: None)
     module = load_standin("vllm/model_executor/layers/fused_moe/b12x.py")
-    w4a8_pad.install_prepare(context("w4a8_pad", 0, module))
+    w4a8_pad.install_prepare(context("w4a8_pad", "install_prepare", module))
     w1, w2, s1, s2 = experts()
     a8 = module.B12xExperts("w4a8_mx", s1, s2)
     assert a8._prepare_experts(w1=w1, w2=w2, activation="silu", params_dtype=torch.bfloat16)["intermediate_size"] == 384
@@ -315,7 +343,7 @@ def test_w4a8_wrapper_pads_per_mode_and_passes_aligned_through(monkeypatch):
 def test_w4a8_raise_paths(monkeypatch):
     monkeypatch.setattr(w4a8_pad, "native_tail_support", lambda: None)
     module = load_standin("vllm/model_executor/layers/fused_moe/b12x.py")
-    w4a8_pad.install_prepare(context("w4a8_pad", 0, module))
+    w4a8_pad.install_prepare(context("w4a8_pad", "install_prepare", module))
     w1, w2, s1, s2 = experts()
     interleaved = module.B12xExperts("w4a8_mx", s1, s2, w13_layout="interleaved")
     with pytest.raises(RuntimeError, match="interleaves"):
@@ -337,7 +365,7 @@ def test_w4a8_refuses_as_redundant_when_b12x_plans_tails_natively(tmp_path, monk
     monkeypatch.syspath_prepend(str(tmp_path))
     module = load_standin("vllm/model_executor/layers/fused_moe/b12x.py")
     with pytest.raises(Redundant, match="b12x 1.5.1 plans non-aligned shards natively"):
-        w4a8_pad.install_prepare(context("w4a8_pad", 0, module))
+        w4a8_pad.install_prepare(context("w4a8_pad", "install_prepare", module))
 
 
 def test_token_delay_needs_a_positive_delay(monkeypatch):
@@ -347,5 +375,5 @@ def test_token_delay_needs_a_positive_delay(monkeypatch):
     monkeypatch.setenv("RIG_TOKEN_DELAY_MS", "-3")
     module = types.SimpleNamespace(LlamaForCausalLM=type("LlamaForCausalLM", (), {"forward": lambda self, input_ids=None: 1}))
     with pytest.raises(Refused, match="positive"):
-        token_delay.install_forward(context("token_delay", 0, module))
+        token_delay.install_forward(context("token_delay", "install_forward", module))
     assert Path(token_delay.__file__).exists()

@@ -71,6 +71,7 @@ from rig_adapters.targets import check_caller  # noqa: E402
 
 FP8_UTILS = "sglang/srt/layers/quantization/fp8_utils.py"
 FP8 = "sglang/srt/layers/quantization/fp8.py"
+LINEAR = "sglang/srt/layers/linear.py"
 GEMM_BASE = "flashinfer/gemm/gemm_base.py"
 FI_UTILS = "flashinfer/utils.py"
 
@@ -109,7 +110,7 @@ def pinned_wheels():
 def _check_mutated(tmp_path, pinned_wheels, sglang_mutations=None, flashinfer_mutations=None):
     sglang, flashinfer = pinned_wheels
     engines = tmp_path / "cache" / "engines"
-    _mini_wheel(sglang, engines / "sglang-0.5.23" / sglang.name, [FP8_UTILS, FP8], sglang_mutations or {})
+    _mini_wheel(sglang, engines / "sglang-0.5.23" / sglang.name, [FP8_UTILS, FP8, LINEAR], sglang_mutations or {})
     _mini_wheel(flashinfer, engines / "flashinfer_python-0.7.2" / flashinfer.name, [GEMM_BASE, FI_UTILS],
                 flashinfer_mutations or {})
     return rig_cli("adapters", "check", "mia-tp4", env={"RIG_CACHE_DIR": str(tmp_path / "cache")})

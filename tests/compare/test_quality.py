@@ -222,3 +222,15 @@ def test_sglang_scoring_protocol_finds_a_numerics_change_and_not_identical_arms(
     assert drift(reference, same).mean_abs_dlogprob == 0.0
     figures = drift(reference, moved)
     assert 0 < figures.mean_abs_dlogprob < 0.2 and figures.kl > 0
+
+
+def test_sglang_prompt_ids_are_the_ones_sent_where_sglang_echoes_them_as_zero(toy_servers):
+    """SGLang echoes the vocabulary's last id as 0 (the toy's '~', 126, as logprob_result_processor.py
+    clips it): the prompt is tokenized by the server's own /v1/tokenize and sent as ids, so the
+    recorded prompt is what was generated from, and scoring accepts the echo's 0 for it."""
+    server = toy_servers(0.0)
+    probes = [Probe("tilde", "paths like ~/.cache and ~user")]
+    reference = collect(server, "toy", "sglang", probes, 12, None)
+    generation = reference.generations["tilde"]
+    assert generation.prompt_ids == list(probes[0].text.encode()) and 126 in generation.prompt_ids
+    assert len(reference.scores["tilde"].logprobs) == 12

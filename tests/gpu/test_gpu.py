@@ -75,7 +75,8 @@ def _wrapped_linear():
 
     module.flashinfer_mxfp8_blockscaled_linear = real
     mxfp8_b12x.install_linear(AdapterContext(BY_NAME["mxfp8_b12x"], BY_NAME["mxfp8_b12x"].targets[0], module))
-    shared_pad_k.install_linear(AdapterContext(BY_NAME["shared_pad_k"], BY_NAME["shared_pad_k"].targets[1], module))
+    (target,) = [t for t in BY_NAME["shared_pad_k"].targets if t.installer == "install_linear"]
+    shared_pad_k.install_linear(AdapterContext(BY_NAME["shared_pad_k"], target, module))
     return module.flashinfer_mxfp8_blockscaled_linear
 
 

@@ -14,6 +14,13 @@ is already a multiple of 128 is left alone.
    stable address. DSV41_SHARED_PAD_BUF_ROWS sets its rows (default 256); a larger batch
    (eager prefill) gets a fresh zeroed tensor, logged once.
 
+The layer is found by the name the model gives it. Stock SGLang's LinearBase and
+RowParallelLinear (the shared down_proj's class, models/deepseek_v2.py) receive that name as
+`prefix` and never store it (0.5.23 layers/linear.py:248-287, 1553-1700), so a wrapper of
+`LinearBase.__init__` records it on every linear layer as it is built, and the MXFP8 preparation
+reads it from there. A layer that reaches the preparation without one was built some other way:
+that raises rather than leaving the layer unpadded unnoticed.
+
 Every shape, dtype or scale-layout surprise raises: silent degradation under 32x32 scales
 is what produced garbage in the peer's wo_a path.
 """
@@ -21,6 +28,7 @@ is what produced garbage in the peer's wo_a path.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 from typing import Any
 
@@ -30,6 +38,7 @@ from rig_adapters.runtime import AdapterContext
 logger = logging.getLogger("rig_adapters")
 
 LAYER_MARK = "shared_experts.down_proj"
+NAME_ATTRIBUTE = "_rig_layer_name"  # the name (prefix) a linear layer was built with
 K_MULTIPLE = 128
 BLOCK = 32
 BUF_ROWS_ENV = "DSV41_SHARED_PAD_BUF_ROWS"
@@ -127,12 +136,40 @@ def pad_input(x: Any, weight: Any, target: int) -> Any:
     return buffer[:rows].view(*x.shape[:-1], target)
 
 
+def layer_name(layer: Any) -> str:
+    """The name a linear layer was built with: recorded by `install_names`, else the `prefix` the
+    few stock classes that keep one store (MergedColumnParallelLinear); raises for neither."""
+    name = getattr(layer, NAME_ATTRIBUTE, None)
+    if name is None:
+        name = getattr(layer, "prefix", None)
+    if not isinstance(name, str):
+        raise RuntimeError(
+            f"shared_pad_k: a {type(layer).__name__} reached MXFP8 preparation without the name it was built "
+            "with (LinearBase.__init__ did not run through rig's wrapper): cannot tell whether it is the shared "
+            "down_proj, refusing to guess"
+        )
+    return name
+
+
+def install_names(ctx: AdapterContext) -> None:
+    original = ctx.current
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        prefix = signature.bind(self, *args, **kwargs).arguments.get("prefix", "")
+        object.__setattr__(self, NAME_ATTRIBUTE, str(prefix))
+
+    ctx.replace(init, "records each linear layer's name (its prefix), which stock LinearBase does not keep")
+
+
 def install_prepare(ctx: AdapterContext) -> None:
     original = ctx.current
 
     @functools.wraps(original)
     def prepare(self: Any, layer: Any) -> Any:
-        prefix = str(getattr(layer, "prefix", ""))
+        prefix = layer_name(layer)
         if LAYER_MARK in prefix and not getattr(layer, "_rig_shared_pad_k", None):
             padded = pad_layer(layer, prefix)
             if padded is not None:

@@ -1,6 +1,6 @@
-"""Real vLLM on real GPUs, through rig's own commands: `rig up` (the native driver, the recipe's
-Python environment, adapters through vLLM's plugin entry point), `rig loadtest`, `rig down` with
-nothing left running. Runs where the recipe's engine environment and enough GPUs exist (the lent
+"""Real vLLM and SGLang on real GPUs, through rig's own commands: `rig up` (the native driver, the
+recipe's Python environment, adapters through the engine's plugin entry point), `rig loadtest`,
+`rig down` with nothing left running. Runs where the recipe's engine environment and enough GPUs exist (the lent
 H200 hosts: benchmarks/h200/README.md); everywhere else each test skips with one line."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from conftest import REPO, rig_cli
 
 from rig.boot.process import group_members
 from rig.deploy.recipe import parse_recipe
+from rig.engines import ENGINES
 
 pytestmark = [pytest.mark.gpu, pytest.mark.e2e]
 PLANTED = "sk-gpu-test-planted-4f1c"
@@ -32,13 +33,14 @@ def gpu_count() -> int:
 
 def engine_missing(recipe_name: str) -> str | None:
     """Why the recipe's engine cannot run here, or None."""
-    native = parse_recipe(REPO / "recipes" / f"{recipe_name}.yaml").native
+    recipe = parse_recipe(REPO / "recipes" / f"{recipe_name}.yaml")
+    native, package = recipe.native, ENGINES[recipe.engine.name].package
     interpreter = native.interpreter()
     if not os.access(interpreter, os.X_OK):
         return f"no engine interpreter {interpreter}"
-    probe = subprocess.run([interpreter, "-c", "import vllm"], env={**os.environ, "PYTHONPATH": os.pathsep.join(native.pythonpath)},
+    probe = subprocess.run([interpreter, "-c", f"import {package}"], env={**os.environ, "PYTHONPATH": os.pathsep.join(native.pythonpath)},
                            capture_output=True, text=True, check=False)
-    return None if probe.returncode == 0 else f"vllm does not import from {interpreter} with {native.pythonpath}"
+    return None if probe.returncode == 0 else f"{package} does not import from {interpreter} with {native.pythonpath}"
 
 
 def compute_apps() -> list[str]:
@@ -56,8 +58,11 @@ TP1_SCENARIOS = EVERY_SCENARIO if os.environ.get("RIG_GPU_EVERY_SCENARIO") == "1
     ("llama-h200", "tp1", 1, False, TP1_SCENARIOS),
     ("llama-h200", "tp2", 2, True, ["prose-c1"]),
     ("qwen2moe-h200", "ep2", 2, False, ["prose-c1"]),
+    # SGLang 0.5.17 (benchmarks/h200/offline-sglang), the same 8B widths: c=1 decode, a long context,
+    # a prefill and a loaded decode (chat-sharegpt: 16 users).
+    ("llama8b-sglang-h200", "tp1", 1, False, ["prose-c1", "decode-ctx3k", "prefill-8k", "chat-sharegpt"]),
 ])
-def test_rig_up_loadtest_down_on_real_vllm(tmp_path, recipe, variant, gpus, keyed, scenarios):
+def test_rig_up_loadtest_down_on_a_real_engine(tmp_path, recipe, variant, gpus, keyed, scenarios):
     if gpu_count() < gpus:
         pytest.skip(f"needs {gpus} CUDA GPU(s), found {gpu_count()}")
     missing = engine_missing(recipe)
@@ -113,9 +118,9 @@ def test_rig_up_loadtest_down_on_real_vllm(tmp_path, recipe, variant, gpus, keye
     if keyed:  # in no file: results, state, and what the engine writes itself (vLLM's compile cache holds
         # every VLLM_* variable of the process that compiled; shared memory)
         from rig.boot.engine_env import cache_dirs
-        from rig.engines import ENGINES
 
-        roots = [tmp_path, *cache_dirs(ENGINES["vllm"], dict(os.environ)).values(), Path("/dev/shm")]
+        roots = [tmp_path, *cache_dirs(ENGINES[parse_recipe(REPO / "recipes" / f"{recipe}.yaml").engine.name],
+                                       dict(os.environ)).values(), Path("/dev/shm")]
         leaked = [str(p) for root in roots if root.exists() for p in root.rglob("*")
                   if p.is_file() and not p.is_symlink() and PLANTED.encode() in p.read_bytes()]
         assert leaked == []
