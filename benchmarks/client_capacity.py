@@ -37,20 +37,11 @@ sys.path.insert(0, str(REPO / "adapter"))
 from rig.boot.base import BootRecord  # noqa: E402
 from rig.deploy.recipe import load  # noqa: E402
 from rig.load import runner  # noqa: E402
-from rig.load.prompts import TokenCounter  # noqa: E402
+from rig.load.prompts import FixedPrompts  # noqa: E402
 from rig.load.records import read_records  # noqa: E402
 from rig.load.runner import LoadTarget, run_scenario  # noqa: E402
 from rig.load.scenarios import Scenario  # noqa: E402
 from rig.load.wire import Prompt  # noqa: E402
-
-
-class FixedPrompts(TokenCounter):
-    def __init__(self) -> None:
-        self.tokenizer = None
-
-    @property
-    def source(self) -> str:
-        return "fixed benchmark prompt"
 
 
 def main() -> int:
@@ -99,7 +90,7 @@ def main() -> int:
         "distributed": args.workers > 1})
     try:
         summary = run_scenario(LoadTarget(load("tiny-cpu"), record, None), scenario, out / "run", workers=args.workers,
-                               counter=FixedPrompts(), prompts=[Prompt(name="p", text="hello", tokens=8)], progress=False)
+                               counter=FixedPrompts("fixed benchmark prompt"), prompts=[Prompt(name="p", text="hello", tokens=8)], progress=False)
         peer = run_aiperf(args, base_url, out / "aiperf") if args.aiperf else None
     finally:
         server.terminate()

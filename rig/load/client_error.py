@@ -7,11 +7,12 @@ the window are the delay distribution of that process. From it, per Locust proce
 
 - `level` L: a delay that few events exceed (candidates: the monitor's p90, p99, p99.9 and max);
 - the events later than L: short stretches (under the monitor's 10 ms period) in the share the
-  monitor met them, since it meets them as often as any event does; each long stretch (a sample
-  later than the period, taken as a period longer: it may have begun before the timer was due)
-  once per user, and for its share of the time;
-- `excess` X(L): the seconds of those stretches beyond L, each of which can hold up every user of
-  the process once.
+  monitor met them, since it meets them as often as any event does; and long stretches (a sample
+  later than the period, taken as a period longer: it may have begun before the timer was due),
+  each placed in time (`LagProfile.late_by`: from its earliest start to the monitor's next sample),
+  so that it counts only at the recorded times it reached;
+- X: the seconds of the long stretches, for the aggregate rate (each can hold up every user of the
+  process once).
 
 A figure's bound follows from how it is computed (rig.load.request_metrics, rig.load.metrics):
 
@@ -82,7 +83,6 @@ class LagProfile:
 
     process: str | None
     samples: tuple[float, ...]  # sorted, seconds
-    window_s: float
     users: int  # simulated users of this process inside the window
     # Long stretches in time: (from, to, delay). An event recorded inside [from, to] may be late by
     # up to `delay`: from the stretch's earliest start (the wake-up, less the lag and a period) to
@@ -99,7 +99,7 @@ class LagProfile:
             if lag > LAG_PERIOD_S and start - 1.0 <= wake <= end + 1.0:
                 after = timed[i + 1][0] if i + 1 < len(timed) else wake + LAG_PERIOD_S + lag
                 stretches.append((wake - lag - LAG_PERIOD_S, after, lag + LAG_PERIOD_S))
-        return cls(client.process, tuple(inside), max(end - start, 1e-9), users, tuple(stretches))
+        return cls(client.process, tuple(inside), users, tuple(stretches))
 
     def late_by(self, t: float) -> float:
         """How late a long stretch may have made an event recorded at t (0: none reached it)."""

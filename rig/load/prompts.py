@@ -117,6 +117,19 @@ class TokenCounter:
         return response.json()["prompt"]
 
 
+class FixedPrompts(TokenCounter):
+    """No tokenizer: for prompts a benchmark or a test gives as they are, against a server that
+    needs none (the timed server); `source` says so in the run's summary."""
+
+    def __init__(self, source: str = "fixed prompts") -> None:
+        super().__init__(None)
+        self._source = source
+
+    @property
+    def source(self) -> str:
+        return self._source
+
+
 def exact_prompt(counter: TokenCounter, ids: list[int], tokens: int) -> tuple[str, int]:
     """Text that re-encodes to exactly `tokens` tokens (cutting a BPE stream can merge at the edge)."""
     for delta in (0, -1, 1, -2, 2, -3, 3, -4, 4):

@@ -76,8 +76,6 @@ def run(design: Design, simulations: int, seed: int) -> dict:
 def test_nothing_changed_any_secondary_verdict_at_most_5_percent():
     design = Design(pairs=DEFAULT_BOOTS, rounds=DEFAULT_ROUNDS)
     null = run(design, SIMULATIONS, seed=17)
-    power = run(Design(pairs=DEFAULT_BOOTS, rounds=DEFAULT_ROUNDS, ttft_change=math.log(1.3), step_change=math.log(1.05)),
-                POWER_SIMULATIONS, seed=18)
     rate = {key: null[key] / SIMULATIONS for key in ("headline", "secondary", "any", "old")}
     counts = null["counts"]
     lines = [
@@ -92,11 +90,19 @@ def test_nothing_changed_any_secondary_verdict_at_most_5_percent():
         + ", ".join(f"{name} {100 * n / SIMULATIONS:.1f}%" for name, n in null["per_figure"].items()),
         f"{'any verdict in the report':44} {100 * rate['any']:5.1f}%",
         f"{'before: per-round percentiles, 95% each':44} {100 * rate['old']:5.1f}%",
-        f"power ({POWER_SIMULATIONS} comparisons, TTFT +30%, decode step +5%): headline {100 * power['headline'] / POWER_SIMULATIONS:.0f}%, "
-        + ", ".join(f"{name} {100 * n / POWER_SIMULATIONS:.0f}%" for name, n in power["per_figure"].items()),
     ]
     print("\n" + "\n".join(lines))
     assert rate["secondary"] <= ALPHA + MC_SLACK, rate
     assert rate["headline"] <= 1 - CONFIDENCE + MC_SLACK, rate
     assert rate["old"] > ALPHA + 2 * MC_SLACK, rate  # the simulation does catch the defect the family fixes
+
+
+def test_the_secondary_family_still_finds_a_real_change():
+    """The same design with TTFT +30% and the decode step +5% (its own test, so the two simulations
+    run on two workers side by side)."""
+    power = run(Design(pairs=DEFAULT_BOOTS, rounds=DEFAULT_ROUNDS, ttft_change=math.log(1.3), step_change=math.log(1.05)),
+                POWER_SIMULATIONS, seed=18)
+    print(f"\npower ({POWER_SIMULATIONS} comparisons, TTFT +30%, decode step +5%): headline "
+          f"{100 * power['headline'] / POWER_SIMULATIONS:.0f}%, "
+          + ", ".join(f"{name} {100 * n / POWER_SIMULATIONS:.0f}%" for name, n in power["per_figure"].items()))
     assert power["per_figure"]["ttft_p50_ms"] / POWER_SIMULATIONS > 0.35, power  # ~58% expected

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# SGLang's first contact with a real GPU (issue 26) on one lent H200, in calls that each end by packing
+# into $OUT (the host goes back ~30 s after a call returns, and everything with it). Written and
+# rehearsed before the sitting (RIG_REHEARSAL=1: tiny-cpu stands in for the engine); not yet run on a GPU.
+#
+#   here, once:  bash benchmarks/h200/offline-sglang/build.sh .gpu/sgl-parts   (~3 min, 475 MiB download)
+#   call 1: bash benchmarks/h200/sglang.sh first     carry .gpu/sgl-parts/sgl-part1 .gpu/sgl-parts/sgl-part2 .gpu/tools
+#   call 2: bash benchmarks/h200/sglang.sh start     carry .gpu/sgl-parts/sgl-part3 .gpu/sgl-parts/sgl-part4
+#                                                    .gpu/parts/part-client .gpu/parts/rig-wheels .gpu/tools
+#   call 3+: bash benchmarks/h200/sglang.sh wait 540 (no carry)
+#
+# Two SITEs: SGLang and its pinned transformers 5.12.1 in /tmp/sgl-site (the recipe's native.pythonpath);
+# the load client (Locust, from offline-vllm's part-client) and rig's own wheels in /tmp/site. rig runs
+# with /tmp/site then /tmp/sgl-site on its path (part-client's pyzmq and pydantic come from sgl-part1).
+# `first` installs the first two parts (the installer names the two still missing and exits 4: expected).
+# `start` installs the rest, checks that SGLang imports with its pinned transformers, and starts the
+# session detached: the GPU test (rig up, prose-c1 / decode-ctx3k / prefill-8k / chat-sharegpt, rig
+# down, nothing left running), then two boots of the recipe measured with rig's own commands (boot
+# time, c=1 decode, TTFT, prefill, J/token; the noise between boots), each step logged with its exit.
+# Every call but `first` begins with a guard (exit 42: the host was given back, start from call 1).
+set -u
+cd "$(dirname "$0")/../.." || exit 3
+OUT=${OUT:?the device tool sets OUT}
+RESULTS=/tmp/rig-results
+LOG=/tmp/session.log
+SITE=/tmp/sgl-site
+MARK=$SITE/.rig-first
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+
+pack() {
+  rm -f "$OUT"/rig-results.tar.xz*
+  tar -C /tmp -cf - --exclude='*.pyc' rig-results 2>/dev/null | xz -T0 -6 > /tmp/rig-results.tar.xz
+  split -b 15M -d -a 1 /tmp/rig-results.tar.xz "$OUT/rig-results.tar.xz." && rm /tmp/rig-results.tar.xz
+  cp "$LOG" "$OUT/" 2>/dev/null
+  ls -la "$OUT"
+  tail -25 "$LOG" 2>/dev/null
+}
+
+wait_done() {
+  local deadline=$((SECONDS + $1))
+  while [ $SECONDS -lt $deadline ]; do
+    grep -q "^SESSION DONE" "$LOG" 2>/dev/null && break
+    pgrep -f "sglang.sh session" >/dev/null || { echo "!!! the session is not running"; break; }
+    sleep 5
+  done
+}
+
+case "${1:-}" in
+first)
+  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,temperature.gpu --format=csv
+  ldd --version | head -1  # the image's glibc (offline-sglang README: the serving path needs 2.27)
+  bash benchmarks/h200/offline-sglang/install.sh .gpu/sgl-parts $SITE; echo "install exit $? (4 expected: parts 3-4 arrive next)"
+  touch "$MARK"
+  ;;
+start)
+  [ -f "$MARK" ] || exit 42
+  bash benchmarks/h200/offline-sglang/install.sh .gpu/sgl-parts $SITE || exit 3
+  bash .gpu/tools/install.sh .gpu/parts /tmp/site > /tmp/install.log 2>&1 || { cat /tmp/install.log; exit 3; }
+  python3 -m pip install -q --no-index --no-deps --disable-pip-version-check --target /tmp/site --upgrade \
+    .gpu/parts/rig-wheels/*.whl >> /tmp/install.log 2>&1 || { cat /tmp/install.log; exit 3; }
+  PYTHONPATH=$SITE python3 -c "import sglang, transformers; print('sglang', sglang.__version__, 'transformers', transformers.__version__)" || exit 3
+  PYTHONPATH=/tmp/site:$SITE:$PWD:$PWD/adapter python3 -c "import locust, re2, pydantic, zmq, rig.cli" || exit 3
+  setsid nohup bash benchmarks/h200/sglang.sh session > "$LOG" 2>&1 < /dev/null &
+  sleep 2
+  wait_done "${2:-480}"
+  pack
+  ;;
+wait)
+  [ -f "$MARK" ] || exit 42
+  wait_done "${2:-540}"
+  pack
+  ;;
+session)
+  if [ -n "${RIG_REHEARSAL:-}" ]; then
+    rig() { .venv/bin/rig "$@"; }
+    RECIPE=tiny-cpu
+    gpu_test() { echo "(rehearsal: no GPU test)"; }
+  else
+    export PYTHONPATH=/tmp/site:$SITE:$PWD:$PWD/adapter
+    rig() { python3 -m rig "$@"; }
+    RECIPE=llama8b-sglang-h200
+    gpu_test() { RIG_GPU_TEST_RESULTS=$RESULTS/gpu-test timeout -k 5 900 python3 -m pytest -q -s -p no:cacheprovider -m gpu \
+                   tests/gpu/test_engines_gpu.py -k sglang; }
+  fi
+  export RIG_RESULTS_DIR=$RESULTS
+  mkdir -p $RESULTS
+  step() { echo "=== $(date +%T) $*"; "$@"; local rc=$?; echo "=== $(date +%T) exit $rc"; return $rc; }
+  step gpu_test
+  for boot in 1 2; do  # two boots of one configuration: boot time, per-scenario figures, boot-to-boot noise
+    if step rig up "$RECIPE"; then
+      step rig loadtest "$RECIPE" --scenario prose-c1 --scenario decode-ctx3k --scenario prefill-8k --duration 10
+      step rig loadtest "$RECIPE" --scenario prose-c1 --duration 10
+    fi
+    step rig down "$RECIPE"
+    echo "boot $boot done"
+  done
+  echo "SESSION DONE $(date +%T)"
+  ;;
+*)
+  echo "usage: sglang.sh first | start [S] | wait [S] | session" >&2
+  exit 2
+  ;;
+esac
