@@ -35,23 +35,9 @@ LOG=/tmp/session.log
 MARK=/tmp/parts/.rig-first
 PARTS=/tmp/parts
 
-pack() {  # what the session produced so far: at most 8 files of at most 16 MiB come back from $OUT
-  rm -f "$OUT"/rig-results.tar.xz*
-  tar -C /tmp -cf - --exclude='compile-cache' --exclude='*.pyc' rig-results 2>/dev/null | xz -T0 -6 > /tmp/rig-results.tar.xz
-  split -b 15M -d -a 1 /tmp/rig-results.tar.xz "$OUT/rig-results.tar.xz." && rm /tmp/rig-results.tar.xz
-  cp "$LOG" /tmp/ps.log "$OUT/" 2>/dev/null
-  ls -la "$OUT"
-  tail -25 "$LOG" 2>/dev/null
-}
-
-wait_done() {  # up to $1 seconds, or until the session wrote its last line
-  local deadline=$((SECONDS + $1))
-  while [ $SECONDS -lt $deadline ]; do
-    grep -q "^SESSION DONE" "$LOG" 2>/dev/null && break
-    pgrep -f "resolution.sh session" >/dev/null || { echo "!!! the session is not running"; break; }
-    sleep 5
-  done
-}
+SESSION="resolution.sh session"
+# shellcheck source=benchmarks/h200/calls.sh
+source benchmarks/h200/calls.sh
 
 case "${1:-}" in
 prepare)  # here: part1 in two halves, each small enough to travel beside the tree
@@ -113,10 +99,12 @@ session)
   step() { echo "=== $(date +%T) $*"; "$@"; local rc=$?; echo "=== $(date +%T) exit $rc"; return $rc; }
   # Processes and their CPU every 5 s (compile workers alive during a window or not; who uses the CPU).
   ( while sleep 5; do echo "--- $(date +%T)"; ps -eo pid,ppid,pcpu,rss,etimes,comm --sort=-pcpu | head -12; done ) > /tmp/ps.log 2>&1 &
+  sampler=$!
   # The comparison with no design flags: the machine's first boot compiles, so it is kept as a burn-in
   # and booted again; then 4 ABBA pairs, 2 rounds of 10 s each, prose-c1.
   # shellcheck disable=SC2086 # RIG_SESSION_FLAGS holds several words (e.g. "--boots 2")
   step rig compare "$RECIPE" --arm "$OFF" --arm "$ON" ${RIG_SESSION_FLAGS:-}
+  kill "$sampler" 2>/dev/null
   echo "SESSION DONE $(date +%T)"
   ;;
 *)

@@ -27,23 +27,9 @@ SITE=/tmp/sgl-site
 MARK=$SITE/.rig-first
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 
-pack() {
-  rm -f "$OUT"/rig-results.tar.xz*
-  tar -C /tmp -cf - --exclude='*.pyc' rig-results 2>/dev/null | xz -T0 -6 > /tmp/rig-results.tar.xz
-  split -b 15M -d -a 1 /tmp/rig-results.tar.xz "$OUT/rig-results.tar.xz." && rm /tmp/rig-results.tar.xz
-  cp "$LOG" "$OUT/" 2>/dev/null
-  ls -la "$OUT"
-  tail -25 "$LOG" 2>/dev/null
-}
-
-wait_done() {
-  local deadline=$((SECONDS + $1))
-  while [ $SECONDS -lt $deadline ]; do
-    grep -q "^SESSION DONE" "$LOG" 2>/dev/null && break
-    pgrep -f "sglang.sh session" >/dev/null || { echo "!!! the session is not running"; break; }
-    sleep 5
-  done
-}
+SESSION="sglang.sh session"
+# shellcheck source=benchmarks/h200/calls.sh
+source benchmarks/h200/calls.sh
 
 case "${1:-}" in
 first)
