@@ -117,6 +117,11 @@ class Engine:
         default=None, metadata={"doc": "how the engine scores a given token sequence teacher-forced (quality drift); None: it cannot"})
     compile_caches: tuple[tuple[str, str], ...] = field(
         default=(), metadata={"doc": "(variable, default directory) of each compile/kernel cache: a boot is warm when one holds files"})
+    optional_caches: tuple[str, ...] = field(
+        default=(), metadata={"doc": "compile caches a configuration may never write (a JIT its kernels do not use): "
+                                     "empty, they do not keep a boot from counting as warm"})
+    cache_subdirs: dict[str, str] = field(
+        default_factory=dict, metadata={"doc": "for a cache variable that names a base directory: where under it the cache is"})
     compile_log: tuple[str, str] | None = field(
         default=None, metadata={"doc": "(cache hit, compilation) regexes of the engine's boot log: what the boot really did"})
     owned_flags: tuple[str, ...] = field(
@@ -168,8 +173,13 @@ ENGINES: dict[str, Engine] = {
                # FlashInfer JIT-compiles its kernels under $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer
                # (flashinfer/jit/env.py, base: the home directory); DeepGEMM's JIT cache is
                # SGLANG_DG_CACHE_DIR (~/.cache/deep_gemm in 0.5.17, under SGLANG_CACHE_DIR in 0.5.23).
+               # Neither is written by a configuration whose kernels do not JIT through it (llama8b-sglang-h200:
+               # triton attention, pytorch sampling, bf16), and 0.5.23 keeps DeepGEMM's default inside
+               # SGLANG_CACHE_DIR: both are optional to a warm state. rig's cold boots set both variables.
                compile_caches=(("SGLANG_CACHE_DIR", "~/.cache/sglang"), ("FLASHINFER_WORKSPACE_BASE", "~/.cache/flashinfer"),
                                ("SGLANG_DG_CACHE_DIR", "~/.cache/deep_gemm"), *_TORCH_CACHES),
+               optional_caches=("FLASHINFER_WORKSPACE_BASE", "SGLANG_DG_CACHE_DIR"),
+               cache_subdirs={"FLASHINFER_WORKSPACE_BASE": ".cache/flashinfer"},
                # sglang/srt/server_args.py; --config would let a recipe replace rig's own settings.
                owned_flags=("--model-path", "--model", "--host", "--port", "--api-key", "--admin-api-key", "--config",
                             "--tp-size", "--tensor-parallel-size", "--ep-size", "--expert-parallel-size", "--nnodes",

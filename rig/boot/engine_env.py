@@ -82,8 +82,13 @@ def cache_dirs(engine: Engine, environ: dict[str, str]) -> dict[str, Path]:
     """variable -> the directory each compile/kernel cache of `engine` lives in under `environ`."""
     user = environ.get("USER") or os.environ.get("USER") or "root"
     xdg_cache = environ.get("XDG_CACHE_HOME") or "~/.cache"
-    return {name: Path(os.path.expanduser(environ.get(name) or default.format(user=user, xdg_cache=xdg_cache)))
-            for name, default in engine.compile_caches}
+    dirs = {}
+    for name, default in engine.compile_caches:
+        given = environ.get(name)
+        # a variable naming a base directory (FLASHINFER_WORKSPACE_BASE) holds the cache below it
+        dirs[name] = (Path(os.path.expanduser(given)) / engine.cache_subdirs.get(name, "") if given
+                      else Path(os.path.expanduser(default.format(user=user, xdg_cache=xdg_cache))))
+    return dirs
 
 
 def _count(path: Path) -> tuple[int, int]:
@@ -118,7 +123,7 @@ def cache_state(engine: Engine, environ: dict[str, str]) -> CacheState:
         dirs[name] = CacheDir(path=str(path), files=files, bytes=size)
     if not dirs:
         return CacheState()
-    filled = [bool(d.files) for d in dirs.values()]
+    filled = [bool(d.files) for name, d in dirs.items() if d.files or name not in engine.optional_caches]
     # partial: on the H200s the first boots found vLLM's compile cache filled but Triton's nearly
     # empty, and their first request took 1.1-1.6 s against 55-64 ms once every cache held files.
     state = "warm" if all(filled) else ("partial" if any(filled) else "cold")

@@ -110,6 +110,17 @@ def pairs_needed(sd_diff: float, target_pct: float, confidence: float = CONFIDEN
     return low
 
 
+def pairs_needed_at_resolution(sd_diff: float, target_pct: float, confidence: float, resolution: float,
+                               limit: int = 1000) -> int | None:
+    """As pairs_needed, for values read at a resolution (compare_boots' widened interval); None when
+    no number of pairs up to `limit` reaches the target (a target at or below the resolution never does)."""
+    target = half_log(target_pct)
+    for n in range(MIN_PAIRS, limit + 1):
+        if t_quantile(n - 1, confidence) * (sd_diff + resolution * math.sqrt(n / (n - 1))) / math.sqrt(n) + resolution <= target:
+            return n
+    return None
+
+
 class NoiseComponents(Typed):
     """Standard deviations estimated from every usable boot, in `unit`: percent (of the log figure)
     for a ratio comparison, the figure's own unit for a difference."""
@@ -289,7 +300,11 @@ def compare_boots(baseline: dict[int, list[float]], arm: dict[int, list[float]],
         sd, df = float(np.std(first, ddof=1)), len(first) - 1
         common["method"] = (f"Stein two-stage: t interval on {what} of ABBA boot-pair means, {len(blocks)} pair(s), "
                             f"sd from the {len(first)} first-stage pair(s), {df} df, {_confidence_label(confidence)}")
-    half = t_quantile(df, confidence) * sd / math.sqrt(len(blocks)) + resolution
+    # Values read at a resolution also shrink the sample sd (pairs whose values fall in the same bins
+    # differ by exactly as much): each difference is off by at most `resolution`, so the true sd is at
+    # most the observed one plus resolution * sqrt(n / (n - 1)) (n: the pairs the sd comes from).
+    spread = sd + resolution * math.sqrt((df + 1) / df)
+    half = t_quantile(df, confidence) * spread / math.sqrt(len(blocks)) + resolution
     low, high = mean - half, mean + half
     if resolution:
         common["method"] += f", widened by the values' resolution (+/-{factor * resolution:.3g}{'%' if scale == RATIO else ''})"
@@ -297,7 +312,10 @@ def compare_boots(baseline: dict[int, list[float]], arm: dict[int, list[float]],
     verdict = (positive if mean > 0 else negative) if decided else "no difference resolved (the interval spans 0)"
     if scale == RATIO:
         ci = (pct(low), pct(high))
-        planned = stein_pairs(sd, df + 1, target_pct, confidence) if first_stage else pairs_needed(sd, target_pct, confidence)
+        if resolution:
+            planned = pairs_needed_at_resolution(sd, target_pct, confidence, resolution)
+        else:
+            planned = stein_pairs(sd, df + 1, target_pct, confidence) if first_stage else pairs_needed(sd, target_pct, confidence)
         precision: float | None = precision_pct(half)
     else:
         ci, planned, precision = (low, high), None, None

@@ -86,7 +86,7 @@ def flush_prefix_cache(target: LoadTarget) -> str:
         needs = "".join(f"; {target.engine_name} registers it only with {k}={v} ({reset.why})"
                         for k, v in reset.requires_env.items()) if response.status_code == 404 else ""
         if response.status_code == 400 and reset.busy:
-            needs = f": {reset.busy}"
+            needs = f" ({' '.join(response.text.split())[:200]}): {reset.busy}"
         raise RigError("command line", "--flush-cache", f"POST {reset.path} answered {response.status_code}{needs}",
                        "start the server with its cache-reset endpoint enabled, or drop --flush-cache")
     return f"prefix cache flushed ({reset.path})"

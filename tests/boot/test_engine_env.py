@@ -94,6 +94,23 @@ def test_compile_cache_state_cold_partial_warm(tmp_path):
     assert engine_env.cache_state(vllm, fresh).state == "cold"
 
 
+def test_sglang_caches_a_configuration_never_writes_leave_it_warm_and_a_base_holds_its_cache_below(tmp_path):
+    """llama8b-sglang-h200 JIT-compiles nothing through FlashInfer or DeepGEMM: with SGLang's, Triton's
+    and Inductor's caches filled the boot is warm; FLASHINFER_WORKSPACE_BASE names a base, and the
+    cache counted is the one FlashInfer writes below it (flashinfer/jit/env.py), not the whole base."""
+    sglang = ENGINES["sglang"]
+    env = {name: str(tmp_path / name) for name, _ in sglang.compile_caches}
+    assert engine_env.cache_dirs(sglang, env)["FLASHINFER_WORKSPACE_BASE"] == tmp_path / "FLASHINFER_WORKSPACE_BASE" / ".cache" / "flashinfer"
+    for name in ("SGLANG_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
+        Path(env[name]).mkdir()
+        (Path(env[name]) / "kernel").write_text("1")
+    assert engine_env.cache_state(sglang, env).state == "warm"
+    (tmp_path / "TRITON_CACHE_DIR" / "kernel").unlink()
+    assert engine_env.cache_state(sglang, env).state == "partial"  # a cache every boot writes still counts
+    fresh = engine_env.fresh_caches(sglang, tmp_path / "boot")
+    assert engine_env.cache_state(sglang, fresh).state == "cold"
+
+
 def test_what_a_boot_added_to_its_caches_is_counted_at_stop(tmp_path):
     """"warm" at start says nothing of a cache with one file: the files a boot added are what show
     that it compiled (the H200 compare boot whose Triton cache went 1 -> 263 files)."""

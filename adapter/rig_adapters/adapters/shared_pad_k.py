@@ -159,7 +159,7 @@ def install_names(ctx: AdapterContext) -> None:
     def init(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         prefix = signature.bind(self, *args, **kwargs).arguments.get("prefix", "")
-        object.__setattr__(self, NAME_ATTRIBUTE, str(prefix))
+        object.__setattr__(self, NAME_ATTRIBUTE, prefix)  # as given: layer_name refuses one that is not a str
 
     ctx.replace(init, "records each linear layer's name (its prefix), which stock LinearBase does not keep")
 
