@@ -1,14 +1,12 @@
 """Stand-in for sglang.srt.layers.linear (0.5.23 signatures). LinearBase takes the layer's name as
 `prefix` and keeps none of it, as stock SGLang's does (layers/linear.py:248-287); RowParallelLinear,
 the shared expert's down_proj, passes its arguments up by position (:1601) and keeps none either;
-MergedColumnParallelLinear is one of the few that store `self.prefix` (:708)."""
+MergedColumnParallelLinear is one of the few that store `self.prefix` (:708). Plain classes, no torch:
+the stand-in images that rehearse the adapters (tests/boot/test_docker.py) import it without torch."""
 
-import torch
 
-
-class LinearBase(torch.nn.Module):
+class LinearBase:
     def __init__(self, input_size, output_size, skip_bias_add=False, params_dtype=None, quant_config=None, prefix=""):
-        super().__init__()
         self.input_size, self.output_size = input_size, output_size
 
 
