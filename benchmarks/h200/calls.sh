@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the lent-host session scripts (resolution.sh, sglang.sh): what every call ends with.
 # The caller sets OUT (the device tool's folder), LOG (the detached session's log) and SESSION (the
 # pattern that finds the session's process).
@@ -18,4 +19,11 @@ wait_done() {  # up to $1 seconds, or until the session wrote its last line
     pgrep -f "$SESSION" >/dev/null || { echo "!!! the session is not running"; break; }
     sleep 5
   done
+}
+
+start_session() {  # the calling script's `session` detached (it outlives the call while the host stays), then wait $1 s and pack
+  setsid nohup bash "benchmarks/h200/$(basename "$0")" session > "$LOG" 2>&1 < /dev/null &  # the cwd is the repository root
+  sleep 2
+  wait_done "$1"
+  pack
 }

@@ -69,10 +69,7 @@ start)
     --max-num-seqs 1024 --max-tokens 64 --duration 20 --out /tmp/client-capacity > /tmp/client-capacity.log 2>&1
   echo "client capacity exit $?"; cp /tmp/client-capacity/capacity.json "$OUT/" 2>/dev/null
   grep -v "socket.send() raised" /tmp/client-capacity.log | tail -3
-  setsid nohup bash benchmarks/h200/resolution.sh session > "$LOG" 2>&1 < /dev/null &
-  sleep 2
-  wait_done "${2:-360}"
-  pack
+  start_session "${2:-360}"
   ;;
 wait)
   [ -f "$MARK" ] || exit 42

@@ -46,10 +46,7 @@ start)
     .gpu/parts/rig-wheels/*.whl >> /tmp/install.log 2>&1 || { cat /tmp/install.log; exit 3; }
   PYTHONPATH=$SITE python3 -c "import sglang, transformers; print('sglang', sglang.__version__, 'transformers', transformers.__version__)" || exit 3
   PYTHONPATH=/tmp/site:$SITE:$PWD:$PWD/adapter python3 -c "import locust, re2, pydantic, zmq, rig.cli" || exit 3
-  setsid nohup bash benchmarks/h200/sglang.sh session > "$LOG" 2>&1 < /dev/null &
-  sleep 2
-  wait_done "${2:-480}"
-  pack
+  start_session "${2:-480}"
   ;;
 wait)
   [ -f "$MARK" ] || exit 42
