@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -120,16 +119,10 @@ def test_interrupt_writes_the_summary_of_what_was_measured(tiny, monkeypatch, tm
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["interrupted"]
 
 
-def measured(loadtest: subprocess.CompletedProcess[str]) -> bool:
-    """A load test that ran: usable (0), or not usable (4) because the client could not measure its
-    headline on a busy box, and then it must say so (that the box was quiet is not this test's to assert)."""
-    return loadtest.returncode == 0 or (loadtest.returncode == 4 and "client INVALID" in loadtest.stdout)
-
-
 def test_attach_mode_measures_a_server_rig_did_not_start(tiny, tmp_path):
     """`rig loadtest --url`: the boot identity comes from the process listening on the port, so the
     first run against it is the warmup and a second invocation measures at once."""
-    from conftest import rig_cli
+    from conftest import measured, rig_cli
 
     target, _ = tiny
     env = {"RIG_RESULTS_DIR": str(tmp_path / "results"), "RIG_STATE_DIR": str(tmp_path / "state"),
