@@ -22,6 +22,7 @@ from rig.compare.stats import pairs_needed
 SETTINGS = {
     "H200 8B TP1 graphs (8 boots): boot 0.01%, round 0.02%": Noise(boot_sd=0.0001, round_sd=0.0002, drift_sd=0.001, rounds=2),
     "H200 8B TP1 graphs, evening (4 boots): boot 0.053%, round 0.033%": Noise(boot_sd=0.00053, round_sd=0.00033, drift_sd=0.001, rounds=2),
+    "H200 8B TP1 graphs, night (8 boots): boot 0.065%, round 0.018%": Noise(boot_sd=0.00065, round_sd=0.00018, drift_sd=0.001, rounds=2),
     "  ten times that: boot 0.1%, round 0.2%": Noise(boot_sd=0.001, round_sd=0.002, drift_sd=0.001, rounds=2),
     "H200 session B (3 boots): boot 12%, round 8%": Noise(boot_sd=0.12, round_sd=0.08, rounds=2),
     "H200 session C (6 boots): boot ~0%, round 13%": Noise(boot_sd=0.0, round_sd=0.13, rounds=2),
@@ -34,23 +35,27 @@ EFFECTS_PCT = (-0.5, -1.0, -5.0, -20.0)
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--simulations", type=int, default=1000)
+    parser.add_argument("--only", default="", help="only the noise rows whose label contains this text")
     args = parser.parse_args()
     se = 100 * math.sqrt(0.05 * 0.95 / args.simulations)
     print(f"{args.simulations} simulated comparisons per cell (Monte-Carlo se of a 5% rate: {se:.2f} points); block drift "
           "0.1% for the GPU-bound rows, 2% for the others")
-    print(f"{'noise':46} {'pairs':>5} | {'false':>6} {'cover':>6} {'precision':>9} | "
+    width = max(len(label) for label in SETTINGS)
+    print(f"{'noise':{width}} {'pairs':>5} | {'false':>6} {'cover':>6} {'precision':>9} | "
           + " ".join(f"{'power ' + format(e, '+g') + '%':>11}" for e in EFFECTS_PCT))
     seed = 100
     for label, noise in SETTINGS.items():
+        if args.only not in label:
+            continue
         for pairs in PAIRS:
             seed += 1
             null = cell(pairs, noise, 0.0, args.simulations, seed)
             powers = [cell(pairs, noise, effect, args.simulations, seed + 1000 * k).power for k, effect in enumerate(EFFECTS_PCT, 1)]
-            print(f"{label:46} {pairs:5d} | {100 * null.verdicts:5.1f}% {100 * null.coverage:5.1f}% {null.precision_pct:8.1f}% | "
+            print(f"{label:{width}} {pairs:5d} | {100 * null.verdicts:5.1f}% {100 * null.coverage:5.1f}% {null.precision_pct:8.1f}% | "
                   + " ".join(f"{100 * p:10.1f}%" for p in powers))
         pair_sd = math.sqrt(2 * (noise.boot_sd ** 2 + noise.round_sd ** 2 / noise.rounds))
         needed = {target: pairs_needed(pair_sd, target) for target in (0.5, 5.0, 20.0)}
-        print(f"{'':46} pairs whose interval resolves +-0.5% / 5% / 20%: "
+        print(f"{'':{width}} pairs whose interval resolves +-0.5% / 5% / 20%: "
               + " / ".join(str(n) if n is not None else ">1000" for n in needed.values()))
 
 

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Source on a lent H200 host (repository root as the working directory) after the offline-vllm
 # parts arrived in .gpu/parts (see benchmarks/h200/README.md): installs whatever parts are there
 # into /tmp/site (idempotent, sha256-checked) and puts rig, its adapters and vLLM on PYTHONPATH.
@@ -6,7 +7,8 @@
 # (pydantic, msgspec from part1; locust, gevent and the Docker SDK from part-client; google-re2 from
 # .gpu/parts/rig-wheels, which benchmarks/h200/rig-wheels.sh downloads here).
 set -u
-export RIG_REPO=$(pwd)
+RIG_REPO=$(pwd)
+export RIG_REPO
 if [ -d .gpu/parts ] && [ -f .gpu/tools/install.sh ]; then bash .gpu/tools/install.sh .gpu/parts /tmp/site >/tmp/install.log 2>&1 || { cat /tmp/install.log; return 3; }; fi
 if [ -d .gpu/parts/rig-wheels ]; then  # rig's own wheels the host lacks (benchmarks/h200/rig-wheels.sh)
   python3 -m pip install -q --no-index --no-deps --disable-pip-version-check --target /tmp/site --upgrade \

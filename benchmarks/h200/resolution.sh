@@ -12,10 +12,10 @@
 # padding per file) no longer fit one 64 MiB transfer, so `prepare` cuts part1's archive in two
 # halves that travel in calls 1 and 2 and are joined (and checked against part1's SHA256SUMS) on
 # the host. `first` keeps the first half and runs gpu_delay's spin check (torch only). `start` joins
-# part1, installs vLLM, the load client and rig's own wheels, runs gpu_delay's GPU test, measures the
-# client's capacity at 3000 streams on this host's cores (issue 27; no GPU, before any engine
-# runs; at most 120 s, its output to a file: a pipe stayed open behind the load generator's
-# processes once and cost a whole call), and starts the session detached (setsid, so it outlives
+# part1, installs vLLM, the load client and rig's own wheels, runs gpu_delay's GPU test, with
+# RIG_CLIENT_CAPACITY=1 measures the client's capacity at 3000 streams on this host's cores (issue
+# 27; no GPU, before any engine runs; at most 120 s, its output to a file: a pipe stayed open behind
+# the load generator's processes once and cost a whole call), and starts the session detached (setsid, so it outlives
 # the call), then waits like `wait`: `start`'s wait plus its ~200 s of set-up must stay under the
 # 600 s a call may run. `wait S` waits up to S seconds for the session to end and packs what it has
 # so far. `gputest` runs rig's real-vLLM GPU test (TP1) in the call. Every call but `first` begins
@@ -26,7 +26,9 @@
 # +11.0 us per token by the comparison). RIG_SESSION_FLAGS: extra `rig compare` flags (design ones
 # only when the budget forces them; say so).
 # Rehearse it without a GPU: RIG_REHEARSAL=1 OUT=/tmp/out bash benchmarks/h200/resolution.sh session
-# (tiny-cpu and token_delay stand in for llama8b-h200 and gpu_delay; nothing else changes).
+# (tiny-cpu and token_delay stand in for llama8b-h200 and gpu_delay; nothing else changes), or the
+# calls' flow: mkdir -p /tmp/parts && touch /tmp/parts/.rig-first, then `start 60` and `wait 60`
+# with RIG_REHEARSAL=1 (start skips what needs the GPU and the parts).
 set -u
 cd "$(dirname "$0")/../.." || exit 3
 [ "${1:-}" = prepare ] || OUT=${OUT:?the device tool sets OUT}
@@ -53,22 +55,26 @@ first)
   mkdir -p $PARTS/part1 && cp .gpu/parts/part1a/core-sm90.half.0 $PARTS/ || exit 3
   export PYTHONPATH=$PWD/adapter PYTHONUNBUFFERED=1
   python3 -c "import sys; print('dont_write_bytecode', sys.flags.dont_write_bytecode)"
-  python3 benchmarks/h200/spin_check.py > "$OUT/spin-check.txt" 2>&1; cat "$OUT/spin-check.txt"
+  python3 benchmarks/h200/spin_check.py "$OUT/spin-raw.json" > "$OUT/spin-check.txt" 2>&1; cat "$OUT/spin-check.txt"
   touch "$MARK"
   ;;
 start)
   [ -f "$MARK" ] || exit 42
-  cat $PARTS/core-sm90.half.0 .gpu/parts/part1b/core-sm90.half.1 > $PARTS/part1/core-sm90.tar.xz || exit 3
-  cp .gpu/parts/part1b/SHA256SUMS $PARTS/part1/ && rm $PARTS/core-sm90.half.0
-  bash .gpu/tools/install.sh $PARTS /tmp/site > /tmp/install.log 2>&1 || { cat /tmp/install.log; exit 3; }
-  source benchmarks/h200/env.sh || exit 3  # part-client and rig's wheels from .gpu/parts; checks the imports
-  python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_gpu_delay_gpu.py > "$OUT/gpu-delay-test.txt" 2>&1
-  tail -15 "$OUT/gpu-delay-test.txt"
-  nproc
-  timeout -k 5 120 python3 benchmarks/client_capacity.py --users 3000 --workers 12 --server-processes 4 --step 0.05 \
-    --max-num-seqs 1024 --max-tokens 64 --duration 20 --out /tmp/client-capacity > /tmp/client-capacity.log 2>&1
-  echo "client capacity exit $?"; cp /tmp/client-capacity/capacity.json "$OUT/" 2>/dev/null
-  grep -v "socket.send() raised" /tmp/client-capacity.log | tail -3
+  if [ -z "${RIG_REHEARSAL:-}" ]; then  # a rehearsal here goes straight to the detached session
+    cat $PARTS/core-sm90.half.0 .gpu/parts/part1b/core-sm90.half.1 > $PARTS/part1/core-sm90.tar.xz || exit 3
+    cp .gpu/parts/part1b/SHA256SUMS $PARTS/part1/ && rm $PARTS/core-sm90.half.0
+    bash .gpu/tools/install.sh $PARTS /tmp/site > /tmp/install.log 2>&1 || { cat /tmp/install.log; exit 3; }
+    source benchmarks/h200/env.sh || exit 3  # part-client and rig's wheels from .gpu/parts; checks the imports
+    python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_gpu_delay_gpu.py > "$OUT/gpu-delay-test.txt" 2>&1
+    tail -15 "$OUT/gpu-delay-test.txt"
+    nproc
+  fi
+  if [ -n "${RIG_CLIENT_CAPACITY:-}" ]; then  # issue 27's figure; measured 2026-12-01 evening, so only when asked
+    timeout -k 5 120 python3 benchmarks/client_capacity.py --users 3000 --workers 12 --server-processes 4 --step 0.05 \
+      --max-num-seqs 1024 --max-tokens 64 --duration 20 --out /tmp/client-capacity > /tmp/client-capacity.log 2>&1
+    echo "client capacity exit $?"; cp /tmp/client-capacity/capacity.json "$OUT/" 2>/dev/null
+    grep -v "socket.send() raised" /tmp/client-capacity.log | tail -3
+  fi
   start_session "${2:-360}"
   ;;
 wait)

@@ -27,9 +27,13 @@ class FingerprintReport(Typed):
     accepted: list[str]
 
 _VOLATILE = [
+    # A progress bar's state (tqdm: "12%|█▏   | 6/51 [00:00<00:03, 15.2it/s]"): vLLM's CUDA-graph
+    # capture printed a dozen such lines per boot, each in one arm only by chance (H200, 2026-12-01).
+    (re.compile(r"\s*\d+%\|[^|]*\|\s*\d+/\d+\s*\[[^\]]*\]"), " <progress>"),
     (re.compile(r"\b\d{1,3}(\.\d{1,3}){3}:\d+"), "<ip>:<port>"),
     (re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d([.,]\d+)?"), "<time>"),
-    (re.compile(r"\b\d\d:\d\d:\d\d([.,]\d+)?\b"), "<time>"),
+    (re.compile(r"\b(\d\d-\d\d )?\d\d:\d\d:\d\d([.,]\d+)?\b"), "<time>"),  # vLLM's "12-01 23:42:00"
+    (re.compile(r"\b\d+ secs?\b"), "<num> secs"),  # "Graph capturing finished in 6 secs"
     (re.compile(r"\[\d+\]"), "[<pid>]"),
     (re.compile(r"\b(pid|PID)[ =:]\d+"), r"\1=<pid>"),
     (re.compile(r"\b\d+\.\d+(\s*(s|ms|us|it/s|%|GB|MB|tok/s))?"), "<num>"),

@@ -144,6 +144,17 @@ def test_log_normalisation_keeps_what_identifies_a_line():
     assert a == b and "K=576" in a
 
 
+def test_log_normalisation_folds_progress_bars_and_engine_timestamps():
+    """vLLM's boot log on the H200: a dozen CUDA-graph capture bars and per-boot times filled the
+    boot-log diff with lines that differed only in a bar's state."""
+    bars = {normalize("Capturing CUDA graphs (FULL):  12%|\u2588\u258f        | 6/51 [00:00<00:03, 15.21it/s]"),
+            normalize("Capturing CUDA graphs (FULL):  55%|\u2588\u2588\u2588\u2588\u2588\u258d    | 28/51 [00:02<00:01, 9.87it/s]")}
+    assert bars == {"Capturing CUDA graphs (FULL): <progress>"}
+    captured = {normalize("(EngineCore pid=2493) INFO 12-01 23:42:00 [model_runner.py:726] Graph capturing finished in 6 secs, took 0.52 GiB"),
+                normalize("(EngineCore pid=4912) INFO 12-02 00:01:59 [model_runner.py:726] Graph capturing finished in 9 secs, took 0.61 GiB")}
+    assert len(captured) == 1 and "model_runner.py:726" in captured.pop()
+
+
 def test_resume_redoes_exactly_the_missing_boots(tmp_path, monkeypatch):
     calls = []
 
