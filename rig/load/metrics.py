@@ -59,9 +59,8 @@ def _percentiles(values: list[float]) -> dict[str, float | int | None]:
     if not values:
         return {"n": 0}
     array = np.asarray(values, dtype=float)
-    return {"n": len(values), "mean": float(array.mean()), "p10": float(np.percentile(array, 10)),
-            "p50": float(np.percentile(array, 50)), "p90": float(np.percentile(array, 90)),
-            "p99": float(np.percentile(array, 99))}
+    p10, p50, p90, p99 = (float(value) for value in np.percentile(array, (10, 50, 90, 99)))  # one sort, not four
+    return {"n": len(values), "mean": float(array.mean()), "p10": p10, "p50": p50, "p90": p90, "p99": p99}
 
 
 def describe(values: list[float]) -> Distribution:
