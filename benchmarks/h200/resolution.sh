@@ -23,8 +23,9 @@
 # once (start again from call 1).
 # The arm under test: RIG_SESSION_ON_US (default 24 us of spin, for ~+0.5% of the ~4.35 ms step: on
 # 2026-12-01 evening a 14 us spin added 12.3-14.2 us to vLLM's step by gpu_delay's in-place measure,
-# +11.0 us per token by the comparison). RIG_SESSION_FLAGS: extra `rig compare` flags (design ones
-# only when the budget forces them; say so).
+# +11.0 us per token by the comparison; on 2026-12-01 night 24 us added +26.4 us, +0.60%: a +1% arm
+# is RIG_SESSION_ON_US=44). RIG_SESSION_ARMS: other arms (see `session`). RIG_SESSION_FLAGS: extra
+# `rig compare` flags (design ones only when the budget forces them; say so).
 # Rehearse it without a GPU: RIG_REHEARSAL=1 OUT=/tmp/out bash benchmarks/h200/resolution.sh session
 # (tiny-cpu and token_delay stand in for llama8b-h200 and gpu_delay; nothing else changes), or the
 # calls' flow: mkdir -p /tmp/parts && touch /tmp/parts/.rig-first, then `start 60` and `wait 60`
@@ -105,8 +106,13 @@ session)
   sampler=$!
   # The comparison with no design flags: the machine's first boot compiles, so it is kept as a burn-in
   # and booted again; then 4 ABBA pairs, 2 rounds of 10 s each, prose-c1.
+  # RIG_SESSION_ARMS (space-separated arm specs) replaces the two: e.g. the identical-arm check
+  # "off:RIG_GPU_DELAY_US=0 same:RIG_GPU_DELAY_US=0", or the numerics arm "off:RIG_GPU_DELAY_US=0 fp16:@fp16".
+  if [ -n "${RIG_SESSION_ARMS:-}" ]; then read -ra arms <<< "$RIG_SESSION_ARMS"; else arms=("$OFF" "$ON"); fi
+  arm_flags=()
+  for arm in "${arms[@]}"; do arm_flags+=(--arm "$arm"); done
   # shellcheck disable=SC2086 # RIG_SESSION_FLAGS holds several words (e.g. "--boots 2")
-  step rig compare "$RECIPE" --arm "$OFF" --arm "$ON" ${RIG_SESSION_FLAGS:-}
+  step rig compare "$RECIPE" "${arm_flags[@]}" ${RIG_SESSION_FLAGS:-}
   kill "$sampler" 2>/dev/null
   echo "SESSION DONE $(date +%T)"
   ;;
