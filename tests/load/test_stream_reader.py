@@ -1,0 +1,84 @@
+"""The locustfile's stream reader (`_reads`, `_error_kind`) on Locust's real HttpSession (requests
+and urllib3, as every rig user reads) against a loopback server that sends exact bytes: chunked SSE
+framing split across chunks, several events in one chunk, a body cut mid-chunk, and a server that
+stops sending. The locustfile imports Locust (which patches the standard library with gevent), so
+each case runs in its own interpreter. No assertion depends on how fast anything ran."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from conftest import REPO
+
+SCRIPT = """
+import locust  # first, as Locust's own command line does: it patches the standard library with gevent
+import json, socket, sys, threading
+sys.path.insert(0, sys.argv[1])
+import locustfile
+from locust.clients import HttpSession
+from locust.event import Events
+
+body, ending = json.loads(sys.argv[2]), sys.argv[3]
+listener = socket.socket()
+listener.bind(("127.0.0.1", 0))
+listener.listen(1)
+
+def serve():
+    connection, _ = listener.accept()
+    request = b""
+    while b"\\r\\n\\r\\n" not in request:
+        request += connection.recv(65536)
+    connection.sendall(b"HTTP/1.1 200 OK\\r\\ncontent-type: text/event-stream\\r\\ntransfer-encoding: chunked\\r\\n\\r\\n")
+    for piece in body:
+        data = piece.encode()
+        connection.sendall(b"%x\\r\\n%s\\r\\n" % (len(data), data))
+    if ending == "cut":
+        connection.sendall(b"40\\r\\ndata: {\\"cho")  # a chunk that promises 64 bytes, then the connection closes
+        connection.close()
+    elif ending == "stall":
+        threading.Event().wait(30)  # sends nothing more: the reader's recv must time out
+    else:
+        connection.sendall(b"0\\r\\n\\r\\n")
+        connection.recv(1)
+
+threading.Thread(target=serve, daemon=True).start()
+session = HttpSession(f"http://127.0.0.1:{listener.getsockname()[1]}", Events().request, user=None)
+pieces, error = [], None
+with session.post("/v1/chat/completions", json={}, stream=True, catch_response=True, timeout=(5, 0.5)) as response:
+    try:
+        for data in locustfile._reads(response):
+            pieces.append(data.decode())
+    except Exception as caught:
+        error = locustfile._error_kind(caught)
+    response.success()
+print(json.dumps({"body": "".join(pieces), "reads": len(pieces), "error": error}))
+"""
+
+
+def read(body: list[str], ending: str = "done") -> dict:
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(SCRIPT), str(REPO / "loadtests"), json.dumps(body), ending],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_the_body_comes_out_whole_one_http_chunk_per_read():
+    body = ["data: {\"a\": 1}\n\n", "data: {\"b\"", ": 2}\n\ndata: {\"c\": 3}\n\n", "data: [DONE]\n\n"]
+    outcome = read(body)
+    assert outcome["body"] == "".join(body) and outcome["error"] is None
+    assert outcome["reads"] >= len(body)  # never fewer reads than the chunks sent: no burst stamped late
+
+
+def test_a_body_cut_mid_chunk_is_a_cut_stream_after_what_arrived():
+    outcome = read(["data: {\"a\": 1}\n\n"], "cut")
+    assert outcome["error"] == "stream_cut" and outcome["body"].startswith("data: {\"a\": 1}\n\n")
+
+
+@pytest.mark.timed  # waits out the 0.5 s read timeout
+def test_a_server_that_stops_sending_is_a_read_timeout():
+    outcome = read(["data: {\"a\": 1}\n\n"], "stall")
+    assert outcome["error"] == "read_timeout" and outcome["body"] == "data: {\"a\": 1}\n\n"
