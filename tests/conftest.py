@@ -166,8 +166,6 @@ def synthetic_run(run: Path, requests: int = 6) -> None:
     write_run(run, summary)
 
 
-
-
 def measured(loadtest: subprocess.CompletedProcess[str]) -> bool:
     """A load test that ran: usable (0), or not usable (4) because the client could not measure its
     headline on a busy box, and then it must say so (that the box was quiet is not a test's to assert)."""

@@ -15,8 +15,8 @@
 # part1, installs vLLM, the load client and rig's own wheels, runs gpu_delay's GPU test, with
 # RIG_CLIENT_CAPACITY=1 measures the client's capacity at 3000 streams on this host's cores (issue
 # 27; no GPU, before any engine runs; at most 120 s, its output to a file: a pipe stayed open behind
-# the load generator's processes once and cost a whole call), and starts the session detached (setsid, so it outlives
-# the call), then waits like `wait`: `start`'s wait plus its ~200 s of set-up must stay under the
+# the load generator's processes once and cost a whole call), and starts the session detached
+# (setsid, so it outlives the call), then waits like `wait`: `start`'s wait plus its ~200 s of set-up must stay under the
 # 600 s a call may run. `wait S` waits up to S seconds for the session to end and packs what it has
 # so far. `gputest` runs rig's real-vLLM GPU test (TP1) in the call. Every call but `first` begins
 # with a guard: a host that was given back in between has no /tmp/parts, and the call exits 42 at

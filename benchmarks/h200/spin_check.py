@@ -16,6 +16,7 @@ measurement and every independent block time are written there, to see which est
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 import sys
@@ -100,7 +101,7 @@ def main() -> None:
         # spin adds?
         marked = {}
         for every in (1, 8):
-            counter = iter(range(10**9))
+            counter = itertools.count()
 
             def step(spin: bool, every: int = every, counter=counter, cycles: int = injector.cycles, work=work) -> None:  # noqa: ANN001
                 if next(counter) % every == 0:

@@ -93,13 +93,17 @@ def pct(log_ratio: float) -> float:
     return 100.0 * math.expm1(log_ratio)
 
 
-def pairs_needed(sd_diff: float, target_pct: float, confidence: float = CONFIDENCE, limit: int = 1000) -> int | None:
+def pairs_needed(sd_diff: float, target_pct: float, confidence: float = CONFIDENCE, limit: int = 1000,
+                 resolution: float = 0.0) -> int | None:
     """Smallest number of boot pairs whose interval precision is at most the target, given the sd
-    of one pair's ln-ratio difference; None when more than `limit`."""
+    of one pair's ln-ratio difference; None when more than `limit`. With a `resolution` (values read
+    in bins), the interval is compare_boots' widened one, and a target at or below the resolution is
+    never reached."""
     def resolves(n: int) -> bool:
-        return precision_pct(t_quantile(n - 1, confidence) * sd_diff / math.sqrt(n)) <= target_pct
+        spread = sd_diff + resolution * math.sqrt(n / (n - 1))
+        return precision_pct(t_quantile(n - 1, confidence) * spread / math.sqrt(n) + resolution) <= target_pct
 
-    if sd_diff <= 0:
+    if sd_diff <= 0 and not resolution:
         return MIN_PAIRS
     if not resolves(limit):
         return None
@@ -108,17 +112,6 @@ def pairs_needed(sd_diff: float, target_pct: float, confidence: float = CONFIDEN
         middle = (low + high) // 2
         low, high = (low, middle) if resolves(middle) else (middle + 1, high)
     return low
-
-
-def pairs_needed_at_resolution(sd_diff: float, target_pct: float, confidence: float, resolution: float,
-                               limit: int = 1000) -> int | None:
-    """As pairs_needed, for values read at a resolution (compare_boots' widened interval); None when
-    no number of pairs up to `limit` reaches the target (a target at or below the resolution never does)."""
-    target = half_log(target_pct)
-    for n in range(MIN_PAIRS, limit + 1):
-        if t_quantile(n - 1, confidence) * (sd_diff + resolution * math.sqrt(n / (n - 1))) / math.sqrt(n) + resolution <= target:
-            return n
-    return None
 
 
 class NoiseComponents(Typed):
@@ -313,7 +306,7 @@ def compare_boots(baseline: dict[int, list[float]], arm: dict[int, list[float]],
     if scale == RATIO:
         ci = (pct(low), pct(high))
         if resolution:
-            planned = pairs_needed_at_resolution(sd, target_pct, confidence, resolution)
+            planned = pairs_needed(sd, target_pct, confidence, resolution=resolution)
         else:
             planned = stein_pairs(sd, df + 1, target_pct, confidence) if first_stage else pairs_needed(sd, target_pct, confidence)
         precision: float | None = precision_pct(half)
