@@ -296,7 +296,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     _, analysis = compare(args.recipe, args.arm, args.control, args.boots, args.rounds, args.scenario, small,
                           args.workers, args.resume, duration_s=args.duration, target_pct=args.target,
                           max_boots=args.max_boots, goodput=args.goodput, accept_fingerprint=args.accept_fingerprint,
-                          cold_caches=args.cold_caches, burn_in=not args.no_burn_in)
+                          cold_caches=args.cold_caches, burn_in=not args.no_burn_in, port=args.port)
     if analysis.void:
         return Exit.VOID
     blind = analysis.greedy.control is not None and analysis.greedy.control.discriminates is False
@@ -545,6 +545,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "second boot of a measured boot that compiled; states are still recorded and a difference still voids")
     p.add_argument("--no-keep-text", action="store_true", help="keep no output text in the records (only hashes); "
                    "the coherence checks then have nothing to read")
+    p.add_argument("--port", type=int, help="the port every boot listens on (default: the recipe's serving.port); "
+                   "not part of the plan, so a resumed comparison may take another")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("audit", help="GEMM shapes per rank against backend constraints, before any boot")

@@ -239,6 +239,25 @@ def test_rig_up_refuses_a_hostile_overlay_before_anything_starts(tmp_path, flag,
     assert not (tmp_path / "results").exists() and not (tmp_path / "state").exists()
 
 
+@pytest.mark.parametrize("command", ["up", "compare"])
+def test_a_port_something_else_listens_on_is_refused_before_anything_is_written(tmp_path, command):
+    """Another server on the port (say a tiny-cpu of the user's own): `rig up` and `rig compare`
+    name the port and the way out in one line, and write no boot, state or comparison."""
+    import socket
+
+    env = {"RIG_RESULTS_DIR": str(tmp_path / "results"), "RIG_STATE_DIR": str(tmp_path / "state")}
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = str(holder.getsockname()[1])
+        arms = ["--arm", "a:RIG_TOKEN_DELAY_MS=0", "--arm", "b:RIG_TOKEN_DELAY_MS=1"] if command == "compare" else []
+        result = rig_cli(command, "tiny-cpu", *arms, "--port", port, env=env)
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert len(result.stderr.strip().splitlines()) == 1 and f"port {port} on 127.0.0.1 is already in use" in result.stderr
+    assert "--port" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "results").exists() and not (tmp_path / "state").exists()
+
+
 # ---- arm overlays ------------------------------------------------------------------------------
 
 

@@ -117,7 +117,7 @@ def test_an_entry_of_another_arm_or_with_a_nan_figure_is_kept_aside_and_redone(t
 
     calls = []
 
-    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False):
+    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False, port=None):
         calls.append(index)
         return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1,
                          rounds=[{"prose-c1": RunResult(scenario="prose-c1", dir="", figures={"user_decode_tok_s": 100.0}, problems=[])}])

@@ -235,11 +235,14 @@ REGISTRY: tuple[AdapterSpec, ...] = (
         summary="test-only: a fixed GPU time per engine step (a spin kernel on the step's CUDA stream), what it adds measured on the GPU",
         gate="RIG_GPU_DELAY_US",
         settings=(),
-        engines=("vllm",),
+        engines=("vllm", "sglang"),
         targets=(
             # The spin is stream-ordered before the step's kernels and graph replays, so
             # asynchronous scheduling cannot hide it.
             _VLLM_STEP,
+            # SGLang's per-batch call in every TP scheduler process (overlap or not), from run_batch.
+            Target("sglang.srt.managers.tp_worker", "TpModelWorker.forward_batch_generation", "install_forward_batch_generation",
+                   ("self", "batch"), positional=2, callers=("sglang.srt.managers.scheduler.Scheduler.run_batch",), engine="sglang"),
         ),
         lifecycle=Lifecycle(
             works_around="nothing: gives comparisons on a GPU engine a known effect that host-side delays cannot be (async scheduling hides them)",
@@ -248,7 +251,7 @@ REGISTRY: tuple[AdapterSpec, ...] = (
             measured_on="n/a",
         ),
         after=("token_delay",),
-        recipes=("llama-h200", "llama8b-h200"),
+        recipes=("llama-h200", "llama8b-h200", "llama8b-sglang-h200"),
         test_only=True,
         effect=("added_us", 0.001, "exact"),
     ),

@@ -118,17 +118,20 @@ def _refers(node: ast.AST, names: set[str]) -> bool:
     return isinstance(node, ast.Name) and node.id in names or isinstance(node, ast.Attribute) and node.attr in names
 
 
-def _call_sites(body: ast.AST, names: set[str]) -> list[tuple[ast.Call, list[ast.expr], int]]:
+def _call_sites(body: ast.AST, names: set[str], owner_class: str | None = None) -> list[tuple[ast.Call, list[ast.expr], int]]:
     """(call, positional arguments, parameters bound before them) for each call of the target,
-    direct (`f(..)`, `self.f(..)`) or through functools.partial (`partial(f, ..)`)."""
+    direct (`f(..)`, `self.f(..)`) or through functools.partial (`partial(f, ..)`). A method target
+    (`owner_class` its class) called on any object (`self.worker.f(..)`, `super().f(..)`) has its
+    self bound; only `OwnerClass.f(obj, ..)` passes self by position."""
     sites = []
     for node in ast.walk(body):
         if not isinstance(node, ast.Call):
             continue
         if _refers(node.func, names):
-            bound = 1 if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) \
-                and node.func.value.id in ("self", "cls") else 0
-            sites.append((node, list(node.args), bound))
+            on = node.func.value if isinstance(node.func, ast.Attribute) else None
+            on_self = isinstance(on, ast.Name) and on.id in ("self", "cls")
+            on_instance = owner_class is not None and on is not None and not (isinstance(on, ast.Name) and on.id == owner_class)
+            sites.append((node, list(node.args), 1 if on_self or on_instance else 0))
         elif _refers(node.func, {"partial"}) and node.args and _refers(node.args[0], names):
             sites.append((node, list(node.args[1:]), 0))
     return sites
@@ -153,7 +156,8 @@ def check_caller(target: Target, caller: str, target_params: list[str], read: So
     if not isinstance(body, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return f"call site {caller} does not exist"
     names = _names_for(target, tree)
-    sites = _call_sites(body, names)
+    owner = target.attribute.split(".")[-2] if "." in target.attribute else None
+    sites = _call_sites(body, names, owner)
     if not sites:
         return f"{caller} no longer calls {target.dotted}: the adapter's hook would never run"
     order = target.params

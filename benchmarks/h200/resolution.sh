@@ -7,6 +7,7 @@
 #   call 2: bash benchmarks/h200/resolution.sh start      carry .gpu/parts/part1b .gpu/parts/part-client .gpu/parts/rig-wheels .gpu/tools
 #   call 3+: bash benchmarks/h200/resolution.sh wait 540  (no carry)
 #   last, if the budget has ~4 minutes left: bash benchmarks/h200/resolution.sh gputest
+#     or (~5 minutes) bash benchmarks/h200/resolution.sh c3000 [S]: rig's c3000 on real vLLM (issue 27)
 #
 # part1 (52 MiB) and the tree (12 MiB, counted as the transfer counts it: a 512-byte header and
 # padding per file) no longer fit one 64 MiB transfer, so `prepare` cuts part1's archive in two
@@ -83,6 +84,28 @@ wait)
   wait_done "${2:-540}"
   pack
   ;;
+c3000)  # issue 27's real-vLLM run: 3000 users on 12 Locust workers of this host's 16 cores, in the call (~4 min)
+  [ -f "$MARK" ] || exit 42
+  if [ -n "${RIG_REHEARSAL:-}" ]; then
+    rig() { .venv/bin/rig "$@"; }
+    RECIPE=tiny-cpu SIZE=--small WORKERS=1 PY=.venv/bin/python
+  else
+    source benchmarks/h200/env.sh || exit 3
+    RECIPE=llama8b-h200 SIZE=--full WORKERS=12 PY=python3
+  fi
+  export RIG_RESULTS_DIR=$RESULTS/c3000
+  mkdir -p $RIG_RESULTS_DIR
+  step() { echo "=== $(date +%T) $*"; "$@"; local rc=$?; echo "=== $(date +%T) exit $rc"; return $rc; }
+  {
+    step rig up "$RECIPE"
+    # SIGINT at the limit: the load test writes the summary of what it measured (never a lost run).
+    step timeout -s INT -k 30 "${2:-380}" $PY -m rig loadtest "$RECIPE" --scenario c3000 $SIZE --workers $WORKERS --duration 60
+    step rig down "$RECIPE"
+  } > /tmp/c3000.log 2>&1
+  cp /tmp/c3000.log "$OUT/"
+  grep -v "requests done" /tmp/c3000.log | tail -40
+  pack
+  ;;
 gputest)
   [ -f "$MARK" ] || exit 42
   source benchmarks/h200/env.sh || exit 3
@@ -117,7 +140,7 @@ session)
   echo "SESSION DONE $(date +%T)"
   ;;
 *)
-  echo "usage: resolution.sh prepare | first | start [S] | wait [S] | gputest | session" >&2
+  echo "usage: resolution.sh prepare | first | start [S] | wait [S] | gputest | c3000 [S] | session" >&2
   exit 2
   ;;
 esac

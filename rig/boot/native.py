@@ -20,7 +20,7 @@ from rig.boot import process as kernel
 from rig.boot.base import DRIVERS, BootFailed
 from rig.boot.health import await_healthy
 from rig.boot.record import BootRecord
-from rig.boot.state import forget, new_boot, refuse_if_up, remember
+from rig.boot.state import forget, new_boot, refuse_if_port_taken, refuse_if_up, remember
 from rig.deploy.recipe import Resolved
 from rig.engines import ENGINES, server_argv
 from rig.errors import RigError
@@ -30,19 +30,6 @@ from rig.tinymodel import ensure_tiny_model
 # The optional extra that holds the CPU demo server (transformers serve) and the model generator (torch).
 CPU_DEMO_EXTRA = "cpu-demo"
 STOP_GRACE_S = 10.0
-
-
-def _port_free(port: int, host: str) -> bool:
-    import socket
-
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET  # serving.bind is an IPv4 or IPv6 address
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError:
-            return False
-    return True
 
 
 class NativeDriver:
@@ -101,9 +88,7 @@ class NativeDriver:
         serving = resolved.recipe.serving
         port = port or serving.port
         refuse_if_up(resolved.recipe.name)  # before the port check: "still up" is the better answer
-        if not _port_free(port, serving.bind):
-            raise RigError(f"recipes/{resolved.recipe.name}.yaml", "serving.port",
-                           f"port {port} on {serving.bind} is already in use", f"stop what uses it (`rig status`, `rig down {resolved.recipe.name}`) or pass --port")
+        refuse_if_port_taken(resolved, port)
         overlay = dict(overlay or {})
         record = new_boot(resolved, self.name, overlay, port)  # claims the recipe's state file
         try:  # until the server runs, any failure (or Ctrl-C) marks the boot failed and releases the claim

@@ -79,6 +79,24 @@ def refuse_if_up(recipe_name: str) -> None:
     state_path(recipe_name).unlink(missing_ok=True)
 
 
+def refuse_if_port_taken(resolved: Resolved, port: int | None) -> None:
+    """A boot whose port something else already listens on would fail after its claim; refused in
+    one line, before anything is written (`rig up`, and `rig compare` before its first boot)."""
+    import socket
+
+    serving = resolved.recipe.serving
+    port = port or serving.port
+    family = socket.AF_INET6 if ":" in serving.bind else socket.AF_INET  # serving.bind is an IPv4 or IPv6 address
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed connection's TIME-WAIT is no holder
+        try:
+            probe.bind((serving.bind, port))
+        except OSError:
+            raise RigError(f"recipes/{resolved.recipe.name}.yaml", "serving.port", f"port {port} on {serving.bind} is already in use",
+                           f"stop what uses it (`ss -ltnp 'sport = :{port}'`, `rig status`, `rig down {resolved.recipe.name}`) "
+                           "or pass --port with a free one") from None
+
+
 def _client_host(bind: str) -> str:
     if bind in ("0.0.0.0", "::", ""):  # noqa: S104 - mapping a wildcard bind to loopback
         return "127.0.0.1"

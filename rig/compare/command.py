@@ -6,6 +6,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from rig.boot.state import refuse_if_port_taken, refuse_if_up
 from rig.compare.arms import check_arms, parse_arm
 from rig.compare.design import DEFAULT_BOOTS, DEFAULT_ROUND_S, DEFAULT_ROUNDS, MAX_ARMS, MAX_PAIRS
 from rig.compare.model import ComparePlan
@@ -32,7 +33,7 @@ def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, 
             small: bool | None, workers: int | None, resume: str | None, progress: bool = True,
             duration_s: float | None = None, target_pct: float | None = None, max_boots: int | None = None,
             goodput: str | None = None, accept_fingerprint: list[str] | None = None,
-            cold_caches: bool = False, burn_in: bool = True) -> tuple[Path, Analysis]:
+            cold_caches: bool = False, burn_in: bool = True, port: int | None = None) -> tuple[Path, Analysis]:
     if len(arm_specs) > MAX_ARMS:
         raise RigError("command line", "--arm", f"{len(arm_specs)} arms; a comparison has at most {MAX_ARMS}", "compare fewer arms")
     name, variant = split_ref(recipe)
@@ -77,7 +78,12 @@ def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, 
     out = Path(resume) if resume else compare_root()
     if resume and not (out / "plan.json").exists():
         raise RigError(str(out), "--resume", "no comparison (plan.json) in this directory", "name a results/compare/<timestamp> directory")
-    plan, entries = run_compare(plan, out, progress)
+    if port is not None and not 1 <= port <= 65535:
+        raise RigError("command line", "--port", f"{port} is not a TCP port", "pass a port from 1 to 65535")
+    if not resume:  # a resumed one's interrupted boot may hold both: run_compare stops it first
+        refuse_if_up(name)  # the recipe's own server: no boot of the comparison could claim the recipe
+        refuse_if_port_taken(resolved, port)
+    plan, entries = run_compare(plan, out, progress, port)
     analysis = analyze(plan, entries)
     text = write_report(out, analysis)
     print(text)

@@ -264,6 +264,9 @@ def _quality(analysis: Analysis) -> list[str]:
     lines = ["\nQuality beside speed (teacher-forced scores of the baseline's greedy continuations; the noise floor "
              "is the drift between baseline boots; coherence differences under Holm across the arm's figures):"]
     lines += [f"- {arm}: {quality_line(quality, arm)}" for arm in arms[1:]]
+    control = analysis.plan.control
+    if control and (control.name in quality.drift or control.name in quality.divergence):
+        lines.append(f"- control {control.name} (one boot, a known numerics change): {quality_line(quality, control.name)}")
     lines += [f"- note: {note}" for note in quality.notes]
     return lines
 

@@ -92,10 +92,14 @@ class ComparePlan(Versioned):
             raise ValueError(f"duration {self.duration_s} s is not in (0, 86400]")
 
     def order(self) -> list[tuple[int, Arm]]:
-        """The burn-in boot (if any), then the control (if any), then the ABBA blocks: the first two
-        come first so that their indices stay put when --target adds pairs."""
-        return (([(BURN_IN_BLOCK, self.arms[0])] if self.burn_in_first else []) + ([(0, self.control)] if self.control else [])
-                + boot_order(self.arms, self.boots))
+        """The burn-in boot (if any), the first ABBA block, the control (if any), then the other
+        blocks. The control boots after the first baseline boot, whose greedy continuations are the
+        reference it is scored against (before it, the control could only be compared token by
+        token); `--target` adds blocks at the end, so every index stays put."""
+        blocks = boot_order(self.arms, self.boots)
+        first = len(self.arms)
+        return (([(BURN_IN_BLOCK, self.arms[0])] if self.burn_in_first else []) + blocks[:first]
+                + ([(0, self.control)] if self.control else []) + blocks[first:])
 
     def write(self, out: Path) -> None:
         self._derive()

@@ -267,6 +267,9 @@ def analyze_quality(plan: ComparePlan, entries: list[BootEntry], encode: Encode 
                    if d.method.startswith("exact one-sided") and d.verdict in ("outputs moved", "within boot noise")}
     for arm, rejected in holm(statistical, FLIP_ALPHA).items():
         drift_by_arm[arm].verdict = "outputs moved" if rejected else "within boot noise"
+    if scoring:  # the control's drift beside the arms' (outside their family: it is known to move the outputs)
+        for arm, (control_quality,) in controls.items():
+            drift_by_arm[arm] = drift_verdict(boots.get(baseline, {}), {0: control_quality})
     divergence = divergence_report(reference_boot.generations, {**{arm: list(b.values()) for arm, b in boots.items()},
                                                                 **controls}, encode) if reference_boot else {}
     if reference_boot is not None and encode is None and any(g.output_ids is None for g in reference_boot.generations.values()):

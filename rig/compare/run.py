@@ -204,7 +204,8 @@ class ResolvedArms:
 
 
 def run_boot(plan: ComparePlan, index: int, block: int, arm: Arm, out: Path, progress: bool,
-             burn_in: bool = False, arms: ResolvedArms | None = None, redo_if_compiled: bool = False) -> BootEntry:
+             burn_in: bool = False, arms: ResolvedArms | None = None, redo_if_compiled: bool = False,
+             port: int | None = None) -> BootEntry:
     """One boot: up, checks, warmup and rounds, then (a measured boot) greedy identity and quality
     probes, down. A burn-in boot runs the rounds only: its figures show the boot-state effect. With
     `redo_if_compiled`, a boot whose engine log says it compiled becomes a burn-in as soon as it is
@@ -220,7 +221,7 @@ def run_boot(plan: ComparePlan, index: int, block: int, arm: Arm, out: Path, pro
     write_text_atomic(marker, BootMarker(attempt=attempt, boot_id=None, since=since).json_text())
     clock = _PhaseClock(entry)
     try:
-        record = driver.up(base, overlay=arm.overlay(), progress=progress, cold_caches=plan.cold_caches)
+        record = driver.up(base, overlay=arm.overlay(), port=port, progress=progress, cold_caches=plan.cold_caches)
     except BootFailed as error:
         entry.voided, entry.problems = True, [str(error)]
         marker.unlink(missing_ok=True)
@@ -284,10 +285,12 @@ class _PhaseClock:
         self.last = now
 
 
-def run_compare(plan: ComparePlan, out: Path, progress: bool = True) -> tuple[ComparePlan, list[BootEntry]]:
+def run_compare(plan: ComparePlan, out: Path, progress: bool = True, port: int | None = None) -> tuple[ComparePlan, list[BootEntry]]:
     """Every boot of the plan, finished ones read back; `--target` extends the plan by whole ABBA
     blocks until the widest headline interval is narrow enough or max_boots is reached. Returns the
-    plan it ran (a resumed comparison's saved one, with --target's pairs) and every entry."""
+    plan it ran (a resumed comparison's saved one, with --target's pairs) and every entry. `port`
+    (default: the recipe's) is where every boot listens: a fact of this host, not of the plan, so a
+    resumed comparison may pass another."""
     for name in plan.scenarios:  # a bad scenario is refused before the comparison writes anything
         load_scenario(name)
     out.mkdir(parents=True, exist_ok=True)
@@ -307,7 +310,7 @@ def run_compare(plan: ComparePlan, out: Path, progress: bool = True) -> tuple[Co
         plan.write(out)
     arms = ResolvedArms(plan)
     while True:
-        entries = _run_order(plan, out, progress, arms) + imported_entries(out, plan)
+        entries = _run_order(plan, out, progress, arms, port) + imported_entries(out, plan)
         if plan.target_pct is None:
             return plan, entries
         if plan.planned_pairs is None:
@@ -351,7 +354,7 @@ def _read_entry(path: Path, index: int | None = None, block: int | None = None, 
         return None
 
 
-def _run_order(plan: ComparePlan, out: Path, progress: bool, arms: ResolvedArms) -> list[BootEntry]:
+def _run_order(plan: ComparePlan, out: Path, progress: bool, arms: ResolvedArms, port: int | None) -> list[BootEntry]:
     entries = []
     order = plan.order()
     keeps_compiling = False  # a boot compiled again right after its burn-in: the caches do not persist
@@ -369,9 +372,13 @@ def _run_order(plan: ComparePlan, out: Path, progress: bool, arms: ResolvedArms)
             role = "burn-in, paired with nothing" if burn_in else f"block {block}"
             print(f"compare: boot {index + 1}/{len(order)}: {arm.name} ({arm.spec}), {role}"
                   + (f" ({leftover})" if leftover else ""))
-        redo = plan.boot_state_control and not plan.cold_caches and not burn_in and compiled_first is None and not keeps_compiling
+        # The control is measured for its outputs only (no rounds): a compile changes its speed, not the
+        # code it runs, so a control boot that compiled is kept, not booted again.
+        redo = (plan.boot_state_control and not plan.cold_caches and not burn_in and compiled_first is None and not keeps_compiling
+                and arm is not plan.control)
         try:
-            entry = run_boot(plan, index, block, arm, out, progress, burn_in=burn_in, arms=arms, redo_if_compiled=redo)
+            entry = run_boot(plan, index, block, arm, out, progress, burn_in=burn_in, arms=arms, redo_if_compiled=redo,
+                             port=port)
             if entry.burn_in and not burn_in and not entry.voided:
                 # Its caches did not hold this arm's configuration: kept as a burn-in, booted again.
                 entry.write(out, as_burn_in=True)
@@ -379,7 +386,7 @@ def _run_order(plan: ComparePlan, out: Path, progress: bool, arms: ResolvedArms)
                 if progress:
                     print(f"compare: boot {index + 1} compiled (its caches did not hold {arm.name}'s configuration): "
                           "kept as a burn-in, booting it again")
-                entry = run_boot(plan, index, block, arm, out, progress, arms=arms)
+                entry = run_boot(plan, index, block, arm, out, progress, arms=arms, port=port)
                 keeps_compiling = entry.compiled
         except Interrupted:
             raise KeyboardInterrupt from None  # nothing written for this boot: a resume redoes it

@@ -52,6 +52,8 @@ def test_matrix_for_every_recipe():
     # gpu_delay is enabled by comparison arms (RIG_GPU_DELAY_US=...), not by a variant of its recipe.
     row = next(line for line in lines if line.startswith("llama8b-h200") and " gpu_delay " in line)
     assert "no      would arm: vllm.v1.worker.gpu_worker.Worker.execute_model" in row, row
+    row = next(line for line in lines if line.startswith("llama8b-sglang-h200") and " gpu_delay " in line)
+    assert "no      would arm: sglang.srt.managers.tp_worker.TpModelWorker.forward_batch_generation" in row, row
     for (recipe, adapter), state in expect.items():
         row = next(line for line in lines if line.startswith(recipe) and f" {adapter} " in line)
         assert f"yes     {state}" in row, row
@@ -182,6 +184,49 @@ def starred(args):
 def unknown_keyword(x):
     return partial(fi_linear, backend="b12x", tile=128)
 '''
+
+
+METHOD_SOURCE = '''
+class Worker:
+    def step(self, batch, forward=None):
+        pass
+'''
+
+METHOD_CALLERS = '''
+from pkg.worker import Worker
+
+class Scheduler:
+    def through_an_attribute(self, batch):
+        return self.worker.step(batch)
+
+    def through_super(self, batch):
+        return super().step(batch)
+
+    def through_the_class(self, batch):
+        return Worker.step(self.worker, batch)
+
+    def class_with_batch_first(self, batch):
+        return Worker.step(batch)
+
+    def too_many(self, batch, forward):
+        return self.worker.step(batch, forward)
+'''
+
+
+@pytest.mark.parametrize("caller,problem", [
+    ("through_an_attribute", None),
+    ("through_super", None),
+    ("through_the_class", None),
+    ("class_with_batch_first", "passes batch in the position of self"),
+    ("too_many", "passes 3 argument(s) by position"),
+])
+def test_a_method_called_on_an_object_has_its_self_bound(caller, problem):
+    """SGLang's scheduler calls `self.model_worker.forward_batch_generation(batch)`: the object before
+    the dot is self, so batch is the second parameter, not the first."""
+    target = Target("pkg.worker", "Worker.step", "i", ("self", "batch"), positional=2)
+    sources = {"pkg.worker": METHOD_SOURCE, "pkg.callers": METHOD_CALLERS}
+    found = check_caller(target, f"pkg.callers.Scheduler.{caller}", ["self", "batch", "forward"], sources.get)
+    assert found == problem if problem is None else problem in found, found
 
 
 def _caller_reader(module: str):

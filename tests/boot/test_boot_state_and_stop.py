@@ -331,7 +331,7 @@ def test_planted_key_reaches_no_argv_log_result_or_state_through_boot_load_and_c
         assert down.returncode == 0, down.stdout + down.stderr
         compare = rig("compare", "tiny-cpu", "--arm", "a:RIG_TOKEN_DELAY_MS=0", "--arm", "b:RIG_TOKEN_DELAY_MS=0",
                       "--boots", "1", "--rounds", "1", "--scenario", "prose-c1", "--small", "--workers", "1", "--duration", "2",
-                      environment=with_token)
+                      "--port", str(free_port()), environment=with_token)
         assert compare.returncode in (0, 5, 6), compare.stdout + compare.stderr
     assert watcher.samples > 10 and watcher.leaks == {}, watcher.leaks
     assert not any(key in output or token in output for output in outputs)

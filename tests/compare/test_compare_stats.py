@@ -158,7 +158,7 @@ def test_log_normalisation_folds_progress_bars_and_engine_timestamps():
 def test_resume_redoes_exactly_the_missing_boots(tmp_path, monkeypatch):
     calls = []
 
-    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False):
+    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False, port=None):
         attempt, _ = compare_run._attempt_dir(out, index, arm)
         (out / "runs" / f"{index:02d}-{arm.name}" / f"attempt-{attempt}").mkdir(parents=True)
         calls.append((index, attempt))
@@ -184,7 +184,7 @@ def test_resume_redoes_exactly_the_missing_boots(tmp_path, monkeypatch):
 
 
 def test_target_adds_pairs_until_met_or_limit(tmp_path, monkeypatch):
-    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False):
+    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False, port=None):
         value = 100.0 * (1.05 if arm.name == "b" else 1.0) * (1 + 0.002 * ((index * 7) % 5 - 2))
         return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1, burn_in=burn_in,
                          rounds=[{"prose-c1": RunResult(scenario="prose-c1", dir="", figures={"user_decode_tok_s": value}, problems=[])}])
@@ -216,7 +216,7 @@ def test_a_planted_fingerprint_difference_voids_the_comparison(tmp_path, monkeyp
     from rig.compare.report import analyze
     from rig.observe.fingerprint import Fingerprint, GpuFacts
 
-    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False):
+    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False, port=None):
         limit = 600.0 if (arm.name == "b" and block == 1) else 700.0
         return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1, burn_in=burn_in,
                          fingerprint=Fingerprint(taken_at=0.0, hostname="box", kernel="6.8", os="linux", cpu="cpu", cpu_count=1,
@@ -257,7 +257,7 @@ def test_the_burn_in_boot_and_a_boot_that_compiled_are_measured_but_never_paired
     compiled_once = {"b"}
     calls = []
 
-    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False):
+    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False, port=None):
         calls.append((index, arm.name, burn_in))
         log = "compiled" if burn_in or arm.name in compiled_once else "reused"
         compiled_once.discard(arm.name) if not burn_in else None
@@ -303,7 +303,7 @@ def test_a_first_boot_that_compiled_is_booted_again_without_a_leading_burn_in(tm
     cold = {"caches": True}
     calls = []
 
-    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False):
+    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False, port=None):
         calls.append(index)
         log = "compiled" if cold["caches"] else "reused"
         cold["caches"] = False
@@ -327,6 +327,39 @@ def test_a_first_boot_that_compiled_is_booted_again_without_a_leading_burn_in(tm
     assert calls == [0, 1, 2, 3]
 
 
+def test_a_control_that_compiled_is_kept_and_only_measured_boots_are_booted_again(tmp_path, monkeypatch):
+    """The control (a numerics change, so compile caches of its own) runs no rounds: a compile has no
+    speed of it to bias, so its compiled boot is kept as the control, not booted again; the first
+    measured boot, which compiled the baseline's configuration, is."""
+    from rig.boot.record import CacheState
+    from rig.compare.report import analyze
+
+    warm: set[str] = set()  # configurations whose compile caches exist: an arm's variant
+    calls = []
+
+    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False, port=None):
+        calls.append((index, arm.name))
+        configuration = "fp16" if arm is plan.control else "bf16"
+        log = "reused" if configuration in warm else "compiled"
+        warm.add(configuration)
+        burn_in = burn_in or (redo_if_compiled and log == "compiled")
+        rounds = [] if arm is plan.control else [{"prose-c1": RunResult(scenario="prose-c1", dir="", problems=[],
+                                                                        figures={"user_decode_tok_s": 100.0 + index % 3})}]
+        return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=arm is plan.control and not burn_in,
+                         attempt=1, burn_in=burn_in, rounds=rounds,
+                         compile_cache=CacheState(state="cold" if log == "compiled" else "partial", log=log))
+
+    monkeypatch.setattr(compare_run, "run_boot", fake_boot)
+    plan = ComparePlan(recipe="llama8b-h200", arms=[parse_arm("a:X=0"), parse_arm("b:X=1")], control=parse_arm("fp16:@fp16"),
+                       boots=2, rounds=1, scenarios=["prose-c1"], small=True)
+    _, entries = compare_run.run_compare(plan, tmp_path, progress=False)
+    # The control boots after the first block: the baseline's first boot has written the reference.
+    assert calls == [(0, "a"), (0, "a"), (1, "b"), (2, "fp16"), (3, "b"), (4, "a")]
+    assert [(e.index, e.arm) for e in entries if e.burn_in] == [(0, "a")]
+    assert [(e.index, e.compiled) for e in entries if e.control] == [(2, True)]
+    assert analyze(plan, entries).void is None
+
+
 def test_caches_that_never_persist_stop_the_redoing_and_the_report_says_so(tmp_path, monkeypatch):
     """Every boot compiles (a compile cache the boot cannot keep): the first is redone once, the redo
     compiles again, and from then on nothing is redone; the control does not claim reused caches."""
@@ -335,7 +368,7 @@ def test_caches_that_never_persist_stop_the_redoing_and_the_report_says_so(tmp_p
 
     calls = []
 
-    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False):
+    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False, port=None):
         calls.append(index)
         return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1,
                          burn_in=burn_in or redo_if_compiled, compile_cache=CacheState(state="cold", log="compiled"),
@@ -361,7 +394,7 @@ def test_resume_redoes_a_boot_whose_entry_is_damaged_and_loses_nothing(tmp_path,
     other boots are read back, and the first attempt's runs stay."""
     calls = []
 
-    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False):
+    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False, port=None):
         attempt, runs = compare_run._attempt_dir(out, index, arm)
         runs.mkdir(parents=True)
         (runs / "kept.txt").write_text("measured")

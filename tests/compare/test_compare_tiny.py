@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, free_port
 
 from rig.compare.command import compare
 
@@ -29,7 +29,8 @@ def test_gate_off_vs_gate_on_finds_the_injected_delay(results_dir):
     test_compare_stats.py; real boots add nothing to it.)"""
     out, analysis = compare("tiny-cpu", ["off:@delay,RIG_TOKEN_DELAY_MS=0", f"on:@delay,RIG_TOKEN_DELAY_MS={DELAY_MS:g}"], None,
                             boots=3, rounds=1,
-                            scenarios=["prose-c1"], small=True, workers=1, resume=None, progress=False, duration_s=3.0)
+                            scenarios=["prose-c1"], small=True, workers=1, resume=None, progress=False, duration_s=3.0,
+                            port=free_port())  # not the recipe's 8321: the box may run a tiny-cpu of its own
     stats = analysis.scenarios["prose-c1"].vs["on"]
     pairs = json.loads((out / "plan.json").read_text())["boots"]
     assert pairs == 3 and not analysis.boots.voided, analysis.boots
@@ -64,7 +65,7 @@ def test_identical_arms_give_no_verdict_and_a_failed_boot_is_voided(results_dir)
     # checks void the boot instead of measuring an unpatched server. The bf16 control changes numerics.
     out, analysis = compare("tiny-cpu", ["a:RIG_TOKEN_DELAY_MS=0", "b:RIG_TOKEN_DELAY_MS=0", "broken:@delay,RIG_TOKEN_DELAY_MS=abc"],
                             "bf16:@bf16", boots=2, rounds=1, scenarios=["prose-c1"], small=True, workers=1, resume=None,
-                            progress=False, duration_s=3.0, goodput="ttft<=2s,tpot<=50ms")
+                            progress=False, duration_s=3.0, goodput="ttft<=2s,tpot<=50ms", port=free_port())
     verdict = analysis.scenarios["prose-c1"].vs["b"].verdict
     if analysis.scenarios["prose-c1"].vs["b"].pairs < 2:
         # A busy box: a round whose client could not keep up is left out, and the report must say so
@@ -114,7 +115,8 @@ def test_a_comparison_killed_mid_boot_resumes_without_voiding(results_dir, tmp_p
     env = {**os.environ, "RIG_RESULTS_DIR": str(results_dir), "RIG_STATE_DIR": str(tmp_path / "state")}
     arms = ["--arm", "a:RIG_TOKEN_DELAY_MS=0", "--arm", "b:RIG_TOKEN_DELAY_MS=0"]
     common = ["--boots", "1", "--rounds", "1", "--scenario", "prose-c1", "--small", "--workers", "1", "--duration", "2"]
-    process = subprocess.Popen([sys.executable, "-m", "rig", "compare", "tiny-cpu", *arms, *common], cwd=REPO, env=env,
+    port = ["--port", str(free_port())]
+    process = subprocess.Popen([sys.executable, "-m", "rig", "compare", "tiny-cpu", *arms, *common, *port], cwd=REPO, env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 240
     out = None
@@ -128,7 +130,8 @@ def test_a_comparison_killed_mid_boot_resumes_without_voiding(results_dir, tmp_p
     time.sleep(2)
     process.send_signal(signal.SIGKILL)
     process.wait()
-    result = subprocess.run([sys.executable, "-m", "rig", "compare", "tiny-cpu", *arms, *common, "--resume", str(out)],
+    # The killed boot's server still holds the port: the resume stops it, then boots there again.
+    result = subprocess.run([sys.executable, "-m", "rig", "compare", "tiny-cpu", *arms, *common, *port, "--resume", str(out)],
                             cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     saved = json.loads((out / "compare.json").read_text())

@@ -198,6 +198,15 @@ def test_scoring_protocol_finds_a_numerics_change_and_not_identical_arms(toy_ser
     assert "outputs moved: prefill mean |dlogprob|" in quality_line(quality, "nudged")
     assert "bitwise identical" in quality_line(quality, "same")
 
+    # a control (one boot of a numerics change, after the first block) gets the arms' drift figures
+    # and its first divergence, outside their family: the other verdicts do not change
+    control = collect(toy_servers(0.05), "toy", "vllm", PROBES, 24, refs)
+    entries.append(BootEntry(index=len(entries), block=0, arm="ctl", spec="ctl", control=True, attempt=1, quality=control))
+    quality = analyze_quality(plan.model_copy(update={"control": Arm(name="ctl")}), entries)
+    assert quality.drift["ctl"].verdict == "outputs moved" and quality.drift["ctl"].boots == 1
+    assert quality.drift["nudged"].verdict == "outputs moved" and quality.drift["same"].verdict == "bitwise identical"
+    assert "outputs moved: prefill mean |dlogprob|" in quality_line(quality, "ctl") and quality.divergence["ctl"].diverged > 0
+
 
 def test_sglang_scoring_protocol_finds_a_numerics_change_and_not_identical_arms(toy_servers):
     """SGLang's /generate (input_token_logprobs from logprob_start_len, as sglang 0.5.17 aligns them)

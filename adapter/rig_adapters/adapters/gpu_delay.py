@@ -1,9 +1,10 @@
-"""gpu_delay (test-only): a fixed amount of GPU time in every vLLM engine step, on the critical path.
+"""gpu_delay (test-only): a fixed amount of GPU time in every engine step (vLLM, SGLang), on the critical path.
 
 token_delay sleeps on the host, and vLLM's asynchronous scheduling hides a host delay while the
 GPU is the bottleneck (0.165 ms per step changed nothing on an H200). This adapter instead
 launches a spin kernel (`torch.cuda._sleep`, which counts SM clock cycles) on the step's own CUDA
-stream, just before the worker runs the step: every kernel of the step, CUDA-graph replays
+stream, just before the worker runs the step (vLLM's Worker.execute_model; SGLang's
+TpModelWorker.forward_batch_generation, which its overlap scheduler calls inside the forward stream): every kernel of the step, CUDA-graph replays
 included, is stream-ordered after it, so the step's GPU time grows whatever runs on the host. It
 is launched outside the compiled and captured region, so torch.compile and the graphs are the
 engine's own.
@@ -195,3 +196,24 @@ def install_execute_model(ctx: AdapterContext) -> None:
         return original(self, scheduler_output, *args, **kwargs)
 
     ctx.replace(execute_model, f"{delay_us:g} us spin kernel per engine step on the step's stream")
+
+
+def install_forward_batch_generation(ctx: AdapterContext) -> None:
+    """SGLang: TpModelWorker.forward_batch_generation runs once per forward batch in every TP
+    scheduler process. The overlap scheduler calls it inside its forward stream's context and the
+    plain one on the default stream: either way the current stream is the one the batch's kernels
+    (and CUDA-graph replays) run on. An idle batch (data-parallel attention's filler) runs no model
+    and gets no spin."""
+    delay_us = _delay_us()
+    injector = SpinInjector(ctx, _torch_cuda(), delay_us)
+    original = ctx.current
+
+    @functools.wraps(original)
+    def forward_batch_generation(self: Any, batch: Any = None, *args: Any, **kwargs: Any) -> Any:
+        forward = batch if batch is not None else kwargs.get("forward_batch", args[0] if args else None)
+        mode = getattr(forward, "forward_mode", None)
+        if mode is None or not mode.is_idle():
+            injector.inject()
+        return original(self, batch, *args, **kwargs)
+
+    ctx.replace(forward_batch_generation, f"{delay_us:g} us spin kernel per forward batch on the batch's stream")
