@@ -23,6 +23,8 @@ SETTINGS = {
     "H200 8B TP1 graphs (8 boots): boot 0.01%, round 0.02%": Noise(boot_sd=0.0001, round_sd=0.0002, drift_sd=0.001, rounds=2),
     "H200 8B TP1 graphs, evening (4 boots): boot 0.053%, round 0.033%": Noise(boot_sd=0.00053, round_sd=0.00033, drift_sd=0.001, rounds=2),
     "H200 8B TP1 graphs, night (8 boots): boot 0.065%, round 0.018%": Noise(boot_sd=0.00065, round_sd=0.00018, drift_sd=0.001, rounds=2),
+    "H200 8B TP1 graphs, 2026-12-02 (8 boots): boot 0.034%, round 0.036%": Noise(boot_sd=0.00034, round_sd=0.00036, drift_sd=0.001,
+                                                                               rounds=2),
     "  ten times that: boot 0.1%, round 0.2%": Noise(boot_sd=0.001, round_sd=0.002, drift_sd=0.001, rounds=2),
     "H200 session B (3 boots): boot 12%, round 8%": Noise(boot_sd=0.12, round_sd=0.08, rounds=2),
     "H200 session C (6 boots): boot ~0%, round 13%": Noise(boot_sd=0.0, round_sd=0.13, rounds=2),

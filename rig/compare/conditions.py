@@ -34,6 +34,10 @@ _VOLATILE = [
     (re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d([.,]\d+)?"), "<time>"),
     (re.compile(r"\b(\d\d-\d\d )?\d\d:\d\d:\d\d([.,]\d+)?\b"), "<time>"),  # vLLM's "12-01 23:42:00"
     (re.compile(r"\b\d+ secs?\b"), "<num> secs"),  # "Graph capturing finished in 6 secs"
+    # The engines' periodic load lines: vLLM's "Running: 0 reqs, Waiting: 0 reqs" (in one arm only by
+    # when the 10 s logger fired, H200 2026-12-02), SGLang's "#running-req: 1, #token: 2048".
+    (re.compile(r"\b\d+ reqs\b"), "<num> reqs"),
+    (re.compile(r"(#[\w-]+: )\d+"), r"\1<num>"),
     (re.compile(r"\[\d+\]"), "[<pid>]"),
     (re.compile(r"\b(pid|PID)[ =:]\d+"), r"\1=<pid>"),
     (re.compile(r"\b\d+\.\d+(\s*(s|ms|us|it/s|%|GB|MB|tok/s))?"), "<num>"),

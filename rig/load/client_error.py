@@ -22,7 +22,9 @@ A figure's bound follows from how it is computed (rig.load.request_metrics, rig.
   they reached (a stretch is known in time: from its earliest start to the monitor's next sample);
 - the aggregate rate (tokens whose arrival falls in the window) moves by the tokens the window's
   two edges can trade, by the mean delay the client held each user back between requests
-  (mu / mean E2E), by long stretches (2X/T), and by a chunk per user at each edge (phases shift);
+  (mu / mean E2E), by long stretches (2X/T), and, where a shifted phase moves a stream across an
+  edge, by the chunk beside that edge of every stream the edge cuts (over every token the figure
+  counts, cut streams' included);
 - a percentile of per-request samples, each moved by at most e = L (TTFT, E2E, ITL; TPOT by
   L/(tokens-1)), except q of them that may move anywhere (the short-stretch share at its
   binomial 99.9th percentile, plus every long stretch's reach): the p-quantile stays between the
@@ -46,6 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import binom
 
+from rig.load import request_metrics
 from rig.load.metrics import LAG_PERIOD_S
 from rig.load.records import RequestRecord
 from rig.load.request_metrics import Done, decode_time, done_in_window, e2e, itl, tpot, ttft
@@ -83,14 +86,13 @@ class LagProfile:
 
     process: str | None
     samples: tuple[float, ...]  # sorted, seconds
-    users: int  # simulated users of this process inside the window
     # Long stretches in time: (from, to, delay). An event recorded inside [from, to] may be late by
     # up to `delay`: from the stretch's earliest start (the wake-up, less the lag and a period) to
     # the monitor's next wake-up (by then the loop has read what the stretch held back).
     stretches: tuple[tuple[float, float, float], ...] = ()
 
     @classmethod
-    def of(cls, client: ClientStats, start: float, end: float, users: int) -> LagProfile:
+    def of(cls, client: ClientStats, start: float, end: float) -> LagProfile:
         """The samples from `start` to `end`: the window, and after it as long as a request sent inside it was read."""
         timed = sorted((t, max(lag, 0.0)) for t, lag in client.lag)
         inside = sorted(lag for t, lag in timed if start <= t <= end)
@@ -99,7 +101,7 @@ class LagProfile:
             if lag > LAG_PERIOD_S and start - 1.0 <= wake <= end + 1.0:
                 after = timed[i + 1][0] if i + 1 < len(timed) else wake + LAG_PERIOD_S + lag
                 stretches.append((wake - lag - LAG_PERIOD_S, after, lag + LAG_PERIOD_S))
-        return cls(client.process, tuple(inside), users, tuple(stretches))
+        return cls(client.process, tuple(inside), tuple(stretches))
 
     def late_by(self, t: float) -> float:
         """How late a long stretch may have made an event recorded at t (0: none reached it)."""
@@ -164,7 +166,7 @@ def _duration_sum_bound(spans: list[tuple[float, float]], profile: LagProfile) -
     recorded times of one stream, each late by a short-stretch delay (mean mu, sd sigma, the
     monitor's samples under its period) or held up by a long stretch. The sum moves by at most
     a = N*mu (a bias between the two ends, at most the mean delay) + Z*sigma*sqrt(2N) (their
-    spread, at the normal 99.9th percentile) + users * X (every long stretch once per user), so the
+    spread, at the normal 99.9th percentile) + the long stretches where they reached it, so the
     rate by a / (sum - a) of the reported rate. A long stretch counts where it reached one of the
     recorded times (each of the `spans`' two ends is checked against the stretches in time)."""
     total = sum(b - a for a, b in spans)
@@ -194,22 +196,46 @@ def _quantile_bound(samples: list[float], times: list[tuple[float, float]], quan
     return min(bounds, default=UNBOUNDED)  # the top level (no sample late beyond it) is a candidate whenever nothing outlasts it
 
 
-def _aggregate_bound(done: list[Done], window: Window, profile: LagProfile) -> float | None:
-    """Tokens counted at their arrival inside the window: the two edges trade the tokens of a
-    delay's worth of time (2 * (mu + Z*sigma) / T), the client holds each user back between requests
-    by the mean delay (mu / mean E2E: the server idles), and long stretches push tokens past an edge
-    and hold users back (2X / T)."""
-    lifetimes = [e2e(d) for d in done]
-    if not lifetimes or not profile.samples:
+def _edge_tokens(records: list[RequestRecord], edge: float, ratio: float) -> float:
+    """What shifting each stream's phase by less than a chunk gap can move across a window edge: per
+    stream running at the edge (sent before it, not ended before it; a stream the run's end cut
+    counts at that end), the larger of the chunks beside the edge."""
+    moved = 0.0
+    for record in records:
+        chunks = record.chunks
+        ended = record.t_end if record.t_end is not None else (chunks[-1] if chunks else None)
+        if not chunks or record.t_send > edge or ended is None or ended < edge:
+            continue
+        i = bisect.bisect_right(chunks, edge)
+        tokens = request_metrics.chunk_token_counts(record, ratio)
+        moved += max(tokens[j] for j in (i - 1, i) if 0 <= j < len(chunks))
+    return moved
+
+
+def _aggregate_bound(inputs: FigureInputs) -> float | None:
+    """Tokens counted at their arrival inside the window (every stream's, as the figure counts them):
+    the two edges trade the tokens of a delay's worth of time (2 * (mu + Z*sigma) / T), the client
+    holds each user back between requests by the mean delay (mu / mean E2E: the server idles), long
+    stretches push tokens past an edge and hold users back (2X / T), and a shift of a stream's phase
+    moves the chunk beside each edge that cuts it (read from the streams themselves: a server that
+    sends many tokens per chunk at load moves more)."""
+    done, window, profile = inputs.done, inputs.window, inputs.profile
+    if not profile.samples:
+        return None
+    # No request sent inside the window finished: no user went back for another inside it, so the
+    # hold-back between requests happened at most once per window.
+    lifetimes = [e2e(d) for d in done] or [window.seconds]
+    tokens = sum(n for r in inputs.records for arrival, n in zip(r.chunks, request_metrics.chunk_token_counts(r, inputs.ratio))
+                 if window.start <= arrival <= window.end)
+    if tokens <= 0:
         return None
     mean_e2e = float(np.mean(lifetimes))
     short, long_stretches = profile.split()
-    tokens = sum(sum(d.chunk_tokens) for d in done) or 1.0
+    edges = _edge_tokens(inputs.records, window.start, inputs.ratio) + _edge_tokens(inputs.records, window.end, inputs.ratio)
     share = (2 * (short.mean + SPREAD_Z * short.sd + short.largest) / window.seconds
              + (short.mean / mean_e2e if mean_e2e > 0 else 1.0)
              + 2 * long_stretches / window.seconds
-             # a client that shifts its users' phases moves each edge by up to a chunk per user
-             + 2 * profile.users * max(d.chunk_tokens[-1] for d in done) / tokens)
+             + edges / tokens)
     return _share_of_reported(share)
 
 
@@ -220,6 +246,8 @@ class FigureInputs:
     done: list[Done]
     profile: LagProfile
     window: Window
+    records: list[RequestRecord]  # every request of the process (the aggregate counts cut streams too)
+    ratio: float  # the run's tokens per chunk where a stream did not say (rig.load.request_metrics)
 
 
 def _decode(inputs: FigureInputs) -> float | None:
@@ -228,10 +256,6 @@ def _decode(inputs: FigureInputs) -> float | None:
 
 def _prefill(inputs: FigureInputs) -> float | None:
     return _duration_sum_bound([(d.sent, d.first) for d in inputs.done if d.record.prompt_tokens and ttft(d) > 0], inputs.profile)
-
-
-def _aggregate(inputs: FigureInputs) -> float | None:
-    return _aggregate_bound(inputs.done, inputs.window, inputs.profile)
 
 
 Spans = Callable[[Done], list[tuple[float, float, float]]]  # a request's samples: (value, first recorded time, second)
@@ -269,7 +293,7 @@ _SPANS: dict[str, Spans] = {
 BOUNDS: dict[str, Callable[[FigureInputs], float | None]] = {
     "user_decode_tok_s": _decode,
     "prefill_tok_s": _prefill,
-    "output_tok_s": _aggregate,
+    "output_tok_s": _aggregate_bound,
     "e2e_p50_ms": _percentile(_SPANS["e2e"], 0.50),
     **{f.name: _percentile(_SPANS[f.samples], f.quantile, per_token=f.samples == "tpot") for f in LATENCY},
 }
@@ -282,24 +306,29 @@ def client_bounds(records: list[RequestRecord], window: Window, clients: list[Cl
     worst over the Locust processes, each bounded with its own delays and its own requests. A
     figure with no samples has bound None, which never holds."""
     done = done_in_window(records, window.start, window.end)
+    ratio = request_metrics.run_tokens_per_chunk(records)
+    records_of: dict[str, list[RequestRecord]] = defaultdict(list)
+    for r in records:
+        records_of[r.process].append(r)
     by_process: dict[str, list[Done]] = defaultdict(list)
-    users: dict[str, set[str]] = defaultdict(set)
     for d in done:
         by_process[d.record.process].append(d)
-    for r in records:
-        if window.start <= r.t_send <= window.end or (r.t_first is not None and window.start <= r.t_first <= window.end):
-            users[r.process].add(r.user)
     profiles = {c.process: c for c in clients}
     inputs: list[FigureInputs] = []
-    for process, process_done in by_process.items():
+    # every process whose streams the window counts: one whose requests all outlast it finished none
+    # inside it, and its tokens are bounded all the same
+    counted = {r.process for r in records if any(window.start <= t <= window.end for t in r.chunks)}
+    for process in sorted(set(by_process) | counted):
+        process_done = by_process.get(process, [])
         client = profiles.get(process)
         if client is None:  # requests from a process that wrote no lag samples: the worst process's delays stand in
             client = max(clients, key=lambda c: max((lag for _, lag in c.lag), default=0.0), default=None)
         if client is None:
             continue
         # the delays that reached these requests: from the window's start to the last chunk read of one sent inside it
-        end = max(window.end, max(d.last for d in process_done))
-        inputs.append(FigureInputs(process_done, LagProfile.of(client, window.start, end, len(users[process]) or 1), window))
+        end = max(window.end, max((d.last for d in process_done), default=window.end))
+        inputs.append(FigureInputs(process_done, LagProfile.of(client, window.start, end), window,
+                                   records_of[process], ratio))
     unmonitored = not inputs or any(not i.profile.samples for i in inputs)  # a process whose delays are unknown
     out = {}
     for name, bound_of in BOUNDS.items():

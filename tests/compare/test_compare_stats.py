@@ -153,6 +153,12 @@ def test_log_normalisation_folds_progress_bars_and_engine_timestamps():
     captured = {normalize("(EngineCore pid=2493) INFO 12-01 23:42:00 [model_runner.py:726] Graph capturing finished in 6 secs, took 0.52 GiB"),
                 normalize("(EngineCore pid=4912) INFO 12-02 00:01:59 [model_runner.py:726] Graph capturing finished in 9 secs, took 0.61 GiB")}
     assert len(captured) == 1 and "model_runner.py:726" in captured.pop()
+    # the engines' periodic load lines: which counts they caught depends on when the logger fired
+    stats = {normalize(f"(APIServer pid=2444) INFO 12-02 03:1{k}:17 [loggers.py:273] Engine 000: Avg prompt throughput: {k}.0 "
+                       f"tokens/s, Avg generation throughput: 2{k}.5 tokens/s, Running: {k} reqs, Waiting: {k} reqs") for k in (0, 1)}
+    stats |= {normalize(f"[2026-12-02 03:10:1{k}] Decode batch. #running-req: {k}, #token: {2048 * k}, #queue-req: {k}") for k in (0, 1)}
+    assert len(stats) == 2, stats
+    assert normalize("Running: 1 reqs K=576") != normalize("Running: 1 reqs K=640")  # not every number goes
 
 
 def test_resume_redoes_exactly_the_missing_boots(tmp_path, monkeypatch):
