@@ -782,3 +782,29 @@ def test_a_model_directory_that_exists_is_taken_as_it_is(monkeypatch, tmp_path):
     assert paths.model_dir() == tmp_path
     monkeypatch.setenv("RIG_MODEL_DIR", "")
     assert paths.model_dir() is None
+
+
+def test_a_resume_whose_port_another_server_holds_is_refused_and_leaves_no_marker(tmp_path, monkeypatch):
+    """A resume skips the up-front port check (its own interrupted boot may hold the port until it is
+    stopped); the driver's refusal then leaves no in-progress marker, which a later resume would
+    read as a server of ours to stop."""
+    import socket
+
+    from rig.compare.arms import parse_arm
+    from rig.compare.command import compare
+    from rig.compare.model import ComparePlan
+
+    monkeypatch.setenv("RIG_RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.setenv("RIG_STATE_DIR", str(tmp_path / "state"))
+    out = tmp_path / "results" / "compare" / "x"
+    out.mkdir(parents=True)
+    arms = ["a:RIG_TOKEN_DELAY_MS=0", "b:RIG_TOKEN_DELAY_MS=1"]
+    ComparePlan(recipe="tiny-cpu", arms=[parse_arm(a) for a in arms], control=None, boots=1, rounds=1, scenarios=["prose-c1"],
+                small=True, duration_s=2.0).write(out)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        with pytest.raises(RigError, match="already in use"):
+            compare("tiny-cpu", arms, None, 1, 1, ["prose-c1"], True, None, str(out), progress=False, duration_s=2.0,
+                    port=holder.getsockname()[1])
+    assert not list(out.glob("boots/*.in-progress.json")) and not (tmp_path / "state").exists()

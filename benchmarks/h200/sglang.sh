@@ -15,8 +15,8 @@
 # `first` installs the first two parts (the installer names the two still missing and exits 4: expected).
 # `start` installs the rest, checks that SGLang imports with its pinned transformers, and starts the
 # session detached: the GPU test (rig up, prose-c1 / decode-ctx3k / prefill-8k / chat-sharegpt, rig
-# down, nothing left running), then two boots of the recipe measured with rig's own commands (boot
-# time, c=1 decode, TTFT, prefill, J/token; the noise between boots), each step logged with its exit.
+# down, nothing left running), then, if it passed, `rig compare` gpu_delay off vs on at the default
+# design (boot times, c=1 decode, the noise between boots, the known effect), each step logged with its exit.
 # Every call but `first` begins with a guard (exit 42: the host was given back, start from call 1).
 set -u
 cd "$(dirname "$0")/../.." || exit 3
@@ -56,27 +56,27 @@ wait)
 session)
   if [ -n "${RIG_REHEARSAL:-}" ]; then
     rig() { .venv/bin/rig "$@"; }
-    RECIPE=tiny-cpu
+    RECIPE=tiny-cpu OFF=off:RIG_TOKEN_DELAY_MS=0 ON=on:RIG_TOKEN_DELAY_MS=20
     gpu_test() { echo "(rehearsal: no GPU test)"; }
   else
     export PYTHONPATH=/tmp/site:$SITE:$PWD:$PWD/adapter
     rig() { python3 -m rig "$@"; }
-    RECIPE=llama8b-sglang-h200
+    RECIPE=llama8b-sglang-h200 OFF=off:RIG_GPU_DELAY_US=0 ON=on:RIG_GPU_DELAY_US=${RIG_SESSION_ON_US:-40}
     gpu_test() { RIG_GPU_TEST_RESULTS=$RESULTS/gpu-test timeout -k 5 900 python3 -m pytest -q -s -p no:cacheprovider -m gpu \
                    tests/gpu/test_engines_gpu.py -k sglang; }
   fi
   export RIG_RESULTS_DIR=$RESULTS
   mkdir -p $RESULTS
   step() { echo "=== $(date +%T) $*"; "$@"; local rc=$?; echo "=== $(date +%T) exit $rc"; return $rc; }
-  step gpu_test
-  for boot in 1 2; do  # two boots of one configuration: boot time, per-scenario figures, boot-to-boot noise
-    if step rig up "$RECIPE"; then
-      step rig loadtest "$RECIPE" --scenario prose-c1 --scenario decode-ctx3k --scenario prefill-8k --duration 10
-      step rig loadtest "$RECIPE" --scenario prose-c1 --duration 10
-    fi
-    step rig down "$RECIPE"
-    echo "boot $boot done"
-  done
+  # The GPU test: rig up, four scenarios (their figures for the SGLang-vs-vLLM table), rig down,
+  # nothing left running. Only if SGLang served them: the known-effect comparison at the default
+  # design (gpu_delay on SGLang's TpModelWorker.forward_batch_generation; ~+1% of the step at 40 us,
+  # as on vLLM 2026-12-02), which also gives SGLang's boot times and its noise between boots.
+  if step gpu_test; then
+    step rig compare "$RECIPE" --arm "$OFF" --arm "$ON"
+  else
+    echo "the GPU test failed: no comparison (its output above says where SGLang stopped)"
+  fi
   echo "SESSION DONE $(date +%T)"
   ;;
 *)

@@ -17,7 +17,7 @@ from rig.atomic import write_text_atomic
 from rig.boot.base import DRIVERS, BootFailed
 from rig.boot.health import await_healthy
 from rig.boot.record import BootImage, BootRecord, CacheState
-from rig.boot.state import forget, new_boot, remember
+from rig.boot.state import forget, new_boot, refuse_if_port_taken, remember
 from rig.deploy.recipe import Resolved
 from rig.deploy.render import compose_path, compose_project, host_ip
 from rig.docker_client import docker_client
@@ -65,6 +65,7 @@ class ComposeDriver:
         if resolved.recipe.model.source == "mount" and model_dir() is None:  # checked before anything is written
             raise RigError("environment", "RIG_MODEL_DIR", "unset, and the compose file mounts it as the checkpoint",
                            f"set RIG_MODEL_DIR to the host directory holding {resolved.recipe.model.id}")
+        refuse_if_port_taken(resolved, port)  # Docker would publish it only after the boot is claimed
         overlay = dict(overlay or {})
         serving = resolved.recipe.serving
         record = new_boot(resolved, self.name, overlay, port or serving.port)

@@ -3,6 +3,7 @@ recipe at a time), remembers while it runs and releases only if it is still its 
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import sys
@@ -91,8 +92,15 @@ def refuse_if_port_taken(resolved: Resolved, port: int | None) -> None:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed connection's TIME-WAIT is no holder
         try:
             probe.bind((serving.bind, port))
-        except OSError:
-            raise RigError(f"recipes/{resolved.recipe.name}.yaml", "serving.port", f"port {port} on {serving.bind} is already in use",
+        except OSError as error:
+            where = f"recipes/{resolved.recipe.name}.yaml"
+            if error.errno == errno.EADDRNOTAVAIL:
+                raise RigError(where, "serving.bind", f"{serving.bind} is not an address of this host",
+                               "bind an address this host has (127.0.0.1 for this host only)") from None
+            if error.errno != errno.EADDRINUSE:
+                raise RigError(where, "serving.port", f"port {port} on {serving.bind} cannot be bound ({error.strerror})",
+                               "choose a port this user may bind (--port)") from None
+            raise RigError(where, "serving.port", f"port {port} on {serving.bind} is already in use",
                            f"stop what uses it (`ss -ltnp 'sport = :{port}'`, `rig status`, `rig down {resolved.recipe.name}`) "
                            "or pass --port with a free one") from None
 

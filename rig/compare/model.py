@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, JsonValue, model_validator
 
@@ -57,6 +58,10 @@ class ComparePlan(Versioned):
     # baseline arm opens the comparison instead (burn_in_first).
     boot_state_control: bool = True
     burn_in_first: bool = False
+    # Where the control boots: after the first ABBA block (so it is scored against the reference),
+    # or first, as comparisons written before that kept it (read back as they ran: a resume or a
+    # re-read report finds every boot at its own index).
+    control_slot: Literal["first", "after_first_block"] = "after_first_block"
     created: float = Field(default_factory=time.time)
 
     # (block, arm) of every boot in the order they run: derived, written for readers of plan.json,
@@ -97,7 +102,7 @@ class ComparePlan(Versioned):
         reference it is scored against (before it, the control could only be compared token by
         token); `--target` adds blocks at the end, so every index stays put."""
         blocks = boot_order(self.arms, self.boots)
-        first = len(self.arms)
+        first = 0 if self.control_slot == "first" else len(self.arms)
         return (([(BURN_IN_BLOCK, self.arms[0])] if self.burn_in_first else []) + blocks[:first]
                 + ([(0, self.control)] if self.control else []) + blocks[first:])
 
@@ -107,8 +112,13 @@ class ComparePlan(Versioned):
 
     @classmethod
     def read(cls, out: Path) -> ComparePlan:
-        """The plan of a comparison directory (`--resume` names it): read like any input file."""
-        return cls.read_file(out / "plan.json", PLAN_MAX_BYTES)
+        """The plan of a comparison directory (`--resume` names it): read like any input file. One
+        written before control_slot existed ran its control first, and is read back so."""
+        plan = cls.read_file(out / "plan.json", PLAN_MAX_BYTES)
+        if "control_slot" not in plan.model_fields_set:
+            plan.control_slot = "first"
+            plan._derive()
+        return plan
 
 
 class RunResult(Typed):

@@ -163,6 +163,24 @@ def drift_verdict(baseline: dict[int, BootQuality], arm: dict[int, BootQuality])
                         tokens=int(sum(r.tokens for r in arm_rows)), boots=len(arm_rows), baseline_boots=len(order))
 
 
+def _control_drift(baseline: dict[int, BootQuality], control: BootQuality) -> DriftVerdict:
+    """The control's one boot against the first baseline boot. Exact where the baseline reproduces
+    bitwise; otherwise one boot supports no test, and the verdict says whether its drift is above
+    every drift between two baseline boots (descriptive)."""
+    verdict = drift_verdict(baseline, {0: control})
+    if not verdict.verdict.startswith("not enough boots") or verdict.arm.mean_abs_dlogprob is None:
+        return verdict
+    order = sorted(baseline)
+    pairs = [d.mean_abs_dlogprob for i, a in enumerate(order) for b in order[i + 1:]
+             if (d := drift(baseline[a], baseline[b])) is not None and d.mean_abs_dlogprob is not None]
+    widest = max(pairs, default=0.0)
+    verdict.verdict = ("outputs moved beyond every baseline pair" if verdict.arm.mean_abs_dlogprob > widest
+                       else "within the baseline's boot-to-boot drift")
+    verdict.method = (f"one control boot against baseline boot 0, beside the {len(pairs)} baseline pair(s) (widest "
+                      f"{widest:.3g}): descriptive, one boot supports no test")
+    return verdict
+
+
 class Divergence(Typed):
     index: int | None  # the first differing token (None: identical)
     near_tie: bool | None  # each side's token was in the other's top-k there (None: unknown)
@@ -269,7 +287,7 @@ def analyze_quality(plan: ComparePlan, entries: list[BootEntry], encode: Encode 
         drift_by_arm[arm].verdict = "outputs moved" if rejected else "within boot noise"
     if scoring:  # the control's drift beside the arms' (outside their family: it is known to move the outputs)
         for arm, (control_quality,) in controls.items():
-            drift_by_arm[arm] = drift_verdict(boots.get(baseline, {}), {0: control_quality})
+            drift_by_arm[arm] = _control_drift(boots.get(baseline, {}), control_quality)
     divergence = divergence_report(reference_boot.generations, {**{arm: list(b.values()) for arm, b in boots.items()},
                                                                 **controls}, encode) if reference_boot else {}
     if reference_boot is not None and encode is None and any(g.output_ids is None for g in reference_boot.generations.values()):

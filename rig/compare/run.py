@@ -226,6 +226,11 @@ def run_boot(plan: ComparePlan, index: int, block: int, arm: Arm, out: Path, pro
         entry.voided, entry.problems = True, [str(error)]
         marker.unlink(missing_ok=True)
         return entry
+    except RigError:
+        # Refused before anything started (the recipe already up, its port taken): no server to
+        # stop, so no marker either (a later resume would stop whatever of the recipe started since).
+        marker.unlink(missing_ok=True)
+        raise
     clock.lap("up")
     if redo_if_compiled and record.compile_cache.log == "compiled":
         burn_in = entry.burn_in = True

@@ -20,11 +20,12 @@ A figure's bound follows from how it is computed (rig.load.request_metrics, rig.
   recorded times, moves by N*mu (a bias, at most the mean short delay) + Z*sigma*sqrt(2N) (the
   spread of 2N independent delays, Z = 3.09) + the long stretches' delay at each recorded time
   they reached (a stretch is known in time: from its earliest start to the monitor's next sample);
-- the aggregate rate (tokens whose arrival falls in the window) moves by the tokens the window's
-  two edges can trade, by the mean delay the client held each user back between requests
-  (mu / mean E2E), by long stretches (2X/T), and, where a shifted phase moves a stream across an
-  edge, by the chunk beside that edge of every stream the edge cuts (over every token the figure
-  counts, cut streams' included);
+- the aggregate rate (tokens whose arrival falls in the window, every stream's) moves as the
+  client shifts each user's timeline later by what has held it back so far (long stretches since
+  the run began, the mean short delay per finished request, the largest short delay): each edge
+  trades the tokens that arrived within that shift of it (past the run's end, twice the window's
+  mean rate stands in for what was never read), the start only gaining and the end only losing, so
+  by the larger of the two; plus the hold-back between requests (mu / mean E2E);
 - a percentile of per-request samples, each moved by at most e = L (TTFT, E2E, ITL; TPOT by
   L/(tokens-1)), except q of them that may move anywhere (the short-stretch share at its
   binomial 99.9th percentile, plus every long stretch's reach): the p-quantile stays between the
@@ -90,18 +91,28 @@ class LagProfile:
     # up to `delay`: from the stretch's earliest start (the wake-up, less the lag and a period) to
     # the monitor's next wake-up (by then the loop has read what the stretch held back).
     stretches: tuple[tuple[float, float, float], ...] = ()
+    # Every long stretch since the run began, (earliest start, delay): each held every user of the
+    # process back once, so the users' phases carry them into the window (the aggregate's edges).
+    held: tuple[tuple[float, float], ...] = ()
 
     @classmethod
-    def of(cls, client: ClientStats, start: float, end: float) -> LagProfile:
+    def of(cls, client: ClientStats, start: float, end: float, run_start: float | None = None) -> LagProfile:
         """The samples from `start` to `end`: the window, and after it as long as a request sent inside it was read."""
         timed = sorted((t, max(lag, 0.0)) for t, lag in client.lag)
         inside = sorted(lag for t, lag in timed if start <= t <= end)
-        stretches = []
+        stretches, held = [], []
+        since = start if run_start is None else min(run_start, start)
         for i, (wake, lag) in enumerate(timed):
             if lag > LAG_PERIOD_S and start - 1.0 <= wake <= end + 1.0:
                 after = timed[i + 1][0] if i + 1 < len(timed) else wake + LAG_PERIOD_S + lag
                 stretches.append((wake - lag - LAG_PERIOD_S, after, lag + LAG_PERIOD_S))
-        return cls(client.process, tuple(inside), tuple(stretches))
+            if lag > LAG_PERIOD_S and since - 1.0 <= wake <= end + 1.0:
+                held.append((wake - lag - LAG_PERIOD_S, lag + LAG_PERIOD_S))
+        return cls(client.process, tuple(inside), tuple(stretches), tuple(held))
+
+    def held_before(self, t: float) -> float:
+        """Seconds of long stretches begun by t: how far they can have pushed a user's phase."""
+        return sum(delay for begin, delay in self.held if begin <= t)
 
     def late_by(self, t: float) -> float:
         """How late a long stretch may have made an event recorded at t (0: none reached it)."""
@@ -196,46 +207,51 @@ def _quantile_bound(samples: list[float], times: list[tuple[float, float]], quan
     return min(bounds, default=UNBOUNDED)  # the top level (no sample late beyond it) is a candidate whenever nothing outlasts it
 
 
-def _edge_tokens(records: list[RequestRecord], edge: float, ratio: float) -> float:
-    """What shifting each stream's phase by less than a chunk gap can move across a window edge: per
-    stream running at the edge (sent before it, not ended before it; a stream the run's end cut
-    counts at that end), the larger of the chunks beside the edge."""
-    moved = 0.0
-    for record in records:
-        chunks = record.chunks
-        ended = record.t_end if record.t_end is not None else (chunks[-1] if chunks else None)
-        if not chunks or record.t_send > edge or ended is None or ended < edge:
-            continue
-        i = bisect.bisect_right(chunks, edge)
-        tokens = request_metrics.chunk_token_counts(record, ratio)
-        moved += max(tokens[j] for j in (i - 1, i) if 0 <= j < len(chunks))
-    return moved
-
-
 def _aggregate_bound(inputs: FigureInputs) -> float | None:
-    """Tokens counted at their arrival inside the window (every stream's, as the figure counts them):
-    the two edges trade the tokens of a delay's worth of time (2 * (mu + Z*sigma) / T), the client
-    holds each user back between requests by the mean delay (mu / mean E2E: the server idles), long
-    stretches push tokens past an edge and hold users back (2X / T), and a shift of a stream's phase
-    moves the chunk beside each edge that cuts it (read from the streams themselves: a server that
-    sends many tokens per chunk at load moves more)."""
+    """Tokens counted at their arrival inside the window, every stream's. A late client shifts each
+    user's timeline later by what has held it back so far: at each edge the figure then trades the
+    tokens that arrived within that shift S of the edge (past the run's end nothing was read: twice
+    the window's mean rate over that span stands in for it). S at an edge is every long
+    stretch begun by then (each held every user once, whenever it was: a stall before the window
+    shifts the phases inside it), the mean short delay once per request a user finished by then (the
+    next request was sent that much later), and the largest short delay (a read late by it). The
+    client also holds each user back between requests inside the window (mu / mean E2E: the server
+    idles). A stream with no per-chunk counts counts at the run's tokens per chunk; a run that gives
+    no such ratio (no stream finished with its usage) leaves the figure unbounded."""
     done, window, profile = inputs.done, inputs.window, inputs.profile
     if not profile.samples:
         return None
-    # No request sent inside the window finished: no user went back for another inside it, so the
-    # hold-back between requests happened at most once per window.
-    lifetimes = [e2e(d) for d in done] or [window.seconds]
-    tokens = sum(n for r in inputs.records for arrival, n in zip(r.chunks, request_metrics.chunk_token_counts(r, inputs.ratio))
-                 if window.start <= arrival <= window.end)
+    per_chunk = {id(r): request_metrics.chunk_token_counts(r, inputs.ratio) for r in inputs.records}
+    guessed = [r for r in inputs.records if r.chunk_tokens is None and not (r.usage_tokens is not None and r.finish_reason)]
+    if guessed and not inputs.ratio_known:
+        return UNBOUNDED
+    arrivals = sorted((arrival, tokens) for r in inputs.records for arrival, tokens in zip(r.chunks, per_chunk[id(r)]))
+    inside = [(a, n) for a, n in arrivals if window.start <= a <= window.end]
+    tokens = sum(n for _, n in inside)
     if tokens <= 0:
         return None
-    mean_e2e = float(np.mean(lifetimes))
-    short, long_stretches = profile.split()
-    edges = _edge_tokens(inputs.records, window.start, inputs.ratio) + _edge_tokens(inputs.records, window.end, inputs.ratio)
-    share = (2 * (short.mean + SPREAD_Z * short.sd + short.largest) / window.seconds
-             + (short.mean / mean_e2e if mean_e2e > 0 else 1.0)
-             + 2 * long_stretches / window.seconds
-             + edges / tokens)
+    short, _ = profile.split()
+    times = [a for a, _ in arrivals]
+
+    rate = tokens / window.seconds
+
+    def traded(edge: float) -> float:
+        finished: dict[str, int] = defaultdict(int)
+        for r in inputs.records:
+            if r.complete and r.t_end is not None and r.t_end <= edge:
+                finished[r.user] += 1
+        shift = profile.held_before(edge) + max(finished.values(), default=0) * short.mean + short.largest + CLOCK_RESOLUTION_S
+        near = sum(n for _, n in arrivals[bisect.bisect_left(times, edge - shift):bisect.bisect_right(times, edge + shift)])
+        # past the run's end nothing was read: twice the window's mean rate stands in for it
+        unread = max(0.0, edge + shift - window.run_end)
+        return near + 2 * rate * unread
+
+    # No request sent inside the window finished: no user went back for another inside it, so the
+    # hold-back between requests happened at most once per window.
+    mean_e2e = float(np.mean([e2e(d) for d in done] or [window.seconds]))
+    # A late client only moves tokens later: the start edge gains what it trades, the end edge loses
+    # it, so the figure moves by their difference, at most the larger of the two.
+    share = max(traded(window.start), traded(window.end)) / tokens + (short.mean / mean_e2e if mean_e2e > 0 else 1.0)
     return _share_of_reported(share)
 
 
@@ -248,6 +264,7 @@ class FigureInputs:
     window: Window
     records: list[RequestRecord]  # every request of the process (the aggregate counts cut streams too)
     ratio: float  # the run's tokens per chunk where a stream did not say (rig.load.request_metrics)
+    ratio_known: bool = True  # some stream of the run finished with its usage (else the ratio is a guess of 1)
 
 
 def _decode(inputs: FigureInputs) -> float | None:
@@ -307,6 +324,7 @@ def client_bounds(records: list[RequestRecord], window: Window, clients: list[Cl
     figure with no samples has bound None, which never holds."""
     done = done_in_window(records, window.start, window.end)
     ratio = request_metrics.run_tokens_per_chunk(records)
+    ratio_known = any(r.complete and r.usage_tokens and r.chunks for r in records)
     records_of: dict[str, list[RequestRecord]] = defaultdict(list)
     for r in records:
         records_of[r.process].append(r)
@@ -327,8 +345,8 @@ def client_bounds(records: list[RequestRecord], window: Window, clients: list[Cl
             continue
         # the delays that reached these requests: from the window's start to the last chunk read of one sent inside it
         end = max(window.end, max((d.last for d in process_done), default=window.end))
-        inputs.append(FigureInputs(process_done, LagProfile.of(client, window.start, end), window,
-                                   records_of[process], ratio))
+        inputs.append(FigureInputs(process_done, LagProfile.of(client, window.start, end, window.run_start), window,
+                                   records_of[process], ratio, ratio_known))
     unmonitored = not inputs or any(not i.profile.samples for i in inputs)  # a process whose delays are unknown
     out = {}
     for name, bound_of in BOUNDS.items():

@@ -36,6 +36,24 @@ def test_abba_order():
     assert [(block, arm.name) for block, arm in boot_order([a, b], 3)] == [(0, "a"), (0, "b"), (1, "b"), (1, "a"), (2, "a"), (2, "b")]
 
 
+def test_the_control_boots_after_the_first_block_and_an_older_plan_keeps_its_own_order(tmp_path):
+    """The control boots once the baseline's first boot has written the reference; `--target`'s
+    extra blocks leave every index where it was; a plan.json written before the control moved
+    (no control_slot) reads back with the control first, so its boots stay where they ran."""
+    plan = ComparePlan(recipe="llama8b-h200", arms=[parse_arm("a:X=0"), parse_arm("b:X=1")], control=parse_arm("fp16:@fp16"),
+                       boots=2, rounds=1, scenarios=["prose-c1"], small=True)
+    order = [(block, arm.name) for block, arm in plan.order()]
+    assert order == [(0, "a"), (0, "b"), (0, "fp16"), (1, "b"), (1, "a")]
+    longer = plan.model_copy(update={"boots": 3})
+    assert [(block, arm.name) for block, arm in longer.order()][: len(order)] == order
+    plan.write(tmp_path)
+    assert ComparePlan.read(tmp_path).control_slot == "after_first_block"
+    older = json.loads((tmp_path / "plan.json").read_text())
+    del older["control_slot"]
+    (tmp_path / "plan.json").write_text(json.dumps(older))
+    assert [(block, arm.name) for block, arm in ComparePlan.read(tmp_path).order()][:3] == [(0, "fp16"), (0, "a"), (0, "b")]
+
+
 def test_readme_gate_off_arm_resolves_through_the_recipe():
     """`before:DSV41_SHARED_PAD_K=0 after:DSV41_SHARED_PAD_K=1` on mia-tp4: the before arm expects
     shared_pad_k NOT armed, the after arm expects it armed; mxfp8_b12x stays on in both."""

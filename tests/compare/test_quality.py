@@ -17,7 +17,7 @@ from conftest import free_port
 from rig.compare.arms import Arm
 from rig.compare.coherence import repetition, scripts_of
 from rig.compare.model import BootEntry, BootQuality, ComparePlan, Generation, Score
-from rig.compare.quality import _kl_shared, analyze_quality, drift, drift_verdict, first_divergence, quality_line
+from rig.compare.quality import _control_drift, _kl_shared, analyze_quality, drift, drift_verdict, first_divergence, quality_line
 from rig.compare.scoring import Probe, collect
 from rig.compare.stats import holm
 
@@ -77,6 +77,12 @@ def test_drift_verdict_finds_a_real_change_says_when_it_cannot_and_is_exact_on_a
     assert drift_verdict(same, {j: _score(truth) for j in range(2)}).verdict == "bitwise identical"
     assert drift_verdict(same, {j: _score(truth + 1e-4) for j in range(2)}).verdict == "outputs moved"
     assert drift_verdict({0: _score(truth)}, {0: _score(truth)}).verdict.startswith("no noise floor")
+    # a control (one boot) on a baseline that is not bitwise: no test, its drift set beside the widest pair's
+    base4 = {j: _score(truth + rng.normal(0, 0.002, truth.shape)) for j in range(4)}
+    control = _control_drift(base4, _score(truth + 0.05 + rng.normal(0, 0.002, truth.shape)))
+    assert control.verdict == "outputs moved beyond every baseline pair" and "descriptive" in control.method, control
+    assert _control_drift(base4, _score(truth + 0.0005)).verdict == "within the baseline's boot-to-boot drift"
+    assert _control_drift(same, _score(truth + 1e-4)).verdict == "outputs moved"  # bitwise baseline: exact
     # scores of a different token sequence are never compared
     other = _score(truth)
     for score in other.scores.values():

@@ -1,8 +1,9 @@
-"""The locustfile's stream reader (`_reads`, `_error_kind`) on Locust's real HttpSession (requests
-and urllib3, as every rig user reads) against a loopback server that sends exact bytes: chunked SSE
-framing split across chunks, several events in one chunk, a body cut mid-chunk, and a server that
-stops sending. The locustfile imports Locust (which patches the standard library with gevent), so
-each case runs in its own interpreter. No assertion depends on how fast anything ran."""
+"""The locustfile's stream reader (`stream_into`, `_reads`, its stall watchdog, `_error_kind`) on
+Locust's real HttpSession (requests and urllib3, as every rig user reads) against a loopback server
+that sends exact bytes: chunked SSE framing split across chunks, several events in one chunk, a body
+cut mid-chunk, a server that stops sending mid-body and one that never answers. The locustfile
+imports Locust (which patches the standard library with gevent), so each case runs in its own
+interpreter. No assertion depends on how fast anything ran."""
 
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ def serve():
     request = b""
     while b"\\r\\n\\r\\n" not in request:
         request += connection.recv(65536)
+    if ending == "silent":
+        threading.Event().wait(30)  # never answers: the watchdog must end the request before its headers
     connection.sendall(b"HTTP/1.1 200 OK\\r\\ncontent-type: text/event-stream\\r\\ntransfer-encoding: chunked\\r\\n\\r\\n")
     for piece in body:
         data = piece.encode()
@@ -46,15 +49,22 @@ def serve():
         connection.recv(1)
 
 threading.Thread(target=serve, daemon=True).start()
+class Pieces(list):  # what stream_into feeds: each read as it arrived
+    def feed(self, data, now):
+        self.append(data.decode())
+
 session = HttpSession(f"http://127.0.0.1:{listener.getsockname()[1]}", Events().request, user=None)
-pieces, error = [], None
-with session.post("/v1/chat/completions", json={}, stream=True, catch_response=True, timeout=(5, 0.5)) as response:
-    try:
-        for data in locustfile._reads(response):
-            pieces.append(data.decode())
-    except Exception as caught:
-        error = locustfile._error_kind(caught)
-    response.success()
+pieces, error = Pieces(), None
+watch = locustfile.STALLS.watch(0.5)  # as StreamingUser.send: no socket read timeout, the watchdog's
+try:
+    with session.post("/v1/chat/completions", json={}, stream=True, catch_response=True,
+                      timeout=(5, None)) as response:
+        locustfile.stream_into(response, pieces, watch)
+        response.success()
+except Exception as caught:
+    error = locustfile._error_kind(caught)
+finally:
+    locustfile.STALLS.release(watch)
 print(json.dumps({"body": "".join(pieces), "reads": len(pieces), "error": error}))
 """
 
@@ -82,3 +92,9 @@ def test_a_body_cut_mid_chunk_is_a_cut_stream_after_what_arrived():
 def test_a_server_that_stops_sending_is_a_read_timeout():
     outcome = read(["data: {\"a\": 1}\n\n"], "stall")
     assert outcome["error"] == "read_timeout" and outcome["body"] == "data: {\"a\": 1}\n\n"
+
+
+@pytest.mark.timed  # waits out the 0.5 s read timeout
+def test_a_server_that_never_answers_is_a_read_timeout_before_any_body():
+    outcome = read(["data: {\"a\": 1}\n\n"], "silent")
+    assert outcome["error"] == "read_timeout" and outcome["body"] == ""

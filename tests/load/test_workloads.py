@@ -299,9 +299,15 @@ def test_multi_turn_cached_share_grows_turn_by_turn(timed_target, tmp_path):
     scenario = load_scenario("multi-turn").scaled(True).with_changes(duration_s=8.0)
     summary = run_scenario(target, scenario, tmp_path / "run", counter=_counter(), progress=False)
     turns = summary.metrics.conversation.turns
-    shares = [turns[str(k)].cached_share for k in range(4)]
-    prompts = [turns[str(k)].prompt_tokens_mean for k in range(4)]
-    assert shares[0] < 0.1 and all(a < b for a, b in zip(shares, shares[1:])), shares
+    # The turns whose requests the window holds: the users start together, so which turns fall in
+    # an 8 s window depends on how fast the box ran them (seen: 0, 2 and 3). Over those present, the
+    # cached share and the prompt grow with the turn.
+    present = [k for k in range(4) if str(k) in turns]
+    assert len(present) >= 2, (present, summary.client)
+    shares = [turns[str(k)].cached_share for k in present]
+    prompts = [turns[str(k)].prompt_tokens_mean for k in present]
+    assert all(a < b for a, b in zip(shares, shares[1:])), shares
+    assert present[0] > 0 or shares[0] < 0.1, shares  # a conversation's first turn has nothing cached
     assert all(a < b for a, b in zip(prompts, prompts[1:])), prompts  # the history grows
     # Each turn's prompt is the previous prompt, its reply (12 tokens) and the new message, once.
     records = read_records(tmp_path / "run")
