@@ -96,12 +96,12 @@ class LagProfile:
     held: tuple[tuple[float, float], ...] = ()
 
     @classmethod
-    def of(cls, client: ClientStats, start: float, end: float, run_start: float | None = None) -> LagProfile:
+    def of(cls, client: ClientStats, start: float, end: float, run_start: float) -> LagProfile:
         """The samples from `start` to `end`: the window, and after it as long as a request sent inside it was read."""
         timed = sorted((t, max(lag, 0.0)) for t, lag in client.lag)
         inside = sorted(lag for t, lag in timed if start <= t <= end)
         stretches, held = [], []
-        since = start if run_start is None else min(run_start, start)
+        since = min(run_start, start)
         for i, (wake, lag) in enumerate(timed):
             if lag > LAG_PERIOD_S and start - 1.0 <= wake <= end + 1.0:
                 after = timed[i + 1][0] if i + 1 < len(timed) else wake + LAG_PERIOD_S + lag
@@ -221,10 +221,9 @@ def _aggregate_bound(inputs: FigureInputs) -> float | None:
     done, window, profile = inputs.done, inputs.window, inputs.profile
     if not profile.samples:
         return None
-    per_chunk = {id(r): request_metrics.chunk_token_counts(r, inputs.ratio) for r in inputs.records}
-    guessed = [r for r in inputs.records if r.chunk_tokens is None and not (r.usage_tokens is not None and r.finish_reason)]
-    if guessed and not inputs.ratio_known:
+    if not inputs.ratio_known and any(request_metrics.counted_at_the_run_ratio(r) for r in inputs.records):
         return UNBOUNDED
+    per_chunk = {id(r): request_metrics.chunk_token_counts(r, inputs.ratio) for r in inputs.records}
     arrivals = sorted((arrival, tokens) for r in inputs.records for arrival, tokens in zip(r.chunks, per_chunk[id(r)]))
     inside = [(a, n) for a, n in arrivals if window.start <= a <= window.end]
     tokens = sum(n for _, n in inside)
@@ -232,7 +231,6 @@ def _aggregate_bound(inputs: FigureInputs) -> float | None:
         return None
     short, _ = profile.split()
     times = [a for a, _ in arrivals]
-
     rate = tokens / window.seconds
 
     def traded(edge: float) -> float:
@@ -264,7 +262,7 @@ class FigureInputs:
     window: Window
     records: list[RequestRecord]  # every request of the process (the aggregate counts cut streams too)
     ratio: float  # the run's tokens per chunk where a stream did not say (rig.load.request_metrics)
-    ratio_known: bool = True  # some stream of the run finished with its usage (else the ratio is a guess of 1)
+    ratio_known: bool  # some stream of the run finished with its usage (else the ratio is a guess of 1)
 
 
 def _decode(inputs: FigureInputs) -> float | None:
@@ -323,8 +321,8 @@ def client_bounds(records: list[RequestRecord], window: Window, clients: list[Cl
     worst over the Locust processes, each bounded with its own delays and its own requests. A
     figure with no samples has bound None, which never holds."""
     done = done_in_window(records, window.start, window.end)
-    ratio = request_metrics.run_tokens_per_chunk(records)
-    ratio_known = any(r.complete and r.usage_tokens and r.chunks for r in records)
+    measured = request_metrics.measured_tokens_per_chunk(records)
+    ratio, ratio_known = (1.0, False) if measured is None else (measured, True)
     records_of: dict[str, list[RequestRecord]] = defaultdict(list)
     for r in records:
         records_of[r.process].append(r)

@@ -17,25 +17,38 @@ from dataclasses import dataclass
 from rig.load.records import RequestRecord
 
 
-def run_tokens_per_chunk(records: list[RequestRecord]) -> float:
+def measured_tokens_per_chunk(records: list[RequestRecord]) -> float | None:
     """The run's own usage/chunk ratio over requests whose final usage is known: how many tokens
-    a chunk carries when the server does not say (several under MTP or speculative decoding)."""
+    a chunk carries when the server does not say (several under MTP or speculative decoding).
+    None when no request finished with its usage."""
     tokens = chunks = 0
     for record in records:
         if record.complete and record.usage_tokens and record.chunks:
             tokens += record.usage_tokens
             chunks += len(record.chunks)
-    return tokens / chunks if chunks else 1.0
+    return tokens / chunks if chunks else None
+
+
+def run_tokens_per_chunk(records: list[RequestRecord]) -> float:
+    """measured_tokens_per_chunk, or one token a chunk when the run measured none."""
+    measured = measured_tokens_per_chunk(records)
+    return 1.0 if measured is None else measured
+
+
+def counted_at_the_run_ratio(record: RequestRecord) -> bool:
+    """A stream whose chunks say nothing of their tokens: neither continuous usage nor a final usage."""
+    exact = record.chunk_tokens is not None and len(record.chunk_tokens) == len(record.chunks)
+    return not exact and not (record.usage_tokens is not None and record.chunks and record.finish_reason is not None)
 
 
 def chunk_token_counts(record: RequestRecord, ratio: float) -> list[float]:
     """Tokens carried by each output chunk: exact from continuous usage; from the final usage spread
     evenly; for a stream cut before its usage arrived, the run's own tokens-per-chunk ratio."""
+    if counted_at_the_run_ratio(record):
+        return [ratio] * len(record.chunks)
     if record.chunk_tokens is not None and len(record.chunk_tokens) == len(record.chunks):
         return [float(n) for n in record.chunk_tokens]
-    if record.usage_tokens is not None and record.chunks and record.finish_reason is not None:
-        return [record.usage_tokens / len(record.chunks)] * len(record.chunks)
-    return [ratio] * len(record.chunks)
+    return [record.usage_tokens / len(record.chunks)] * len(record.chunks)  # type: ignore[operator]
 
 
 @dataclass(frozen=True)
