@@ -82,11 +82,18 @@ def test_identical_arms_give_no_verdict_and_a_failed_boot_is_voided(results_dir)
     assert goodput["b"].pairs == 2 and goodput["b"].ci is not None and goodput["broken"].verdict.startswith("no data")
     assert "goodput" in (out / "compare.md").read_text() and "tpot_p50_ms" in (out / "compare.md").read_text()
     # Identical arms: at 95% the statistics call a direction in 5% of comparisons by design (their
-    # error rate is proven by simulation in test_compare_calibration.py). What this real run must not
-    # show is a large difference between identical arms (arms mixed up, a boot measured twice...).
+    # error rate is proven by simulation in test_compare_calibration.py), and on a loaded box a
+    # false one can be of any size (18.9% seen with one core busy), so its size is not this test's
+    # to hold. What this real run must not show is a mix-up: each used boot is a boot of its own
+    # (no boot measured twice), filed under the arm whose spec it ran, and the verdict says what
+    # its interval says.
     same = analysis.scenarios["prose-c1"].vs["b"]
     assert same.ci is not None and same.pairs == 2, same
-    assert verdict not in ("faster", "slower") or abs(same.delta) < 15.0, same
+    assert (verdict in ("faster", "slower")) == (same.ci[0] > 0 or same.ci[1] < 0), same
+    used = [json.loads(p.read_text()) for p in sorted((out / "boots").glob("*.json")) if ".in-progress" not in p.name]
+    used = [b for b in used if b["arm"] in ("a", "b") and not b["voided"]]
+    specs = {"a": "a:RIG_TOKEN_DELAY_MS=0", "b": "b:RIG_TOKEN_DELAY_MS=0"}
+    assert len({b["boot_id"] for b in used}) == len(used) == 4 and all(b["spec"] == specs[b["arm"]] for b in used), used
     greedy = analysis.greedy  # a and b agree; the broken arm has no usable boot, and the status says so
     assert greedy.status == "not measured for broken (no usable boot)", greedy
     assert all(greedy.identical_across_arms.values()) and greedy.boots_per_arm == {"a": 2, "b": 2, "broken": 0}
