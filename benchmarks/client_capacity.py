@@ -29,6 +29,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from statistics import median
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -38,9 +39,10 @@ from rig.boot.base import BootRecord  # noqa: E402
 from rig.deploy.recipe import load  # noqa: E402
 from rig.load import runner  # noqa: E402
 from rig.load.prompts import FixedPrompts  # noqa: E402
-from rig.load.records import read_records  # noqa: E402
+from rig.load.records import RequestRecord, read_records  # noqa: E402
 from rig.load.runner import LoadTarget, run_scenario  # noqa: E402
 from rig.load.scenarios import Scenario  # noqa: E402
+from rig.load.summary import Window  # noqa: E402
 from rig.load.wire import Prompt  # noqa: E402
 
 
@@ -139,7 +141,9 @@ def main() -> int:
     if peer:
         print(f"AIPerf: {peer['delivered_events_per_s']:.0f} events/s, "
               f"{'-' if peer['events_per_cpu_second'] is None else format(peer['events_per_cpu_second'], ',.0f')} per CPU-second "
-              f"({peer['processes']} processes, {peer['cpu_s']:.1f} CPU-s over its whole {peer['wall_s']:.1f} s run, start-up included); ITL p50 "
+              f"inside its steady window ({peer['processes']} processes; "
+              f"{'-' if peer['events_per_cpu_second_whole_run'] is None else format(peer['events_per_cpu_second_whole_run'], ',.0f')} "
+              f"over its whole {peer['wall_s']:.1f} s run, {peer['cpu_s']:.1f} CPU-s, start-up included); ITL p50 "
               f"{_pct(peer['itl_p50_error'])} from the truth, decode rate {_pct(peer['decode_error'])}")
     (out / "capacity.json").write_text(json.dumps(result, indent=1))
     if args.profile:
@@ -166,6 +170,7 @@ def run_aiperf(args: argparse.Namespace, base_url: str, out: Path) -> dict:
     importer (rig.load.peers) and computed by the same definitions as rig's own."""
     import psutil
 
+    from rig.load.metrics import cpu_seconds
     from rig.load.peers import import_file
 
     out.mkdir(parents=True, exist_ok=True)
@@ -180,6 +185,7 @@ def run_aiperf(args: argparse.Namespace, base_url: str, out: Path) -> dict:
         command += ["--tokenizer", args.tokenizer]
     started = time.monotonic()
     cpu: dict[int, float] = {}  # every process AIPerf starts, sampled until each ends: its whole run, start-up included
+    samples: list[tuple[float, float]] = []  # (wall clock, the tree's cumulative CPU): its CPU inside a window
     with open(out / "aiperf.log", "wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         tree = psutil.Process(process.pid)
@@ -190,23 +196,50 @@ def run_aiperf(args: argparse.Namespace, base_url: str, out: Path) -> dict:
                     cpu[member.pid] = times.user + times.system
                 except psutil.Error:
                     pass
-            time.sleep(0.2)
+            samples.append((time.time(), sum(cpu.values())))  # AIPerf stamps its records with the wall clock
+            time.sleep(0.1)
     wall = time.monotonic() - started
     export = next(iter(sorted(out.rglob("profile_export.jsonl"))), None)
     if process.returncode != 0 or export is None:
         return {"error": f"aiperf exited {process.returncode}; see {out / 'aiperf.log'}", "processes": len(cpu),
                 "cpu_s": sum(cpu.values()), "wall_s": wall, "delivered_events_per_s": 0.0, "events_per_cpu_second": None,
+                "events_per_cpu_second_whole_run": None, "window_cpu_s": None,
                 "itl_p50_error": None, "decode_error": None}
     imported = import_file(export, None, out=out / "imported", progress=False)
     records = read_records(imported.run)
     events = sum(len(r.chunks) for r in records)
-    span = max((r.t_last or r.t_send for r in records), default=0.0) - min((r.t_send for r in records), default=0.0)
+    first_send = min((r.t_send for r in records), default=0.0)
+    span = max((r.t_last or r.t_send for r in records), default=0.0) - first_send
+    # Its steady window, and its CPU inside it as rig's own is measured: events per CPU-second like
+    # for like, start-up and shutdown left out. AIPerf's records name no user, so rig's rule (every
+    # user past its first token plus one request lifetime) is read off its closed loop instead: the
+    # window opens one median request lifetime after the send that filled the last concurrency
+    # slot, and closes when its benchmark duration ends.
+    window = aiperf_steady_window(records, args.users, first_send + args.duration)
+    window_events = sum(1 for r in records for t in r.chunks if window.start <= t <= window.end)
+    window_cpu = cpu_seconds(samples, window) if window.steady else None
     metrics = imported.summary.metrics
     return {"processes": len(cpu), "cpu_s": sum(cpu.values()), "wall_s": wall, "events": events,
             "delivered_events_per_s": events / span if span > 0 else 0.0,
-            "events_per_cpu_second": events / sum(cpu.values()) if sum(cpu.values()) else None,
+            "events_per_cpu_second_whole_run": events / sum(cpu.values()) if sum(cpu.values()) else None,
+            "window": window.model_dump(), "window_events": window_events, "window_cpu_s": window_cpu,
+            "events_per_cpu_second": window_events / window_cpu if window_cpu else None,
             "itl_p50_s": metrics.itl_s.p50, "itl_p50_error": error_of(metrics.itl_s.p50, args.step or args.itl),
             "decode_error": error_of(metrics.user_decode_tok_s.token_weighted, 1 / (args.step or args.itl))}
+
+
+def aiperf_steady_window(records: list[RequestRecord], users: int, stopping: float) -> Window:
+    """See run_aiperf: the steady window of a closed loop of `users` slots whose records name no user."""
+    sends = sorted(r.t_send for r in records)
+    run_start, run_end = (sends[0], stopping) if sends else (stopping, stopping)
+    lifetimes = [r.t_last - r.t_send for r in records if r.t_last is not None and r.error is None]
+    if len(sends) < users or not lifetimes:
+        return Window(start=run_start, end=run_end, run_start=run_start, run_end=run_end, steady=False,
+                      opened_by=f"{len(sends)} requests for {users} slots, {len(lifetimes)} completed: no steady state")
+    start = sends[users - 1] + median(lifetimes)
+    reason = f"every slot busy (+{sends[users - 1] - run_start:.2f} s) plus one request lifetime ({median(lifetimes):.2f} s)"
+    return Window(start=min(start, run_end), end=run_end, run_start=run_start, run_end=run_end, steady=start < run_end,
+                  opened_by=reason)
 
 
 if __name__ == "__main__":
