@@ -292,11 +292,11 @@ def test_arm_image_tag_by_variable_is_the_image_arm():
     ("x:NCCL_NET_PLUGIN=/tmp/p.so", "plugin"),
 ])
 def test_arm_overlay_refuses_hooks_and_rig_names(spec, expected):
-    from rig.compare.arms import check_arms, parse_arm
+    from rig.compare.arms import check_arms, parse_arm, recorded_spec
 
     with pytest.raises(RigError, match=expected) as caught:
         check_arms("tiny-cpu", [parse_arm(spec)])
-    assert str(caught.value).startswith(f"command line: --arm {spec}") and "\n" not in str(caught.value)
+    assert str(caught.value).startswith(f"command line: --arm {recorded_spec(spec)}") and "\n" not in str(caught.value)
 
 
 def test_a_secret_in_an_arm_is_passed_through_not_recorded():
@@ -307,6 +307,45 @@ def test_a_secret_in_an_arm_is_passed_through_not_recorded():
     resolved = arm.resolve("tiny-cpu")
     assert "HF_TOKEN" not in resolved.full_env()
     assert redact_for(resolved, arm.overlay())["HF_TOKEN"] == REDACTED
+    assert arm.overlay()["HF_TOKEN"] == "hf_planted"  # the server gets it ...
+    assert arm.spec == f"x:HF_TOKEN={REDACTED},RIG_TOKEN_DELAY_MS=0" and "hf_planted" not in arm.model_dump_json()  # ... nothing else
+
+
+def test_a_secret_in_an_arm_reaches_no_plan_entry_or_progress_line_and_a_resume_takes_it_again(tmp_path, monkeypatch, capsys):
+    """The comparison's own files and lines: plan.json, the boot entries, the progress lines, the
+    one-line refusal of a malformed arm; and a resumed comparison boots with the value its own
+    command line gives (the plan holds none)."""
+    from rig.boot import BootFailed
+    from rig.compare import run as compare_run
+    from rig.compare.arms import parse_arm
+    from rig.compare.model import ComparePlan
+    from rig.redaction import REDACTED
+
+    with pytest.raises(RigError) as caught:
+        parse_arm("x:HF_TOKEN=hf_planted,BROKEN")
+    assert "hf_planted" not in str(caught.value) and "BROKEN" in str(caught.value)
+    overlays = []
+
+    class Refusing:  # the driver sees what the server would get, and refuses (nothing boots here)
+        def up(self, resolved, overlay, **kwargs):
+            overlays.append(dict(overlay))
+            if len(overlays) == 2:  # the first run stops at arm b's boot, refused before it started
+                raise RigError("planted", "port", "in use", "stop it")
+            raise BootFailed("refused on purpose")
+
+    monkeypatch.setattr(compare_run, "driver_for", lambda resolved: Refusing())
+    arms = [parse_arm("a:RIG_TOKEN_DELAY_MS=0"), parse_arm("b:RIG_TOKEN_DELAY_MS=0,HF_TOKEN=hf_planted")]
+    plan = ComparePlan(recipe="tiny-cpu", arms=arms, control=None, boots=1, rounds=1, scenarios=["prose-c1"], small=True,
+                       boot_state_control=False)
+    with pytest.raises(RigError, match="in use"):
+        compare_run.run_compare(plan, tmp_path, progress=True)
+    again = [parse_arm("a:RIG_TOKEN_DELAY_MS=0"), parse_arm("b:RIG_TOKEN_DELAY_MS=0,HF_TOKEN=hf_planted")]
+    compare_run.run_compare(plan.model_copy(update={"arms": again}), tmp_path, progress=True)  # resumed
+    assert [o.get("HF_TOKEN") for o in overlays] == [None, "hf_planted", "hf_planted"], overlays
+    written = [p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()]
+    assert written and not any(b"hf_planted" in data for data in written)
+    assert "hf_planted" not in capsys.readouterr().out
+    assert ComparePlan.read(tmp_path).arms[1].env["HF_TOKEN"] == REDACTED
 
 
 def test_a_plan_on_disk_is_parsed_again(tmp_path):

@@ -3,22 +3,32 @@ boot order that cancels drift."""
 
 from __future__ import annotations
 
-from pydantic import Field, ValidationInfo, model_validator
+from pydantic import Field, ValidationInfo, field_serializer, model_validator
 
 from rig.deploy.recipe import AdapterUse, Resolved, Variant, check_overlay, check_semantics, load, parse_recipe, recipe_path
 from rig.errors import RigError
 from rig.grammar import IMAGE_TAG_VARIABLE, secret_looking
+from rig.redaction import REDACTED
 from rig.typed import STORED, Spec
 
 
 class Arm(Spec):
-    """`NAME:K=V[,K=V]` (environment overlay), `NAME:@variant[,K=V..]` (recipe variant) or `NAME:image=TAG`."""
+    """`NAME:K=V[,K=V]` (environment overlay), `NAME:@variant[,K=V..]` (recipe variant) or `NAME:image=TAG`.
+
+    A secret-looking name's value (HF_TOKEN=...) reaches the server and nothing else: `spec` holds
+    it as REDACTED (spec is what plans, boot entries, reports and progress lines show), and `env`
+    is written out the same way, so a plan read back holds no secret; a resumed comparison takes
+    the values again from its own command line (run_compare)."""
 
     name: str
     variant: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     image_tag: str | None = None
     spec: str = ""
+
+    @field_serializer("env")
+    def _env_as_recorded(self, env: dict[str, str]) -> dict[str, str]:
+        return {key: (REDACTED if secret_looking(key) else value) for key, value in env.items()}
 
     @model_validator(mode="after")
     def _matches_its_spec(self, info: ValidationInfo) -> Arm:
@@ -96,7 +106,7 @@ def parse_arm(spec: str) -> Arm:
     from rig import grammar
 
     def refuse(problem: str, fix: str = "write NAME:KEY=VALUE[,KEY=VALUE], NAME:@variant[,KEY=VALUE] or NAME:image=TAG") -> RigError:
-        return RigError("command line", "--arm", f"{spec!r}: {problem}", fix)
+        return RigError("command line", "--arm", f"{recorded_spec(spec)!r}: {problem}", fix)
 
     if grammar.control_character(spec):
         raise refuse("contains a control character", "pass a one-line arm")
@@ -117,7 +127,7 @@ def parse_arm(spec: str) -> Arm:
             grammar.tag(tag)
         except ValueError as error:
             raise refuse(str(error), f"name a tag built by `rig build` ({IMAGE_TAG_VARIABLE})") from None
-        return Arm(name=name, variant=variant, image_tag=tag, spec=spec)
+        return Arm(name=name, variant=variant, image_tag=tag, spec=recorded_spec(spec))
     env: dict[str, str] = {}
     image_tag = None
     for pair in filter(None, rest.split(",")):
@@ -137,7 +147,19 @@ def parse_arm(spec: str) -> Arm:
                 raise refuse(str(error), f"name a tag built by `rig build` ({IMAGE_TAG_VARIABLE})") from None
             continue
         env[key] = value
-    return Arm(name=name, variant=variant, env=env, image_tag=image_tag, spec=spec)
+    return Arm(name=name, variant=variant, env=env, image_tag=image_tag, spec=recorded_spec(spec))
+
+
+def recorded_spec(spec: str) -> str:
+    """The arm as rig writes and prints it: every secret-looking KEY=VALUE's value REDACTED."""
+    name, sep, rest = spec.partition(":")
+    if not sep:
+        return spec
+    pairs = []
+    for pair in rest.split(","):
+        key, eq, _ = pair.partition("=")
+        pairs.append(f"{key}={REDACTED}" if eq and secret_looking(key) else pair)
+    return f"{name}:{','.join(pairs)}"
 
 
 def check_arms(recipe_name: str, arms: list[Arm]) -> dict[str, Resolved]:

@@ -310,6 +310,9 @@ def run_compare(plan: ComparePlan, out: Path, progress: bool = True, port: int |
                 or saved.scenarios != plan.scenarios or saved.rounds != plan.rounds or control[0] != control[1]):
             raise RigError(str(out / "plan.json"), "recipe/arms/scenarios/rounds/control", "this directory holds a different comparison",
                            "resume with the same recipe, arms, scenarios, rounds and control, or start a new comparison")
+        # The same arms by their recorded specs; a secret's value is never stored, so the arms
+        # (with the values the server needs) are this command line's.
+        saved.arms, saved.control = plan.arms, plan.control
         plan = saved
     else:
         plan.write(out)
