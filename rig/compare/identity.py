@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import Field
+
 from rig.compare.model import BootEntry
+from rig.errors import Damaged
 from rig.load.records import read_records
 from rig.typed import Typed
 
@@ -38,6 +41,7 @@ class BatchingIdentity(Typed):
     identical: int
     differing: int
     arms: list[str]
+    unreadable: list[str] = Field(default_factory=list)  # rounds whose records could not be read back: left out
 
 
 def greedy_report(entries: list[BootEntry], arms: list[str], control: str | None) -> GreedyIdentity:
@@ -85,25 +89,35 @@ def greedy_report(entries: list[BootEntry], arms: list[str], control: str | None
 OutputKey = tuple[str, str, str]  # (scenario, prompt, nonce): the same request in every arm, round by round
 
 
-def load_test_outputs(entries: list[BootEntry], greedy: dict[str, bool]) -> dict[str, dict[OutputKey, set[str]]]:
-    """boot ("NN-arm") -> each temperature-0 request's output digests, read from its rounds' records
-    (the one place the identity under batching reads files)."""
+def load_test_outputs(entries: list[BootEntry], greedy: dict[str, bool]) -> tuple[dict[str, dict[OutputKey, set[str]]], list[str]]:
+    """(boot "NN-arm" -> each temperature-0 request's output digests, read from its rounds' records;
+    the rounds whose records are damaged, each named with its reason). The one place the identity
+    under batching reads files: a damaged round is left out of it, and said so, never fatal (its
+    figures were summarised when it ran)."""
     out: dict[str, dict[OutputKey, set[str]]] = {}
+    unreadable: list[str] = []
     for entry in entries:
         if not entry.measured:
             continue
-        mine = out.setdefault(f"{entry.index:02d}-{entry.arm}", {})
-        for round_results in entry.rounds:
+        boot = f"{entry.index:02d}-{entry.arm}"
+        mine = out.setdefault(boot, {})
+        for number, round_results in enumerate(entry.rounds, start=1):
             for name, result in round_results.items():
                 if not greedy.get(name):
                     continue
-                for record in read_records(Path(result.dir)):
+                try:
+                    records = read_records(Path(result.dir))
+                except Damaged as error:
+                    unreadable.append(f"boot {boot} round {number} {name}: {error}")
+                    continue
+                for record in records:
                     if record.complete and record.text_sha256:
                         mine.setdefault((name, record.prompt, record.prompt_nonce or ""), set()).add(record.text_sha256)
-    return out
+    return out, unreadable
 
 
-def batching_identity(entries: list[BootEntry], arms: list[str], outputs: dict[str, dict[OutputKey, set[str]]]) -> BatchingIdentity:
+def batching_identity(entries: list[BootEntry], arms: list[str], outputs: dict[str, dict[OutputKey, set[str]]],
+                      unreadable: list[str] | None = None) -> BatchingIdentity:
     """The load tests' own outputs at temperature 0 (`outputs`: load_test_outputs): the same prompt
     (name and nonce, which repeat across arms round by round) compared across arms. Batch composition
     may legitimately change greedy output, so this is reported beside the c=1 identity, not as a verdict."""
@@ -113,5 +127,6 @@ def batching_identity(entries: list[BootEntry], arms: list[str], outputs: dict[s
             by_key.setdefault(key, {}).setdefault(entry.arm, set()).update(digests)
     shared = {k: v for k, v in by_key.items() if len(v) >= 2}
     identical = sum(1 for v in shared.values() if len(set().union(*v.values())) == 1)
-    return BatchingIdentity(compared_prompts=len(shared), identical=identical, differing=len(shared) - identical, arms=arms)
+    return BatchingIdentity(compared_prompts=len(shared), identical=identical, differing=len(shared) - identical, arms=arms,
+                            unreadable=list(unreadable or []))
 

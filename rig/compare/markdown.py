@@ -178,10 +178,11 @@ def _greedy(analysis: Analysis) -> list[str]:
 
 def _batching(analysis: Analysis) -> list[str]:
     batching = analysis.batching
+    lines = [f"Identity under batching: left out {where}" for where in batching.unreadable]
     if not batching.compared_prompts:
-        return []
+        return lines
     return [f"Identity under batching (load-test outputs, same prompt and nonce across arms): "
-            f"{batching.identical}/{batching.compared_prompts} identical (batch composition may change them)."]
+            f"{batching.identical}/{batching.compared_prompts} identical (batch composition may change them).", *lines]
 
 
 def _boots(analysis: Analysis) -> list[str]:

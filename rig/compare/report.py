@@ -201,14 +201,16 @@ class AnalysisInputs:
     encode: Encode | None  # the served tokenizer, where this host has it
     log_lines: dict[str, set[str]]  # boot "NN-arm" -> its normalised boot-log lines
     outputs: dict[str, dict[OutputKey, set[str]]]  # boot -> its temperature-0 load-test output digests
+    unreadable_outputs: list[str] = field(default_factory=list)  # rounds whose records are damaged (left out)
 
 
 def read_inputs(plan: ComparePlan, entries: list[BootEntry]) -> AnalysisInputs:
     scenarios = {name: load_scenario(name) for name in plan.scenarios}
     greedy = {name: scenario.temperature == 0 for name, scenario in scenarios.items()}
+    outputs, unreadable = load_test_outputs(entries, greedy)
     return AnalysisInputs(kinds={name: s.kind for name, s in scenarios.items()}, greedy=greedy, encode=_encoder(plan),
                           log_lines={f"{e.index:02d}-{e.arm}": log_lines(e.log_path) for e in entries},
-                          outputs=load_test_outputs(entries, greedy))
+                          outputs=outputs, unreadable_outputs=unreadable)
 
 
 def _encoder(plan: ComparePlan) -> Encode | None:
@@ -441,7 +443,7 @@ def analyze(plan: ComparePlan, entries: list[BootEntry], inputs: AnalysisInputs 
         scenarios=scenarios,
         family=family,
         greedy=greedy_report(entries, arms, plan.control.name if plan.control else None),
-        batching=batching_identity(entries, arms, inputs.outputs),
+        batching=batching_identity(entries, arms, inputs.outputs, inputs.unreadable_outputs),
         fingerprints=fingerprints,
         boot_log_diff=boot_log_diff(entries, arms, inputs.log_lines),
         target=target_report(plan, entries),

@@ -418,3 +418,24 @@ def test_an_interval_that_bounds_nothing_is_printed_as_the_pairs_it_needs():
     analysis = analyze(plan_for(3), tight)
     line = printed(markdown(analysis), "a -> b")
     assert re.search(r"x16\.\d \[x1\d\.\d, x1\d\.\d\]", line) and not re.search(r"\d{4,}(\.\d+)?%", line), line
+
+
+def test_a_round_whose_records_are_damaged_is_left_out_of_the_output_identity_and_named(tmp_path):
+    """A line cut in the middle of a finished round's records (a disk that filled, a hand edit) does
+    not stop the report: that round is left out of the identity under batching, which says so, and
+    every figure (summarised when the round ran) is still compared."""
+    from simulated_runs import simulate_round
+
+    from rig.compare.report import read_inputs
+
+    plan, entries = simulate_comparison(np.random.default_rng(5), Design())
+    whole = simulate_round(np.random.default_rng(6), 0.02, 0.1, 2.0)[0].to_line()
+    (tmp_path / "records-0.jsonl").write_text(whole[:40] + "\n" + whole + "\n")
+    first = entries[0].rounds[0][SCENARIO]
+    entries[0].rounds[0][SCENARIO] = first.model_copy(update={"dir": str(tmp_path)})
+    inputs = read_inputs(plan, entries)
+    assert len(inputs.unreadable_outputs) == 1 and "00-a round 1 prose-c1" in inputs.unreadable_outputs[0], inputs.unreadable_outputs
+    analysis = analyze(plan, entries, inputs)
+    assert analysis.batching.unreadable == inputs.unreadable_outputs
+    assert analysis.scenarios[SCENARIO].vs["b"].ci is not None
+    assert "Identity under batching: left out boot 00-a round 1 prose-c1" in markdown(analysis)
