@@ -74,6 +74,8 @@ CRAFTED = {
     "escaped dollar": ("mia-tp4", put("env", {"NCCL_DEBUG": "$$INFO"}), "env.NCCL_DEBUG", "'$'"),
     "gate value interpolates": ("tiny-cpu", put("variants.delay.adapters", [{"name": "token_delay", "gates": {"RIG_TOKEN_DELAY_MS": "${X}"}}]),
                                 "variants.delay.adapters.0.gates.RIG_TOKEN_DELAY_MS", "'$'"),
+    "gate value never arms": ("tiny-cpu", put("variants.delay.adapters", [{"name": "token_delay", "gates": {"RIG_TOKEN_DELAY_MS": "abc"}}]),
+                              "variants.delay.adapters.token_delay.gates.RIG_TOKEN_DELAY_MS", "is not a number"),
     "variant arg names the key": ("tiny-cpu", put("variants.cb.server_args", ["--chat-template", "rig_api_key"]),
                                   "variants.cb.server_args.1", "RIG_API_KEY"),
     "bind scope id interpolates": ("tiny-cpu", put("serving.bind", "fe80::1%${RIG_API_KEY}"), "serving.bind", "scope id"),
@@ -290,6 +292,10 @@ def test_arm_image_tag_by_variable_is_the_image_arm():
     ("x:PYTHONSTARTUP=/tmp/x.py", "Python"),
     ("x:RIG_API_KEY=k", "set by rig"),
     ("x:NCCL_NET_PLUGIN=/tmp/p.so", "plugin"),
+    # a gate that is its adapter's amount, set to what the adapter would refuse in every boot
+    ("x:RIG_TOKEN_DELAY_MS=abc", r"gates.RIG_TOKEN_DELAY_MS: RIG_TOKEN_DELAY_MS='abc' is not a number"),
+    ("x:RIG_TOKEN_DELAY_MS=-5", r"RIG_TOKEN_DELAY_MS must be a number in \(0, 60000\]"),
+    ("x:RIG_TOKEN_DELAY_MS=nan", r"must be a number in"),
 ])
 def test_arm_overlay_refuses_hooks_and_rig_names(spec, expected):
     from rig.compare.arms import check_arms, parse_arm, recorded_spec

@@ -92,6 +92,24 @@ class AdapterSpec:
     # it, milliseconds per unit of that statistic, "exact" or "at least": a host sleep's wake-up and
     # the GIL add to what it measured). A comparison holds its per-token delta against it.
     effect: tuple[str, float, str] | None = None
+    # A gate that is also the adapter's amount (a delay's length): when on, a number in (low, high].
+    # The adapter refuses any other value when it arms; rig refuses it in the recipe or arm first.
+    gate_range: tuple[float, float] | None = None
+
+    def gate_problem(self, value: str) -> str | None:
+        """Why `value` of the gate can never arm this adapter (None: it can, or the gate is off)."""
+        from rig_adapters.gates import gate_is_on
+
+        if self.gate_range is None or not gate_is_on(value):
+            return None
+        low, high = self.gate_range
+        try:
+            number = float(value.strip())
+        except ValueError:
+            return f"{self.gate}={value!r} is not a number"
+        if not low < number <= high:  # NaN fails too
+            return f"{self.gate} must be a number in ({low:.12g}, {high:.12g}]"
+        return None
 
     @property
     def module(self) -> str:
@@ -229,6 +247,7 @@ REGISTRY: tuple[AdapterSpec, ...] = (
         recipes=("tiny-cpu", "tiny-cpu-docker", "llama-h200"),
         test_only=True,
         effect=("injected_ms", 1.0, "at least"),
+        gate_range=(0.0, 60_000.0),  # milliseconds per step
     ),
     AdapterSpec(
         name="gpu_delay",
@@ -254,6 +273,7 @@ REGISTRY: tuple[AdapterSpec, ...] = (
         recipes=("llama-h200", "llama8b-h200", "llama8b-sglang-h200"),
         test_only=True,
         effect=("added_us", 0.001, "exact"),
+        gate_range=(0.0, 1_000_000.0),  # microseconds of spin per step
     ),
     AdapterSpec(
         name="gemm_shapes",

@@ -456,6 +456,10 @@ def check_semantics(recipe: Recipe, where: str) -> None:
                 raise RigError(where, f"{prefix}adapters.{use.name}.gates", f"{', '.join(unknown)} is not read by {use.name}", f"use {', '.join(sorted(allowed))}")
             if spec.gate not in use.gates:
                 raise RigError(where, f"{prefix}adapters.{use.name}.gates", f"the gate {spec.gate} is not set", f"add {spec.gate}: '1'")
+            problem = spec.gate_problem(use.gates[spec.gate])
+            if problem:  # the adapter would refuse to arm in every boot: refused here, before any boot
+                raise RigError(where, f"{prefix}adapters.{use.name}.gates.{spec.gate}", problem,
+                               f"set a number in the range, or 0 to turn {use.name} off")
         for key in resolved.full_env():
             fork = knobs.get(key)
             if fork and recipe.engine.fork != fork:

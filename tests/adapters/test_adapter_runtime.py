@@ -228,7 +228,7 @@ print("steps", Worker().execute_model(types.SimpleNamespace(total_num_scheduled_
     entry = manifests[0]["adapters"]["gpu_delay"]
     assert entry["state"] == "refused" and "needs a GPU" in entry["reason"]
     result, manifests = run_engine(script, {"RIG_GPU_DELAY_US": "-3", "RIG_ENGINE": "vllm"}, tmp_path / "negative")
-    assert "gpu_delay REFUSED (refused): RIG_GPU_DELAY_US must be a number of microseconds" in result.stderr
+    assert "gpu_delay REFUSED (refused): RIG_GPU_DELAY_US must be a number in (0, 1000000] (microseconds of spin per step)" in result.stderr
 
 
 def test_gpu_delay_reads_its_added_time_from_step_periods():

@@ -368,12 +368,12 @@ def test_w4a8_refuses_as_redundant_when_b12x_plans_tails_natively(tmp_path, monk
         w4a8_pad.install_prepare(context("w4a8_pad", "install_prepare", module))
 
 
-def test_token_delay_needs_a_positive_delay(monkeypatch):
+def test_token_delay_needs_a_delay_in_its_range(monkeypatch):
     from rig_adapters.adapters import token_delay
     from rig_adapters.runtime import Refused
 
     monkeypatch.setenv("RIG_TOKEN_DELAY_MS", "-3")
     module = types.SimpleNamespace(LlamaForCausalLM=type("LlamaForCausalLM", (), {"forward": lambda self, input_ids=None: 1}))
-    with pytest.raises(Refused, match="positive"):
+    with pytest.raises(Refused, match=r"must be a number in \(0, 60000\] \(milliseconds per step\)"):
         token_delay.install_forward(context("token_delay", "install_forward", module))
     assert Path(token_delay.__file__).exists()

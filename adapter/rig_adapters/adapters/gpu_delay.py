@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import collections
 import functools
+import os
 import statistics
 import time
 from typing import Any
 
 from rig_adapters.gates import env_float
+from rig_adapters.registry import BY_NAME
 from rig_adapters.runtime import AdapterContext, Refused
 
 GATE = "RIG_GPU_DELAY_US"
@@ -42,13 +44,10 @@ MAX_PENDING = 4096  # sampled spins not yet read back; beyond this the oldest ar
 
 
 def _delay_us() -> float:
-    try:
-        delay_us = env_float(GATE, 0.0)
-    except ValueError as error:
-        raise Refused(str(error)) from None
-    if not 0 < delay_us <= 1_000_000:
-        raise Refused(f"{GATE} must be a number of microseconds in (0, 1000000]")
-    return delay_us
+    problem = BY_NAME["gpu_delay"].gate_problem(os.environ.get(GATE, ""))
+    if problem:
+        raise Refused(f"{problem} (microseconds of spin per step)")
+    return env_float(GATE, 0.0)
 
 
 def _torch_cuda() -> Any:

@@ -9,23 +9,22 @@ process. RIG_TOKEN_DELAY_MS is both the gate and the delay in milliseconds.
 from __future__ import annotations
 
 import functools
+import os
 import time
 from typing import Any
 
 from rig_adapters.gates import env_float
+from rig_adapters.registry import BY_NAME
 from rig_adapters.runtime import AdapterContext, Refused
 
 GATE = "RIG_TOKEN_DELAY_MS"
 
 
 def _delay_ms() -> float:
-    try:
-        delay_ms = env_float(GATE, 0.0)
-    except ValueError as error:
-        raise Refused(str(error)) from None
-    if delay_ms <= 0:
-        raise Refused(f"{GATE} must be a positive number of milliseconds")
-    return delay_ms
+    problem = BY_NAME["token_delay"].gate_problem(os.environ.get(GATE, ""))
+    if problem:
+        raise Refused(f"{problem} (milliseconds per step)")
+    return env_float(GATE, 0.0)
 
 
 def _sleep(ctx: AdapterContext, delay_ms: float) -> None:
