@@ -299,6 +299,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
                           cold_caches=args.cold_caches, burn_in=not args.no_burn_in, port=args.port)
     if analysis.void:
         return Exit.VOID
+    if analysis.no_data:
+        return Exit.UNUSABLE
     blind = analysis.greedy.control is not None and analysis.greedy.control.discriminates is False
     return Exit.BLIND_CONTROL if blind else Exit.OK
 

@@ -11,7 +11,7 @@ class Exit(IntEnum):
     FAILED = 1  # a check said no, or a step failed (its own output says which)
     BAD_INPUT = 2  # a RigError (one line: file, field, fix) or a command line argparse refused
     BOOT_CHECK = 3  # `rig up`: healthy, but the boot check failed (adapters, boot log)
-    UNUSABLE = 4  # `rig loadtest`: a measured run is not usable; `rig sweep --goodput`: no load met the SLOs
+    UNUSABLE = 4  # `rig loadtest`: a measured run is not usable; `rig compare`: no usable boot pair; `rig sweep --goodput`: no load met the SLOs
     BLIND_CONTROL = 5  # `rig compare --control`: the control arm did not change greedy output
     VOID = 6  # `rig compare`: the boots ran under different conditions; no verdict stands
     INTERRUPTED = 130  # Ctrl-C (what was measured is kept)
@@ -25,7 +25,8 @@ MEANINGS = {
                  "audit, adapters check, rehearse, a boot that never became healthy; build: docker build's own code",
     Exit.BAD_INPUT: "bad input: one line naming the file, the field and the fix (or a command-line usage error)",
     Exit.BOOT_CHECK: "up: the server is healthy but its boot check failed (adapters not armed, boot-log rules)",
-    Exit.UNUSABLE: "loadtest: a measured run is not usable (its notes say why); sweep --goodput: no load met the SLOs",
+    Exit.UNUSABLE: "loadtest: a measured run is not usable (its notes say why); compare: no boot pair had a usable headline "
+                   "in both arms (\"no data\"; its report says why each round was left out); sweep --goodput: no load met the SLOs",
     Exit.BLIND_CONTROL: "compare --control: the control arm did not change greedy output (the check cannot discriminate)",
     Exit.VOID: "compare: the boots ran under different conditions (fingerprints); no verdict stands",
     Exit.INTERRUPTED: "interrupted (Ctrl-C); what was measured is kept",

@@ -120,6 +120,9 @@ def _header(analysis: Analysis) -> list[str]:
              "ratios, so their ratio is the delta).", ""]
     if analysis.void:
         lines += [f"**VOID: {analysis.void}**", ""]
+    if analysis.no_data:
+        lines += ["**NO DATA: the boots ran, but no boot pair had a usable headline round in both arms** (each left-out "
+                  "round is named below with its reason); exit code 4.", ""]
     return lines
 
 

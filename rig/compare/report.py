@@ -187,6 +187,11 @@ class Analysis(Versioned):
     boot_state: BootState | None = None  # the boot-state control applied, its burn-in boots
     known_effects: list[KnownEffect] = Field(default_factory=list)
     void: str | None = None  # why no verdict stands (an unaccepted condition difference)
+
+    @property
+    def no_data(self) -> bool:
+        """No headline of any scenario had a boot pair usable in both arms: the comparison measured nothing."""
+        return all(c.pairs == 0 for result in self.scenarios.values() for c in result.vs.values())
     quality: QualityReport | None = None  # outputs moved or not
     timeline: list[TimelineBoot] = Field(default_factory=list)  # boots in time order, for the plot
 

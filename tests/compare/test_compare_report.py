@@ -439,3 +439,19 @@ def test_a_round_whose_records_are_damaged_is_left_out_of_the_output_identity_an
     assert analysis.batching.unreadable == inputs.unreadable_outputs
     assert analysis.scenarios[SCENARIO].vs["b"].ci is not None
     assert "Identity under batching: left out boot 00-a round 1 prose-c1" in markdown(analysis)
+
+
+def test_a_comparison_with_no_usable_pair_says_no_data_in_its_header_and_exits_4():
+    """Every boot of one arm voided (or every round left out): the boots ran, nothing was measured,
+    and a script must be able to tell that from a verdict."""
+    from rig.exits import Exit
+
+    plan, entries = simulate_comparison(np.random.default_rng(9), Design())
+    for entry in entries:
+        if entry.arm == "b":
+            entry.voided, entry.problems = True, ["planted"]
+    analysis = analyze(plan, entries)
+    assert analysis.no_data and analysis.scenarios[SCENARIO].vs["b"].verdict.startswith("no data")
+    assert "**NO DATA:" in markdown(analysis) and "exit code 4" in markdown(analysis) and Exit.UNUSABLE == 4
+    plan, entries = simulate_comparison(np.random.default_rng(9), Design())
+    assert not analyze(plan, entries).no_data
