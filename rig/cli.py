@@ -608,6 +608,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("rig: interrupted", file=sys.stderr)
         return Exit.INTERRUPTED
+    except OSError as error:  # a full disk, a permission, a path that is a file, a connection: one line, no traceback
+        where = error.filename if getattr(error, "filename", None) else "(system)"
+        problem = error.strerror or str(error) or type(error).__name__
+        print(f"rig: {where}: {problem}; fix: free space, fix the permissions or the path, or check the server it names",
+              file=sys.stderr)
+        return Exit.FAILED
 
 
 if __name__ == "__main__":

@@ -853,3 +853,16 @@ def test_a_resume_whose_port_another_server_holds_is_refused_and_leaves_no_marke
             compare("tiny-cpu", arms, None, 1, 1, ["prose-c1"], True, None, str(out), progress=False, duration_s=2.0,
                     port=holder.getsockname()[1])
     assert not list(out.glob("boots/*.in-progress.json")) and not (tmp_path / "state").exists()
+
+
+def test_a_results_path_that_cannot_be_written_is_one_line_not_a_traceback(tmp_path):
+    """An OSError from any write (here: the results directory lies under a regular file; a full disk
+    and a permission read the same) reaches the user as one line naming the path, and nothing starts."""
+    blocker = tmp_path / "afile"
+    blocker.write_text("")
+    result = rig_cli("up", "tiny-cpu", env={"RIG_STATE_DIR": str(blocker / "state"), "RIG_RESULTS_DIR": str(blocker / "res")},
+                     timeout=120)
+    assert result.returncode == 1, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"rig: {blocker}/") and "Not a directory; fix:" in lines[0], result.stderr
+    assert "Traceback" not in result.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -83,7 +84,12 @@ def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, 
     if not resume:  # a resumed one's interrupted boot may hold both: run_compare stops it first
         refuse_if_up(name)  # the recipe's own server: no boot of the comparison could claim the recipe
         refuse_if_port_taken(resolved, port)
-    plan, entries = run_compare(plan, out, progress, port)
+    try:
+        plan, entries = run_compare(plan, out, progress, port)
+    except (KeyboardInterrupt, RigError):  # finished boots are kept: say where, and how to go on from them
+        print(f"compare: stopped; the finished boots are kept in {out}: run the same command with --resume {out} "
+              "to go on from them", file=sys.stderr)
+        raise
     analysis = analyze(plan, entries)
     text = write_report(out, analysis)
     print(text)
