@@ -185,3 +185,22 @@ def test_rig_import_refuses_a_crafted_peer_file_in_one_line(tmp_path, case):
     assert result.returncode == 2, (result.returncode, result.stdout[-300:], result.stderr[-300:])
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr, result.stderr[-1000:]
     assert not (tmp_path / "results" / "run").exists()
+
+
+def test_a_run_note_cut_by_a_kill_does_not_swallow_the_next_one(tmp_path):
+    """runs.jsonl is appended to once per run: after a note cut mid-write, the next note starts on a
+    line of its own, so it is read back whole (the cut one is skipped) and the warmup is not repeated."""
+    import numpy as np
+    from simulated_runs import round_result, simulate_round
+
+    from rig.boot.record import BootRecord
+    from rig.load.session import RUNS_FILE, boot_runs, note_run
+
+    record = BootRecord(boot_id="b", ref="tiny-cpu", recipe="tiny-cpu", variant=None, driver="test", base_url="http://127.0.0.1:9",
+                        boot_dir=str(tmp_path), log_path="", manifest_dir="", served_model="m")
+    _, summary = round_result(simulate_round(np.random.default_rng(1), 0.02, 0.1, 4.0), 4.0, None)
+    note_run(record, tmp_path / "run-1", summary)
+    whole = (tmp_path / RUNS_FILE).read_bytes()
+    (tmp_path / RUNS_FILE).write_bytes(whole + whole[:40])  # the second note was cut by a kill
+    note_run(record, tmp_path / "run-3", summary)
+    assert [Path(n.dir).name for n in boot_runs(record)] == ["run-1", "run-3"]

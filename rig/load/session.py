@@ -186,5 +186,8 @@ def note_run(record: BootRecord, out_dir: Path, summary: RunSummary) -> None:
     note = RunNote(dir=str(out_dir), scenario=summary.name, warmup=summary.warmup, complete=not summary.interrupted,
                    settle_s=window.start - window.run_start if window.steady else None, time=time.time())
     Path(record.boot_dir).mkdir(parents=True, exist_ok=True)
-    with open(Path(record.boot_dir) / RUNS_FILE, "a") as handle:
-        handle.write(note.json_text(indent=None) + "\n")
+    with open(Path(record.boot_dir) / RUNS_FILE, "ab+") as handle:
+        # A note cut by a kill mid-write ends without its newline: start on a line of our own, so
+        # the cut one stays alone (skipped when read) and this one is whole.
+        cut = handle.seek(0, 2) > 0 and (handle.seek(-1, 2), handle.read(1))[1] != b"\n"
+        handle.write((b"\n" if cut else b"") + note.json_text(indent=None).encode() + b"\n")
