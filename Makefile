@@ -42,7 +42,7 @@ render: setup ## render docker/ and compose/ from recipes/
 	$(RIG) render
 
 validate: setup ## validate one recipe (RECIPE=) or all
-	$(RIG) validate $(if $(filter validate,$(firstword $(MAKECMDGOALS))),$(word 2,$(MAKECMDGOALS)),)
+	$(RIG) validate $(if $(filter command line environment,$(origin RECIPE)),$(RECIPE),$(if $(filter validate,$(firstword $(MAKECMDGOALS))),$(word 2,$(MAKECMDGOALS)),))
 
 lint: setup ## ruff, recipe validation, freshness of rendered files
 	$(VENV)/bin/ruff check .

@@ -206,12 +206,18 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
+    import requests
+
     from rig.chat import stream_chat
     from rig.deploy.recipe import parse_ref
 
     record = _running(parse_ref(args.recipe)[0])
     print(f"model: {record.served_model}")
-    result = stream_chat(record.base_url, record.served_model or "", args.prompt, args.max_tokens)
+    try:
+        result = stream_chat(record.base_url, record.served_model or "", args.prompt, args.max_tokens)
+    except (requests.RequestException, ValueError) as error:  # a server that died, answered an error or sent no SSE
+        raise RigError("server", record.base_url, f"the chat request failed ({type(error).__name__}: {str(error)[:200]})",
+                       f"check `rig status` and `rig logs {args.recipe}`") from None
     print(f"({result.chunks} chunks, usage {result.usage}, ttft {result.ttft_s or 0:.3f}s, total {result.total_s:.3f}s)")
     return 0
 

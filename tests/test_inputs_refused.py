@@ -866,3 +866,61 @@ def test_a_results_path_that_cannot_be_written_is_one_line_not_a_traceback(tmp_p
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"rig: {blocker}/") and "Not a directory; fix:" in lines[0], result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("models_body", [b"null", b"[1, 2]", b'{"data": "x"}', b'{"data": [7]}', b'{"data": [{"id": 5}]}'])
+def test_a_server_whose_model_list_is_not_one_is_refused_in_one_line(models_body):
+    """`rig loadtest --url` against a server whose /v1/models is JSON of another shape: one line, no traceback."""
+    import http.server
+
+    from conftest import free_port
+
+    from rig.load.attach import attach
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (the standard library's name)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(models_body)))
+            self.end_headers()
+            self.wfile.write(models_body)
+
+        def log_message(self, *args):
+            pass
+
+    port = free_port()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(RigError) as caught:
+            attach(f"http://127.0.0.1:{port}", None, None, "b1")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "\n" not in str(caught.value) and str(caught.value).startswith("command line: --"), caught.value
+
+
+def test_a_damaged_tokenizer_is_one_line_naming_the_file(tmp_path):
+    """A tokenizer.json cut short (a download stopped half way) or not one at all: Damaged, naming
+    the file and the fix, not the tokenizers library's traceback."""
+    from rig.errors import Damaged
+    from rig.load.prompts import TokenCounter
+
+    (tmp_path / "tokenizer_config.json").write_text("{}")
+    for text in ('{"version": "1.0", "model": {"type": "BPE", "vocab": {"a": 0', "[]"):
+        (tmp_path / "tokenizer.json").write_text(text)
+        with pytest.raises(Damaged) as caught:
+            TokenCounter(str(tmp_path))
+        assert str(caught.value).startswith(f"{tmp_path}/tokenizer.json: (file): not a tokenizer") and "\n" not in str(caught.value)
+
+
+def test_decoding_through_a_dead_server_is_one_line(tmp_path):
+    from conftest import free_port
+
+    from rig.load.prompts import TokenCounter
+
+    counter = TokenCounter(None, f"http://127.0.0.1:{free_port()}", "m")
+    for call in (lambda: counter.encode("x"), lambda: counter.decode([1])):
+        with pytest.raises(RigError, match="failed"):
+            call()

@@ -10,6 +10,7 @@ each identity is the warmup, exactly as for boots rig makes.
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 import urllib.parse
 from typing import Any
@@ -76,13 +77,24 @@ def metrics_identity(base_url: str) -> str | None:
         return None
     for line in response.text.splitlines():
         if line.startswith("process_start_time_seconds"):
-            return f"metrics-start-{float(line.split()[-1]):.0f}"
+            try:
+                started = float(line.split()[-1])
+            except (ValueError, IndexError):
+                return None  # not a Prometheus sample: the page cannot tell the boot
+            return f"metrics-start-{started:.0f}" if math.isfinite(started) else None
     return None
+
+
+def _first_model(models: Any) -> dict[str, Any]:
+    """The first entry of an OpenAI /v1/models answer ({} when the answer has none of that shape)."""
+    data = models.get("data") if isinstance(models, dict) else None
+    first = data[0] if isinstance(data, list) and data else {}
+    return first if isinstance(first, dict) else {}
 
 
 def detect_engine(models: dict[str, Any]) -> str:
     """vLLM and SGLang name themselves in /v1/models' owned_by; anything else gets no engine-only fields."""
-    owner = str(((models.get("data") or [{}])[0]).get("owned_by", "")).lower()
+    owner = str(_first_model(models).get("owned_by", "")).lower()
     return owner if owner in ENGINES else "transformers"
 
 
@@ -95,8 +107,11 @@ def attach(url: str, ref: str | None, model: str | None, boot_id: str | None) ->
     except (OSError, ValueError) as error:
         raise RigError("command line", "--url", f"{base_url}/v1/models did not answer ({error})",
                        "start the server, or check the URL") from None
-    served = model or ((models.get("data") or [{}])[0]).get("id")
-    if not served:
+    if not isinstance(models, dict):
+        raise RigError("command line", "--url", f"{base_url}/v1/models answered {type(models).__name__}, not an OpenAI model list",
+                       "point --url at an OpenAI-compatible server (vLLM, SGLang, transformers serve)")
+    served = model or _first_model(models).get("id")
+    if not served or not isinstance(served, str):
         raise RigError("command line", "--model", f"{base_url} lists no model", "pass --model NAME")
     resolved = load(ref) if ref else None
     engine = resolved.recipe.engine.name if resolved else detect_engine(models)

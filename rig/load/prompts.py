@@ -16,7 +16,7 @@ import hashlib
 from collections.abc import Callable
 from pathlib import Path
 
-from rig.errors import Invalid, RigError
+from rig.errors import Damaged, Invalid, RigError
 from rig.load.bounds import PROMPT_POOL
 from rig.load.datasets import TRACE_FIX, read_conversations, read_trace
 from rig.load.inputs import MAX_DATA_BYTES, display, read_regular
@@ -25,6 +25,7 @@ from rig.load.wire import ConversationScript, Nonce, Prompt, ScriptedTurn, Trace
 from rig.strict_yaml import load_json_file
 
 TOKENIZER_CONFIG_MAX_BYTES = 16 << 20  # chat templates make these tens of kB
+TOKENIZER_MAX_BYTES = 256 << 20  # the largest vocabularies' tokenizer.json are tens of MB
 MAX_BLOCK_TEXT_TOKENS = 16_000_000  # all distinct blocks of one replay together (the Locust config holds them)
 
 
@@ -51,7 +52,14 @@ class LocalTokenizer:
         if (model_dir / "tokenizer.json").exists():
             from tokenizers import Tokenizer
 
-            tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+            path = model_dir / "tokenizer.json"
+            fix = "restore the checkpoint's tokenizer.json"
+            text = read_regular(path, str(path), TOKENIZER_MAX_BYTES, fix).decode(errors="replace")  # regular, size-capped
+            try:
+                tokenizer = Tokenizer.from_str(text)
+            except Exception as error:  # the tokenizers library raises a bare Exception for a file it cannot parse
+                problem = (str(error).splitlines() or [type(error).__name__])[0][:200]
+                raise Damaged(str(path), "(file)", f"not a tokenizer the tokenizers library reads ({problem})", fix) from None
             config = load_json_file(config_path, TOKENIZER_CONFIG_MAX_BYTES, str(config_path),
                                     fix="pass a checkpoint directory whose tokenizer_config.json is its own, unchanged")
             clean = isinstance(config, dict) and config.get("clean_up_tokenization_spaces", False) is True
@@ -111,10 +119,14 @@ class TokenCounter:
             return self.tokenizer.decode(ids)
         from rig import client
 
-        with client.session() as http:
-            response = http.post(f"{self.base_url}/detokenize", json={"model": self.model, "tokens": ids}, timeout=60)
-        response.raise_for_status()
-        return response.json()["prompt"]
+        try:
+            with client.session() as http:
+                response = http.post(f"{self.base_url}/detokenize", json={"model": self.model, "tokens": ids}, timeout=60)
+            response.raise_for_status()
+            return str(response.json()["prompt"])
+        except Exception as error:
+            raise RigError("tokenizer", "RIG_MODEL_DIR", f"no local tokenizer and the server's /detokenize failed ({error})",
+                           "set RIG_MODEL_DIR to the checkpoint directory") from None
 
 
 class FixedPrompts(TokenCounter):
