@@ -29,6 +29,7 @@ from typing import Any
 
 import gevent
 import psutil
+import requests
 import urllib3
 from gevent.event import Event
 from locust import HttpUser, events, task
@@ -438,7 +439,11 @@ def _error_kind(error: Exception) -> str:
         return "read_timeout"
     if isinstance(error, urllib3.exceptions.ProtocolError):
         return "stream_cut"
-    return "connection" if "Connection" in type(error).__name__ else type(error).__name__
+    # A connection that never carried the request: refused, reset, timed out while connecting (by
+    # type: requests.ConnectTimeout is a ConnectionError, Python's ConnectionError covers resets).
+    if isinstance(error, (requests.exceptions.ConnectionError, urllib3.exceptions.NewConnectionError, ConnectionError)):
+        return "connection"
+    return type(error).__name__
 
 
 LENGTHS = OutputLengths(CONFIGURED.output_lengths, CONFIGURED.max_tokens) if CONFIGURED is not None else OutputLengths(None, 1)

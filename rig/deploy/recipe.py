@@ -339,7 +339,7 @@ def _fix_for(error: dict[str, Any]) -> str:
         for name in reversed(names):
             if name in _FIELD_FIXES:
                 return _FIELD_FIXES[name]
-    if error["type"] == "string_pattern_mismatch" and "sha256" in str(error.get("ctx", {})):
+    if error["type"] == "string_pattern_mismatch" and "sha256" in str((error.get("ctx") or {}).get("pattern", "")):
         return "write the digest as sha256: followed by 64 lowercase hex digits, read from the registry (`rig pin`)"
     return _FIXES.get(error["type"], "see the recipe format in README.md")
 

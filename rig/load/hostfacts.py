@@ -20,7 +20,10 @@ def host_facts() -> HostFacts:
     except PackageNotFoundError:
         pass
     if shutil.which("nvidia-smi"):
-        result = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-                                capture_output=True, text=True, check=False)
-        facts.gpus = [line.strip() for line in result.stdout.splitlines() if line.strip()]
+        try:  # a wedged GPU can hang nvidia-smi: the run's facts say so instead of the run hanging
+            result = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                                    capture_output=True, text=True, check=False, timeout=30)
+            facts.gpus = [line.strip() for line in result.stdout.splitlines() if line.strip()]
+        except subprocess.TimeoutExpired:
+            facts.gpus = ["unknown: nvidia-smi did not answer within 30 s"]
     return facts

@@ -162,6 +162,7 @@ def test_a_boot_that_cannot_start_fails_in_one_line_and_leaves_nothing_up(tiny_i
     failed = run(".venv/bin/rig", "up", RECIPE, "--env", "RIG_IMAGE_TAG=never-built", env=rig_env, timeout=300)
     assert failed.returncode != 0
     assert "docker compose up failed" in failed.stderr and "Traceback" not in failed.stderr
+    assert f"is not built: build it with `make build {RECIPE}`" in failed.stderr, failed.stderr  # asked of Docker, by type
     assert "nothing is up" in run(".venv/bin/rig", "status", env=rig_env).stdout
 
 

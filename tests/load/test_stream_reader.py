@@ -98,3 +98,20 @@ def test_a_server_that_stops_sending_is_a_read_timeout():
 def test_a_server_that_never_answers_is_a_read_timeout_before_any_body():
     outcome = read(["data: {\"a\": 1}\n\n"], "silent")
     assert outcome["error"] == "read_timeout" and outcome["body"] == ""
+
+
+def test_error_kinds_are_read_by_type():
+    """A connect that timed out or was refused is "connection" by its type, whatever it is named."""
+    script = """
+import locust
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import locustfile, requests, urllib3
+kinds = [locustfile._error_kind(e) for e in (requests.exceptions.ConnectTimeout("x"), ConnectionRefusedError(111, "x"),
+         requests.exceptions.ConnectionError("x"), urllib3.exceptions.ProtocolError("x"), ValueError("Connection"))]
+print(json.dumps(kinds))
+"""
+    result = subprocess.run([sys.executable, "-c", script, str(REPO / "loadtests")], capture_output=True, text=True, timeout=120,
+                            check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == ["connection", "connection", "connection", "stream_cut", "ValueError"]
