@@ -37,7 +37,7 @@ from rig.load.records import RequestRecord, read_records
 from rig.load.request_metrics import Done, e2e, itl, run_tokens_per_chunk, ttft
 from rig.load.summary import ClientSetup, ClientVerdict, ImportedFrom, Provenance, RunSummary, ScenarioRun, Window
 from rig.strict_yaml import strict_json
-from rig.typed import first_problem
+from rig.typed import STORED, first_problem
 
 VLLM_FILE = "vllm-result.json"
 AIPERF_RECORDS = "profile_export.jsonl"
@@ -318,8 +318,19 @@ def _vllm_records(data: bytes, where: str) -> tuple[list[RequestRecord], float |
             record.t_first, record.t_last, record.t_end = first, record.chunks[-1], record.chunks[-1]
             record.usage = {"prompt_tokens": inp, "completion_tokens": out}
             record.finish_reason = "imported"
-        records.append(record)
+        records.append(_plausible(record, where, f"request {i}", "pass the file vllm bench serve wrote, unchanged"))
     return records, float(result.duration)
+
+
+def _plausible(record: RequestRecord, where: str, field: str, fix: str) -> RequestRecord:
+    """A record built from a peer's row holds to what rig's own reader holds a stored record to (times
+    in order, counts non-negative), so a bad row is refused here, naming the peer's file and row,
+    not later in rig's copy of it."""
+    try:
+        RequestRecord.model_validate(record.model_dump(), context=STORED)
+    except ValidationError as error:
+        raise Invalid(where, field, first_problem(error)[1], fix) from None
+    return record
 
 
 def _aiperf_records(data: bytes, where: str) -> tuple[list[RequestRecord], float | None]:
@@ -369,7 +380,7 @@ def _aiperf_records(data: bytes, where: str) -> tuple[list[RequestRecord], float
             inputs = number_of("input_sequence_length")
             record.usage = {k: int(v) for k, v in (("prompt_tokens", inputs), ("completion_tokens", output)) if v is not None}
             record.finish_reason = "imported"
-        records.append(record)
+        records.append(_plausible(record, where, f"line {number}", "pass the profile_export.jsonl AIPerf wrote, unchanged"))
     if not records:
         raise RigError(where, "(file)", "holds no profiling records", "pass the profile_export.jsonl of a finished AIPerf run")
     return records, None

@@ -168,6 +168,8 @@ IMPORT_CASES = {
                         "errors": [""]}, "ttfts.0"),
     "negative duration": ({"completed": 1, "duration": -1, "input_lens": [], "output_lens": [], "ttfts": [], "itls": [],
                            "errors": []}, "duration"),
+    "a gap that goes backwards": ({"completed": 1, "duration": 1.0, "input_lens": [1], "output_lens": [3], "ttfts": [0.1],
+                                   "itls": [[0.01, -0.05]], "errors": [""]}, "itls.0.1"),
 }
 
 
@@ -188,6 +190,12 @@ def test_a_bad_vllm_file_is_refused_in_one_line(case, tmp_path):
     ('{"metadata": {"x_request_id": "a", "request_start_ns": 1}, "metrics": {"time_to_first_token": {"value": NaN, "unit": "ms"}}}\n',
      "line 1"),
     ("not json at all\n", "(file)"),
+    # rows rig's own reader would refuse in its copy: refused here, naming the peer's line
+    ('{"metadata": {"x_request_id": "a", "request_start_ns": 1000000000000}, "metrics": {"time_to_first_token": '
+     '{"value": -500, "unit": "ms"}}}\n', "line 1"),
+    ('{"metadata": {"x_request_id": "a", "request_start_ns": 1000000000000}, "metrics": {"time_to_first_token": '
+     '{"value": 5, "unit": "ms"}, "inter_chunk_latency": {"value": [10, -20, 10], "unit": "ms"}}}\n', "line 1"),
+    ('{"metadata": {"x_request_id": "a", "request_start_ns": 999000000000000000000}, "metrics": null}\n', "line 1"),
 ])
 def test_a_bad_aiperf_file_is_refused_in_one_line(text, field, tmp_path):
     path = tmp_path / "profile_export.jsonl"
