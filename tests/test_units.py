@@ -241,3 +241,28 @@ def test_an_empty_results_directory_variable_means_the_default(monkeypatch, tmp_
     assert paths.results_dir() == paths.REPO_ROOT / "results"
     monkeypatch.setenv("RIG_RESULTS_DIR", str(tmp_path / "mine"))
     assert paths.results_dir() == tmp_path / "mine" and paths.boots_dir() == tmp_path / "mine" / "boots"
+
+
+def test_a_server_that_exited_unreaped_is_not_up(tmp_path):
+    """A native server killed where nobody reaps it (PID 1 of a container that reaps nothing) stays a
+    zombie that answers kill(0): `rig status` must say it is down, and `rig up` may boot again."""
+    import subprocess
+
+    from rig.boot import process as kernel
+    from rig.boot.native import NativeDriver
+    from rig.boot.record import BootRecord
+
+    child = subprocess.Popen(["sh", "-c", "exit 0"], start_new_session=True, env={"RIG_BOOT_ID": "z"})
+    try:
+        started = kernel.identity(child.pid)
+        record = BootRecord(boot_id="z", ref="tiny-cpu", recipe="tiny-cpu", variant=None, driver="native",
+                            base_url="http://127.0.0.1:9", boot_dir=str(tmp_path), log_path="", manifest_dir="", served_model="m",
+                            pid=child.pid, pid_start_ticks=started.start_ticks, kernel_boot_time=started.kernel_boot)
+        for _ in range(3000):  # until it has exited (and, not waited for, stays a zombie)
+            if kernel.exited(child.pid):
+                break
+            time.sleep(0.01)
+        assert kernel.exited(child.pid)
+        assert "zombie" in (NativeDriver().alive(record) or ""), NativeDriver().alive(record)
+    finally:
+        child.wait()

@@ -135,6 +135,10 @@ class NativeDriver:
             code = process.poll()
             return None if code is None else f"exit code {code}"
         verdict, why = self._verdict(record)
+        if verdict == "ours" and kernel.exited(record.pid) and not kernel.group_members(record.pid):
+            # A leader that exited with nobody reaping it (PID 1 of a container that reaps nothing)
+            # still answers kill(0); with no member of its group running, the server is gone.
+            return f"process {record.pid} exited (a zombie not yet reaped), and no process of its group runs"
         return None if verdict == "ours" else why
 
     def down(self, record: BootRecord) -> None:

@@ -113,6 +113,12 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
+def exited(pid: int) -> bool:
+    """The process has exited and waits to be reaped (a zombie: it holds nothing, serves nothing)."""
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] == "Z"
+
+
 def group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
