@@ -594,10 +594,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def installation_problem() -> str | None:
+    """rig runs from its checkout (recipes, scenarios, the locustfile and the adapter package live
+    there): a copy installed elsewhere (`pip install .` without -e) has none of them."""
+    import importlib.util
+
+    from rig.paths import REPO_ROOT
+
+    fix = "install rig editable from its checkout: pip install -e . -e ./adapter (or `make setup`)"
+    if not (REPO_ROOT / "recipes").is_dir() or not (REPO_ROOT / "loadtests").is_dir():
+        return f"{REPO_ROOT}: no recipes/ or loadtests/ beside the rig package (rig runs from its checkout); fix: {fix}"
+    if importlib.util.find_spec("rig_adapters") is None:
+        return f"rig_adapters: the adapter package is not installed; fix: {fix}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _handle_termination()
+    problem = installation_problem()
+    if problem:
+        print(f"rig: {problem}", file=sys.stderr)
+        return Exit.BAD_INPUT
     from rig.boot.base import BootFailed
 
     try:

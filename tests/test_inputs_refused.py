@@ -7,6 +7,7 @@ import errno
 import json
 import os
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -924,3 +925,17 @@ def test_decoding_through_a_dead_server_is_one_line(tmp_path):
     for call in (lambda: counter.encode("x"), lambda: counter.decode([1])):
         with pytest.raises(RigError, match="failed"):
             call()
+
+
+def test_a_rig_installed_away_from_its_checkout_says_so_in_one_line(tmp_path):
+    """`pip install .` (not -e) puts the package in site-packages, without the recipes, scenarios and
+    locustfile of the checkout: every command refuses in one line with the install that works."""
+    import shutil
+
+    site = tmp_path / "site-packages"
+    shutil.copytree(REPO / "rig", site / "rig", ignore=shutil.ignore_patterns("__pycache__"))
+    result = subprocess.run([sys.executable, "-m", "rig", "validate"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(site)}, check=False)
+    assert result.returncode == 2, result
+    assert result.stderr.strip() == (f"rig: {site}: no recipes/ or loadtests/ beside the rig package (rig runs from its checkout); "
+                                     "fix: install rig editable from its checkout: pip install -e . -e ./adapter (or `make setup`)")
