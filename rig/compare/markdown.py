@@ -35,11 +35,12 @@ def bounds_nothing(c: Comparison) -> bool:
 def _interval(c: Comparison) -> str:
     if c.ci is None:
         return "[no interval]"
-    if bounds_nothing(c):
+    bounds = f"[{_delta(c, c.ci[0])}, {_delta(c, c.ci[1])}]"
+    if bounds_nothing(c):  # printed as it is (the verdict reads it), and said to bound nothing
         needed = pairs_needed(c.pair_sd / 100, MEANINGFUL_PRECISION_PCT, c.confidence) if c.pair_sd else None
-        return (f"[bounds nothing yet: needs >= {needed} pairs]" if needed and needed > c.pairs else
-                "[bounds nothing: its pairs disagree too much]")
-    return f"[{_delta(c, c.ci[0])}, {_delta(c, c.ci[1])}]"
+        return (f"{bounds} (bounds nothing yet: needs >= {needed} pairs)" if needed and needed > c.pairs else
+                f"{bounds} (bounds nothing: its pairs disagree too much)")
+    return bounds
 
 
 def _details(c: Comparison) -> str:

@@ -405,14 +405,16 @@ def test_the_analysis_reads_no_file_when_given_its_inputs(monkeypatch):
 
 def test_an_interval_that_bounds_nothing_is_printed_as_the_pairs_it_needs():
     """The demo's old report: 2 pairs (1 df) of a 3x effect with noisy boots printed
-    +199.92% [-84.60%, +5739.84%]; a bound that says nothing is now the pairs it would need, and the
-    JSON keeps the raw bounds. A large but well-bounded change reads as a factor, never four digits."""
+    +199.92% [-84.60%, +5739.84%]; a bound that says nothing now says so and the pairs it would need,
+    beside its bounds as a factor (the verdict reads them: "spans 0" must be seen to). A large but
+    well-bounded change reads as a factor, never four digits."""
     noisy = [entry(0, 0, "a", [290.0]), entry(1, 0, "b", [871.0]), entry(2, 1, "b", [600.0]), entry(3, 1, "a", [420.0])]
     analysis = analyze(plan_for(2), noisy)
     c = analysis.scenarios[SCENARIO].vs["b"]
     assert c.ci is not None and (c.ci[1] > 1000 or c.ci[0] < -80)
     line = printed(markdown(analysis), "a -> b")
     assert "bounds nothing yet: needs >= " in line and not re.search(r"\d{4,}(\.\d+)?%", line), line
+    assert re.search(r"\[-9\d\.\d\d%, x\d+\.\d\] \(bounds nothing yet.*the interval spans 0", line), line
     tight = [entry(0, 0, "a", [10.0]), entry(1, 0, "b", [160.0]), entry(2, 1, "b", [162.0]), entry(3, 1, "a", [10.1]),
              entry(4, 2, "a", [9.9]), entry(5, 2, "b", [158.0])]
     analysis = analyze(plan_for(3), tight)
