@@ -266,3 +266,16 @@ def test_a_server_that_exited_unreaped_is_not_up(tmp_path):
         assert "zombie" in (NativeDriver().alive(record) or ""), NativeDriver().alive(record)
     finally:
         child.wait()
+
+
+def test_a_warmup_runs_notes_say_they_are_the_warmups():
+    """The loadtest prints every run's notes, the discarded warmup's too: each says which run it is of."""
+    import numpy as np
+    from simulated_runs import round_result, simulate_round
+
+    from rig.load.report import notes
+
+    _, measured = round_result(simulate_round(np.random.default_rng(1), 0.02, 0.1, 4.0), 4.0, None)
+    warmup = measured.model_copy(update={"warmup": True})
+    assert all(line.startswith(f"{measured.name} (warmup, discarded): ") for line in notes(warmup)), notes(warmup)
+    assert all(line.startswith(f"{measured.name}: ") for line in notes(measured)), notes(measured)

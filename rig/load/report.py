@@ -59,7 +59,7 @@ def markdown_table(summaries: list[RunSummary]) -> str:
 
 def notes(summary: RunSummary) -> list[str]:
     out = []
-    name = summary.name
+    name = f"{summary.name} (warmup, discarded)" if summary.warmup else summary.name  # each note says which run it is of
     metrics = summary.metrics
     tokens = metrics.tokens
     window = metrics.window
