@@ -13,7 +13,7 @@ Only pydantic, rig.errors and the standard library: the Locust processes (also r
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -44,6 +44,23 @@ def first_problem(error: ValidationError) -> tuple[str, str]:
     first = error.errors()[0]
     field = ".".join(str(part) for part in first["loc"]) or "(top level)"
     return field, " ".join(str(first["msg"]).removeprefix("Value error, ").split())
+
+
+def misspelled(error: ValidationError) -> tuple[tuple[Any, ...], str, str] | None:
+    """A required field reported missing beside an unknown key that is close to its name (`servng:`
+    for `serving:`): (the unknown key's location, the key, the field it misspells). The user wrote
+    the field, misspelled: that, not "Field required", is the problem to name."""
+    import difflib
+
+    problems = error.errors()
+    missing = [e["loc"] for e in problems if e["type"] == "missing" and e["loc"]]
+    extra = [e["loc"] for e in problems if e["type"] == "extra_forbidden" and e["loc"]]
+    for loc in extra:
+        wanted = [m[-1] for m in missing if m[:-1] == loc[:-1] and isinstance(m[-1], str)]
+        close = difflib.get_close_matches(str(loc[-1]), wanted, n=1, cutoff=0.6)
+        if close:
+            return tuple(loc), str(loc[-1]), close[0]
+    return None
 
 
 STORED = {"stored": True}

@@ -132,6 +132,9 @@ CRAFTED = {
     "huge value": ("tiny-cpu", put("description", "x" * 20_000), "line 2", "16384"),
     # YAML 1.1 surprises in typed fields
     "octal port": ("tiny-cpu", raw("tiny-cpu", "port: 8321", "port: 017620"), line_of("tiny-cpu", "port: 8321"), "8080"),
+    # a required field misspelled: the misspelling is named, not the field as missing
+    "misspelled section": ("tiny-cpu", raw("tiny-cpu", "\nserving:", "\nservng:"), "servng", "rename servng to serving"),
+    "misspelled port": ("tiny-cpu", raw("tiny-cpu", "  port: 8321", "  prot: 8321"), "serving.prot", "rename prot to port"),
     "on as a name": ("mia-tp4", raw("mia-tp4", "served_model_name: deepseek-v4.1-flash", "served_model_name: on"),
                      line_of("mia-tp4", "served_model_name"), "YAML 1.2"),
     "sexagesimal timeout": ("tiny-cpu", raw("tiny-cpu", "boot_timeout_s: 180", "boot_timeout_s: 3:00"),

@@ -27,7 +27,7 @@ from rig.engines import ENGINES
 from rig.errors import Invalid, RigError
 from rig.paths import DATA_DIR, PACKAGE_DIR, REPO_ROOT
 from rig.strict_yaml import load_yaml_file
-from rig.typed import Spec
+from rig.typed import Spec, misspelled
 
 RECIPES_DIR = REPO_ROOT / "recipes"
 Platform = Literal["linux/amd64", "linux/arm64"]
@@ -365,6 +365,10 @@ def parse_recipe(path: Path) -> Recipe:
     try:
         recipe = Recipe.model_validate(raw)
     except ValidationError as error:
+        typo = misspelled(error)
+        if typo:
+            loc, wrong, right = typo
+            raise Invalid(where, _field_path(loc), f"{wrong} is not a field, and {right} is required", f"rename {wrong} to {right}") from None
         first = error.errors()[0]
         message = " ".join(first["msg"].removeprefix("Value error, ").split())
         raise Invalid(where, _field_path(first["loc"]), message, _fix_for(first)) from None

@@ -42,7 +42,7 @@ from rig.load.datasets import read_conversations, read_trace
 from rig.load.inputs import display, read_yaml
 from rig.load.workload import OutputLengthSpec, TraceLengths, UniformLengths
 from rig.paths import REPO_ROOT
-from rig.typed import Spec, first_problem
+from rig.typed import Spec, first_problem, misspelled
 
 LOADTESTS = REPO_ROOT / "loadtests"
 SCENARIO_DIR = LOADTESTS / "scenarios"
@@ -251,6 +251,11 @@ def _validated(data: Any, where: str, prefix: str = "") -> Scenario:
     try:
         return Scenario.model_validate(data)
     except ValidationError as error:
+        typo = misspelled(error)
+        if typo:
+            loc, wrong, right = typo
+            raise Invalid(where, prefix + ".".join(map(str, loc)), f"{wrong} is not a field, and {right} is required",
+                          f"rename {wrong} to {right}") from None
         field, message = first_problem(error)
         raise Invalid(where, prefix + field, message, _fix(error.errors()[0])) from None
 

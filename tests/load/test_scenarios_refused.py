@@ -48,6 +48,7 @@ CRAFTED = {
     "distributed as yes-string": (_with(BASE, distributed="yes"), "distributed"),
     "prefix as list": (_with(BASE, prefix=[1, 2]), "prefix"),
     "unknown key": (_with(BASE, userz=3), "userz"),
+    "a required key misspelled": (_with(BASE, max_tokens=..., max_token=32), "max_token"),  # named, not "max_tokens missing"
     "unknown nested key": (_with(OPEN, arrivals={"rate": 4, "burstyness": 1}), "arrivals.burstyness"),
     "schema missing": (_with(BASE, schema=...), "schema"),
     "schema from the future": (_with(BASE, schema=2), "schema"),
