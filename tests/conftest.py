@@ -170,3 +170,21 @@ def measured(loadtest: subprocess.CompletedProcess[str]) -> bool:
     """A load test that ran: usable (0), or not usable (4) because the client could not measure its
     headline on a busy box, and then it must say so (that the box was quiet is not a test's to assert)."""
     return loadtest.returncode == 0 or (loadtest.returncode == 4 and "client INVALID" in loadtest.stdout)
+
+
+@pytest.fixture
+def rendered_copy(tmp_path, monkeypatch) -> Path:
+    """A copy of the checkout's docker/ and compose/ that rig's render writes to instead (returned: its
+    root). A test that writes rendered files (a hand edit, a render failing halfway) must not write
+    the checkout's: another test, on another worker, holds those unwritten at the same moment."""
+    import shutil
+
+    import rig.deploy.render as render
+
+    root = tmp_path / "checkout"
+    for name in ("docker", "compose"):
+        shutil.copytree(REPO / name, root / name, symlinks=True)
+    monkeypatch.setattr(render, "REPO_ROOT", root)
+    monkeypatch.setattr(render, "DOCKER_DIR", root / "docker")
+    monkeypatch.setattr(render, "COMPOSE_DIR", root / "compose")
+    return root

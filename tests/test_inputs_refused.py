@@ -434,12 +434,12 @@ def _halfway_recipe(tmp_path: Path) -> Path:
     return write_recipe(tmp_path, "tiny-cpu-docker", change)
 
 
-def test_render_failing_halfway_leaves_the_tree_byte_identical(tmp_path, monkeypatch):
+def test_render_failing_halfway_leaves_the_tree_byte_identical(tmp_path, monkeypatch, rendered_copy):
     import rig.atomic as atomic
     from rig.deploy.render import render
 
-    before = tree(REPO / "docker", REPO / "compose")
-    stale = REPO / "compose" / "tiny-cpu.yaml"  # an existing file is rewritten too, and must come back
+    before = tree(rendered_copy / "docker", rendered_copy / "compose")
+    stale = rendered_copy / "compose" / "tiny-cpu.yaml"  # an existing file is rewritten too, and must come back
     stale_text = stale.read_text()
     paths = [_halfway_recipe(tmp_path), REPO / "recipes" / "tiny-cpu.yaml"]
     real_replace = os.replace
@@ -454,21 +454,21 @@ def test_render_failing_halfway_leaves_the_tree_byte_identical(tmp_path, monkeyp
                 return real_replace(src, dst)
 
             stale.write_text(stale_text + "# stale\n")
-            middle = tree(REPO / "docker", REPO / "compose")
+            middle = tree(rendered_copy / "docker", rendered_copy / "compose")
             monkeypatch.setattr(atomic.os, "replace", failing)
             with pytest.raises(RigError, match="nothing was changed") as caught:
                 render(paths)
             monkeypatch.setattr(atomic.os, "replace", real_replace)
             assert "\n" not in str(caught.value) and len(calls) == fail_at
-            assert tree(REPO / "docker", REPO / "compose") == middle, f"failure at rename {fail_at} left a partial render"
+            assert tree(rendered_copy / "docker", rendered_copy / "compose") == middle, f"failure at rename {fail_at} left a partial render"
     finally:
         monkeypatch.setattr(atomic.os, "replace", real_replace)
         stale.write_text(stale_text)
-    assert tree(REPO / "docker", REPO / "compose") == before
-    assert not (REPO / "docker" / "zz-halfway").exists()
+    assert tree(rendered_copy / "docker", rendered_copy / "compose") == before
+    assert not (rendered_copy / "docker" / "zz-halfway").exists()
 
 
-def test_render_failing_on_a_too_long_name_writes_nothing(tmp_path):
+def test_render_failing_on_a_too_long_name_writes_nothing(tmp_path, rendered_copy):
     """A name past the filesystem's limit (only reachable by skipping validation): staged, failed, gone."""
     from rig.atomic import write_files_atomic
     from rig.deploy.render import rendered_files
@@ -476,11 +476,11 @@ def test_render_failing_on_a_too_long_name_writes_nothing(tmp_path):
     recipe = parse_recipe(_halfway_recipe(tmp_path))
     long = recipe.model_copy(update={"variants": {**recipe.variants, "w" * 300: recipe.variants["v1"]}})
     files = rendered_files(long)
-    before = tree(REPO / "docker", REPO / "compose")
+    before = tree(rendered_copy / "docker", rendered_copy / "compose")
     with pytest.raises(OSError) as caught:
         write_files_atomic(files)
     assert caught.value.errno == errno.ENAMETOOLONG
-    assert tree(REPO / "docker", REPO / "compose") == before
+    assert tree(rendered_copy / "docker", rendered_copy / "compose") == before
 
 
 def test_render_refuses_interpolation_that_slipped_past_the_schema():

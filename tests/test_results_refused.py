@@ -204,3 +204,21 @@ def test_a_run_note_cut_by_a_kill_does_not_swallow_the_next_one(tmp_path):
     (tmp_path / RUNS_FILE).write_bytes(whole + whole[:40])  # the second note was cut by a kill
     note_run(record, tmp_path / "run-3", summary)
     assert [Path(n.dir).name for n in boot_runs(record)] == ["run-1", "run-3"]
+
+
+def test_an_interrupted_comparison_says_where_its_boots_are_and_how_to_resume(results_dir, monkeypatch, capsys):
+    import pytest
+
+    from rig.compare import run as compare_run
+    from rig.compare.command import compare
+
+    class Interrupting:  # Ctrl-C while the first boot starts
+        def up(self, resolved, overlay, **kwargs):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(compare_run, "driver_for", lambda resolved: Interrupting())
+    with pytest.raises(KeyboardInterrupt):
+        compare("tiny-cpu", ["a:RIG_TOKEN_DELAY_MS=0", "b:RIG_TOKEN_DELAY_MS=1"], None, 1, 1, None, True, None, None,
+                progress=False, burn_in=False)
+    out = next((results_dir / "compare").iterdir())
+    assert f"run the same command with --resume {out} to go on from them" in capsys.readouterr().err

@@ -86,7 +86,7 @@ def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, 
         refuse_if_port_taken(resolved, port)
     try:
         plan, entries = run_compare(plan, out, progress, port)
-    except (KeyboardInterrupt, RigError):  # finished boots are kept: say where, and how to go on from them
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM: say where the finished boots are and how to go on from them
         print(f"compare: stopped; the finished boots are kept in {out}: run the same command with --resume {out} "
               "to go on from them", file=sys.stderr)
         raise

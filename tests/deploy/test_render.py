@@ -26,17 +26,14 @@ def test_rendered_files_are_fresh():
     assert set(COMPOSE_FILES) | set(DOCKERFILES) == expected
 
 
-def test_stale_file_is_detected(tmp_path, monkeypatch):
+def test_stale_file_is_detected(rendered_copy):
     import rig.deploy.render as render
 
     recipe = parse_recipe(REPO / "recipes" / "tiny-cpu.yaml")
     path = render.dockerfile_path(recipe)
-    original = path.read_text()
-    try:
-        path.write_text(original + "# hand edit\n")
-        assert path in render.render([REPO / "recipes" / "tiny-cpu.yaml"], check=True)
-    finally:
-        path.write_text(original)
+    assert path.is_relative_to(rendered_copy)  # the hand edit lands in a copy, never in the checkout
+    path.write_text(path.read_text() + "# hand edit\n")
+    assert path in render.render([REPO / "recipes" / "tiny-cpu.yaml"], check=True)
 
 
 @pytest.mark.parametrize("path", COMPOSE_FILES, ids=lambda p: p.name)
