@@ -7,6 +7,12 @@ reports total decode tokens / total decode time (first to last content chunk), a
 Runs interleave (rig, independent, rig, ...) on one boot of tiny-cpu so drift falls on both.
 
     .venv/bin/python benchmarks/independent_client.py [--pairs 3] [--seconds 6]
+    .venv/bin/python benchmarks/independent_client.py --timed [--pairs 5] [--seconds 6]
+
+With --timed both clients stream from rig's timed server instead (rig.load.timed_server: a
+known TTFT and a known step between tokens), so each is held to the truth as well as to the
+other: on tiny-cpu, 6 s runs of the server itself differ by tens of percent on a 2-core box,
+more than the clients could; against the timed server, what differs is the clients.
 """
 
 from __future__ import annotations
@@ -72,11 +78,67 @@ def independent_run(base_url: str, model: str, prompts: list[str], max_tokens: i
     return {"user_decode_tok_s": decode_tokens / decode_seconds if decode_seconds else float("nan"), "requests": requests}
 
 
+TIMED_STEP_S, TIMED_TTFT_S, TIMED_TOKENS = 0.02, 0.1, 64
+
+
+def timed(args: argparse.Namespace) -> int:
+    """rig (Locust, its own definitions) and the independent client, interleaved, on the timed
+    server: per-user decode rate against the truth (1 / step) and against each other."""
+    import subprocess
+    import urllib.request
+
+    from rig.boot.record import BootRecord
+    from rig.load.prompts import FixedPrompts
+    from rig.load.runner import run_scenario
+    from rig.load.wire import Prompt
+
+    port = args.port
+    server = subprocess.Popen([sys.executable, "-m", "rig.load.timed_server", "--port", str(port), "--ttft", str(TIMED_TTFT_S),
+                               "--itl", str(TIMED_STEP_S)], cwd=Path(__file__).resolve().parent.parent)
+    base_url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(base_url + "/health", timeout=1)
+            break
+        except OSError:
+            time.sleep(0.1)
+    truth = 1 / TIMED_STEP_S
+    rig_figures, independent = [], []
+    try:
+        record = BootRecord(boot_id="crosscheck", ref="timed-server", recipe="tiny-cpu", variant=None, driver="benchmark",
+                            base_url=base_url, boot_dir=tempfile.mkdtemp(prefix="rig-crosscheck-boot-"), log_path="",
+                            manifest_dir="", served_model="timed")
+        scenario = load_scenario("prose-c1").with_changes(max_tokens=TIMED_TOKENS, duration_s=args.seconds, ramp_s=0.0)
+        root = Path(tempfile.mkdtemp(prefix="rig-crosscheck-"))
+        independent_run(base_url, "timed", ["hello"], TIMED_TOKENS, 2.0)  # its own warm-up
+        for pair in range(args.pairs):
+            summary = run_scenario(LoadTarget(load("tiny-cpu"), record, None), scenario, root / f"pair-{pair}",
+                                   counter=FixedPrompts("fixed benchmark prompt"),
+                                   prompts=[Prompt(name="p", text="hello", tokens=8)], progress=False)
+            rig_figures.append(summary.metrics.user_decode_tok_s.token_weighted)
+            independent.append(independent_run(base_url, "timed", ["hello"], TIMED_TOKENS, args.seconds)["user_decode_tok_s"])
+            print(f"pair {pair}: rig {rig_figures[-1]:.3f} tok/s ({100 * (rig_figures[-1] / truth - 1):+.3f}% from the truth), "
+                  f"independent {independent[-1]:.3f} ({100 * (independent[-1] / truth - 1):+.3f}%)")
+    finally:
+        server.terminate()
+        server.wait()
+    rig_median, independent_median = statistics.median(rig_figures), statistics.median(independent)
+    difference = 100 * (rig_median / independent_median - 1)
+    print(f"timed server, truth {truth:.1f} tok/s per user: median of {args.pairs} interleaved runs: rig {rig_median:.3f} "
+          f"({100 * (rig_median / truth - 1):+.3f}%), independent {independent_median:.3f} "
+          f"({100 * (independent_median / truth - 1):+.3f}%), rig vs independent {difference:+.3f}%")
+    return 0 if abs(difference) <= 1 else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=6.0)
+    parser.add_argument("--timed", action="store_true", help="both clients on rig's timed server (known timing), not tiny-cpu")
+    parser.add_argument("--port", type=int, default=8471, help="with --timed: the timed server's port")
     args = parser.parse_args()
+    if args.timed:
+        return timed(args)
     resolved = load("tiny-cpu")
     driver = driver_for(resolved)
     record = driver.up(resolved, progress=False)
