@@ -27,7 +27,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from statistics import median
 
@@ -37,7 +36,7 @@ sys.path.insert(0, str(REPO / "adapter"))
 
 from rig.boot.base import BootRecord  # noqa: E402
 from rig.deploy.recipe import load  # noqa: E402
-from rig.load import runner  # noqa: E402
+from rig.load import runner, timed_server  # noqa: E402
 from rig.load.prompts import FixedPrompts  # noqa: E402
 from rig.load.records import RequestRecord, read_records  # noqa: E402
 from rig.load.runner import LoadTarget, run_scenario  # noqa: E402
@@ -74,15 +73,8 @@ def main() -> int:
     if args.profile:
         os.environ["RIG_PROFILE"] = str(out)
     engine = ["--step", str(args.step), "--max-num-seqs", str(args.max_num_seqs)] if args.step else []
-    server = subprocess.Popen([sys.executable, "-m", "rig.load.timed_server", "--port", str(args.port), "--ttft", str(args.ttft),
-                               "--itl", str(args.itl), "--processes", str(args.server_processes), *engine], cwd=REPO)
-    base_url = f"http://127.0.0.1:{args.port}"
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(base_url + "/health", timeout=1)
-            break
-        except OSError:
-            time.sleep(0.1)
+    server, base_url = timed_server.start(args.port, "--ttft", str(args.ttft), "--itl", str(args.itl),
+                                          "--processes", str(args.server_processes), *engine)
     record = BootRecord(boot_id="capacity", ref="timed-server", recipe="tiny-cpu", variant=None, driver="benchmark",
                         base_url=base_url, boot_dir=str(out / "boot"), log_path="", manifest_dir="", served_model="timed")
     scenario = Scenario.model_validate({

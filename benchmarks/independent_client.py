@@ -84,24 +84,13 @@ TIMED_STEP_S, TIMED_TTFT_S, TIMED_TOKENS = 0.02, 0.1, 64
 def timed(args: argparse.Namespace) -> int:
     """rig (Locust, its own definitions) and the independent client, interleaved, on the timed
     server: per-user decode rate against the truth (1 / step) and against each other."""
-    import subprocess
-    import urllib.request
-
     from rig.boot.record import BootRecord
+    from rig.load import timed_server
     from rig.load.prompts import FixedPrompts
     from rig.load.runner import run_scenario
     from rig.load.wire import Prompt
 
-    port = args.port
-    server = subprocess.Popen([sys.executable, "-m", "rig.load.timed_server", "--port", str(port), "--ttft", str(TIMED_TTFT_S),
-                               "--itl", str(TIMED_STEP_S)], cwd=Path(__file__).resolve().parent.parent)
-    base_url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(base_url + "/health", timeout=1)
-            break
-        except OSError:
-            time.sleep(0.1)
+    server, base_url = timed_server.start(args.port, "--ttft", str(TIMED_TTFT_S), "--itl", str(TIMED_STEP_S))
     truth = 1 / TIMED_STEP_S
     rig_figures, independent = [], []
     try:
@@ -115,13 +104,19 @@ def timed(args: argparse.Namespace) -> int:
             summary = run_scenario(LoadTarget(load("tiny-cpu"), record, None), scenario, root / f"pair-{pair}",
                                    counter=FixedPrompts("fixed benchmark prompt"),
                                    prompts=[Prompt(name="p", text="hello", tokens=8)], progress=False)
-            rig_figures.append(summary.metrics.user_decode_tok_s.token_weighted)
+            figure = summary.metrics.user_decode_tok_s.token_weighted
+            if figure is None:  # no completed request in its window: say so, and measure the pair again longer
+                print(f"pair {pair}: rig measured nothing ({'; '.join(summary.problems())}): pass a longer --seconds")
+                continue
+            rig_figures.append(figure)
             independent.append(independent_run(base_url, "timed", ["hello"], TIMED_TOKENS, args.seconds)["user_decode_tok_s"])
             print(f"pair {pair}: rig {rig_figures[-1]:.3f} tok/s ({100 * (rig_figures[-1] / truth - 1):+.3f}% from the truth), "
                   f"independent {independent[-1]:.3f} ({100 * (independent[-1] / truth - 1):+.3f}%)")
     finally:
         server.terminate()
         server.wait()
+    if not rig_figures:
+        return 1
     rig_median, independent_median = statistics.median(rig_figures), statistics.median(independent)
     difference = 100 * (rig_median / independent_median - 1)
     print(f"timed server, truth {truth:.1f} tok/s per user: median of {args.pairs} interleaved runs: rig {rig_median:.3f} "

@@ -33,10 +33,13 @@ import math
 import multiprocessing
 import os
 import socket
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
 
+from rig.errors import RigError
 from rig.load import toy_lm
 
 
@@ -281,6 +284,27 @@ def serve(port: int, ttft: float, itl: float, die_after: float | None, host: str
             await server.serve_forever()
 
     asyncio.run(main())
+
+
+def start(port: int, *options: str) -> tuple[subprocess.Popen, str]:
+    """This server in a process of its own, once its /health answers: (the process, its base URL).
+    For benchmarks; the caller terminates it."""
+    import urllib.request
+
+    process = subprocess.Popen([sys.executable, "-m", "rig.load.timed_server", "--port", str(port), *options])
+    base_url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(base_url + "/health", timeout=1)
+            return process, base_url
+        except OSError:
+            if process.poll() is not None:
+                break
+            time.sleep(0.1)
+    process.kill()
+    process.wait()
+    raise RigError("timed server", f"port {port}", "did not answer /health within 30 s", "pass a free --port")
 
 
 def positive_seconds(text: str) -> float:
