@@ -942,3 +942,10 @@ def test_a_rig_installed_away_from_its_checkout_says_so_in_one_line(tmp_path):
     assert result.returncode == 2, result
     assert result.stderr.strip() == (f"rig: {site}: no recipes/ or loadtests/ beside the rig package (rig runs from its checkout); "
                                      "fix: install rig editable from its checkout: pip install -e . -e ./adapter (or `make setup`)")
+
+
+def test_a_misspelled_recipe_name_gets_the_names_it_is_close_to(capsys):
+    from rig.cli import main
+
+    assert main(["validate", "tiny-cpuu"]) == 1
+    assert "no such recipe; fix: did you mean tiny-cpu" in capsys.readouterr().out

@@ -222,3 +222,17 @@ def test_an_interrupted_comparison_says_where_its_boots_are_and_how_to_resume(re
                 progress=False, burn_in=False)
     out = next((results_dir / "compare").iterdir())
     assert f"run the same command with --resume {out} to go on from them" in capsys.readouterr().err
+
+
+def test_an_unreadable_in_progress_marker_stops_nothing_and_says_so(results_dir, tmp_path):
+    """Which boot a marker of another schema meant cannot be told: no server is stopped on a guess,
+    and the note says what to check."""
+    from rig.compare.arms import parse_arm
+    from rig.compare.run import stop_leftover
+
+    arm = parse_arm("a:RIG_TOKEN_DELAY_MS=0")
+    (tmp_path / "boots").mkdir()
+    marker = tmp_path / "boots" / "00-a.in-progress.json"
+    marker.write_text('{"schema": 99}')
+    note = stop_leftover(tmp_path, 0, arm, "tiny-cpu")
+    assert note and "was not stopped" in note and "rig down tiny-cpu" in note and not marker.exists()

@@ -176,8 +176,12 @@ def stop_leftover(out: Path, index: int, arm: Arm, recipe: str) -> str | None:
     try:
         found = BootMarker.parse(marker.read_bytes(), str(marker))
         boot_id, since = found.boot_id, found.since
-    except Damaged:  # a marker of another schema or a damaged one: stop nothing but this recipe's later boots
-        boot_id, since = None, float("inf")
+    except Damaged:
+        # A marker of another schema (markers are written atomically, so not a cut one): which boot
+        # it meant cannot be told, and a server that is not provably this attempt's is never stopped.
+        marker.unlink(missing_ok=True)
+        return (f"an unreadable in-progress marker ({marker.name}): a server its attempt left running, if any, was not "
+                f"stopped; see `rig status` and stop it with `rig down {recipe}`")
     note = None
     for path in sorted(paths.state_dir().glob("*.json")):
         try:

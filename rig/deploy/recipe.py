@@ -346,7 +346,11 @@ def _fix_for(error: dict[str, Any]) -> str:
 
 def _read_raw(path: Path, where: str) -> Any:
     """The file's YAML, strictly (rig/strict_yaml.py); every way a file can be unreadable is one RigError line."""
-    listing = f"see `rig validate` for the recipes in {_display(RECIPES_DIR)}"
+    import difflib
+
+    close = difflib.get_close_matches(path.stem, [p.stem for p in RECIPES_DIR.glob("*.yaml")], n=3, cutoff=0.6)
+    listing = (f"did you mean {' or '.join(close)}? (`rig validate` lists the recipes in {_display(RECIPES_DIR)})" if close
+               else f"see `rig validate` for the recipes in {_display(RECIPES_DIR)}")
     return load_yaml_file(path, RECIPE_MAX_BYTES, where, missing=("no such recipe", listing),
                           fix="write the recipe as plain UTF-8 YAML, each key once, like recipes/*.yaml")
 
