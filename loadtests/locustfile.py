@@ -326,9 +326,11 @@ def _on_quit(environment: Any, **_: Any) -> None:
     clients = {process: _client_stats(process, v["lag"], v["cpu"], v["cpu_time"], v["gc_pauses"]) for process, v in REMOTE.items()}
     if not isinstance(environment.runner, MasterRunner) and not WRITER.shipping:
         clients[PROCESS_ID] = _client_stats(PROCESS_ID, LAG, CPU, CPU_TIME, GC_PAUSES)
-    for process, client in clients.items():
-        with open(os.path.join(OUT_DIR, client_file(process)), "w") as handle:
+    for process, client in clients.items():  # each file whole or absent: the runner reads them after the run
+        path = os.path.join(OUT_DIR, client_file(process))
+        with open(path + ".tmp", "w") as handle:
             handle.write(client.json_text(indent=None))
+        os.replace(path + ".tmp", path)
 
 
 def _payload(content: str | list[dict[str, str]], max_tokens: int) -> tuple[str, dict[str, Any]]:
