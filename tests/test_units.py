@@ -279,3 +279,33 @@ def test_a_warmup_runs_notes_say_they_are_the_warmups():
     warmup = measured.model_copy(update={"warmup": True})
     assert all(line.startswith(f"{measured.name} (warmup, discarded): ") for line in notes(warmup)), notes(warmup)
     assert all(line.startswith(f"{measured.name}: ") for line in notes(measured)), notes(measured)
+
+
+def test_a_second_interrupt_during_the_stop_grace_kills_the_server_group():
+    """Ctrl-C while rig waits for a server to stop (it ignores SIGTERM): rig kills the group at once and
+    re-raises, instead of leaving the server running."""
+    import signal
+    import subprocess
+
+    from rig.boot import process as kernel
+    from rig.boot.native import _stop_group
+
+    child = subprocess.Popen(["sh", "-c", "trap '' TERM; while :; do sleep 1; done"], start_new_session=True)
+    for _ in range(3000):  # until the shell has set its trap (it then ignores SIGTERM)
+        if (Path(f"/proc/{child.pid}/status").read_text().split("SigIgn:")[1].split()[0]) != "0" * 16:
+            break
+        time.sleep(0.01)
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.5)  # inside the grace (seconds): the "second Ctrl-C"
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _stop_group(child.pid)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    child.wait(timeout=30)
+    assert not kernel.group_alive(child.pid)

@@ -217,4 +217,11 @@ def _stop_group(pgid: int) -> list[int]:
                 return kernel.group_members(pgid)  # what is left: the caller must not forget this boot
     except ProcessLookupError:
         pass  # the group exited between the check and the signal
+    except KeyboardInterrupt:  # a second Ctrl-C (or SIGTERM) during the grace: stop now, not never
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        _wait_gone(pgid, 5.0)
+        raise
     return []
