@@ -332,8 +332,8 @@ def test_a_secret_in_an_arm_reaches_no_plan_entry_or_progress_line_and_a_resume_
     from rig.redaction import REDACTED
 
     with pytest.raises(RigError) as caught:
-        parse_arm("x:HF_TOKEN=hf_planted,BROKEN")
-    assert "hf_planted" not in str(caught.value) and "BROKEN" in str(caught.value)
+        parse_arm("x:HF_TOKEN=hf_planted,BROKEN")  # a comma inside the value: its rest is not shown either
+    assert "hf_planted" not in str(caught.value) and "BROKEN" not in str(caught.value) and "not KEY=VALUE" in str(caught.value)
     overlays = []
 
     class Refusing:  # the driver sees what the server would get, and refuses (nothing boots here)
@@ -356,6 +356,14 @@ def test_a_secret_in_an_arm_reaches_no_plan_entry_or_progress_line_and_a_resume_
     assert written and not any(b"hf_planted" in data for data in written)
     assert "hf_planted" not in capsys.readouterr().out
     assert ComparePlan.read(tmp_path).arms[1].env["HF_TOKEN"] == REDACTED
+    # A plan written before arms were redacted (the secret in clear) is read, and shown, redacted.
+    data = json.loads((tmp_path / "plan.json").read_text())
+    data["arms"][1]["spec"] = "b:RIG_TOKEN_DELAY_MS=0,HF_TOKEN=hf_planted"
+    data["arms"][1]["env"]["HF_TOKEN"] = "hf_planted"
+    (tmp_path / "plan.json").write_text(json.dumps(data))
+    assert ComparePlan.read(tmp_path).arms[1].spec == "b:RIG_TOKEN_DELAY_MS=0,HF_TOKEN=hf_planted"
+    compare_run.run_compare(plan.model_copy(update={"arms": again}), tmp_path, progress=True)  # resumes it
+    assert "hf_planted" not in capsys.readouterr().out
 
 
 def test_a_plan_on_disk_is_parsed_again(tmp_path):
@@ -864,8 +872,10 @@ def test_a_results_path_that_cannot_be_written_is_one_line_not_a_traceback(tmp_p
     and a permission read the same) reaches the user as one line naming the path, and nothing starts."""
     blocker = tmp_path / "afile"
     blocker.write_text("")
-    result = rig_cli("up", "tiny-cpu", env={"RIG_STATE_DIR": str(blocker / "state"), "RIG_RESULTS_DIR": str(blocker / "res")},
-                     timeout=120)
+    from conftest import free_port
+
+    result = rig_cli("up", "tiny-cpu", "--port", str(free_port()),
+                     env={"RIG_STATE_DIR": str(blocker / "state"), "RIG_RESULTS_DIR": str(blocker / "res")}, timeout=120)
     assert result.returncode == 1, result
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"rig: {blocker}/") and "Not a directory; fix:" in lines[0], result.stderr
@@ -912,8 +922,8 @@ def test_a_damaged_tokenizer_is_one_line_naming_the_file(tmp_path):
     from rig.load.prompts import TokenCounter
 
     (tmp_path / "tokenizer_config.json").write_text("{}")
-    for text in ('{"version": "1.0", "model": {"type": "BPE", "vocab": {"a": 0', "[]"):
-        (tmp_path / "tokenizer.json").write_text(text)
+    for text in (b'{"version": "1.0", "model": {"type": "BPE", "vocab": {"a": 0', b"[]", b'{"added_tokens": ["\xe9"]}'):
+        (tmp_path / "tokenizer.json").write_bytes(text)  # cut, not a tokenizer, not UTF-8 (never read as replaced)
         with pytest.raises(Damaged) as caught:
             TokenCounter(str(tmp_path))
         assert str(caught.value).startswith(f"{tmp_path}/tokenizer.json: (file): not a tokenizer") and "\n" not in str(caught.value)

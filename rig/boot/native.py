@@ -196,6 +196,25 @@ def _wait_gone(pgid: int, seconds: float) -> bool:
 
 
 def _stop_group(pgid: int) -> list[int]:
+    """_stop_in_order, and what an interrupt during it means: the first one lets the stop finish in
+    order (an engine killed at once leaks shared memory), the next one kills the group now; either
+    way the interrupt is raised once the group is stopped."""
+    try:
+        return _stop_in_order(pgid)
+    except KeyboardInterrupt:
+        print("rig: stopping the server in order; interrupt again to kill it now", file=sys.stderr)
+        try:
+            _stop_in_order(pgid)
+        except KeyboardInterrupt:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            _wait_gone(pgid, 5.0)
+        raise
+
+
+def _stop_in_order(pgid: int) -> list[int]:
     """Returns the processes still running after SIGKILL (none, normally). SIGTERM the leader first,
     so the engine shuts its own processes down in order (vLLM's API
     server stops EngineCore, which stops its workers; signalling all of them at once made the API
@@ -217,11 +236,4 @@ def _stop_group(pgid: int) -> list[int]:
                 return kernel.group_members(pgid)  # what is left: the caller must not forget this boot
     except ProcessLookupError:
         pass  # the group exited between the check and the signal
-    except KeyboardInterrupt:  # a second Ctrl-C (or SIGTERM) during the grace: stop now, not never
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        _wait_gone(pgid, 5.0)
-        raise
     return []

@@ -39,8 +39,10 @@ class Arm(Spec):
                 arm = parse_arm(self.spec)
             except RigError as error:
                 raise ValueError(error.problem) from None
-            if arm != self:
-                raise ValueError(f"arm {self.spec!r} does not match its spec")
+            # As recorded: a plan written before secrets were redacted holds them in clear, and is
+            # read (and shown) by the same redacted form; the values are never taken from it.
+            if arm.model_dump() != {**self.model_dump(), "spec": recorded_spec(self.spec)}:
+                raise ValueError(f"arm {recorded_spec(self.spec)!r} does not match its spec")
         return self
 
     def base(self, recipe_name: str) -> Resolved:
@@ -130,10 +132,13 @@ def parse_arm(spec: str) -> Arm:
         return Arm(name=name, variant=variant, image_tag=tag, spec=recorded_spec(spec))
     env: dict[str, str] = {}
     image_tag = None
+    secret = None  # the secret-looking key just read: what follows its value may be the rest of it
     for pair in filter(None, rest.split(",")):
         key, eq, value = pair.partition("=")
         if not eq or not key:
-            raise refuse(f"{pair!r} is not KEY=VALUE")
+            raise refuse(f"the part after {secret}'s value is not KEY=VALUE (a comma inside a secret? pass it in the "
+                         "environment instead)" if secret else f"{pair!r} is not KEY=VALUE")
+        secret = key if secret_looking(key) else None
         try:
             grammar.env_key(key)
         except ValueError as error:
@@ -155,10 +160,14 @@ def recorded_spec(spec: str) -> str:
     name, sep, rest = spec.partition(":")
     if not sep:
         return spec
-    pairs = []
+    pairs, secret = [], False
     for pair in rest.split(","):
         key, eq, _ = pair.partition("=")
-        pairs.append(f"{key}={REDACTED}" if eq and secret_looking(key) else pair)
+        if eq:
+            secret = secret_looking(key)
+            pairs.append(f"{key}={REDACTED}" if secret else pair)
+        else:  # not KEY=VALUE: after a secret it may be the rest of its value (a comma inside it)
+            pairs.append(REDACTED if secret else pair)
     return f"{name}:{','.join(pairs)}"
 
 

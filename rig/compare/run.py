@@ -29,7 +29,7 @@ from rig.boot import BootFailed, driver_for, driver_named
 from rig.boot.checks import check_boot, read_manifests
 from rig.boot.record import BootRecord
 from rig.chat import stream_chat
-from rig.compare.arms import Arm
+from rig.compare.arms import Arm, recorded_spec
 from rig.compare.coherence import BootCoherence, boot_coherence, prompt_scripts_of
 from rig.compare.model import (
     BURN_IN_BLOCK,
@@ -309,8 +309,8 @@ def run_compare(plan: ComparePlan, out: Path, progress: bool = True, port: int |
         except Damaged as error:
             raise Damaged(str(out / "plan.json"), error.field, f"unreadable comparison plan ({error.problem})",
                           "start a new comparison; this directory's boots stay for reference") from None
-        control = (saved.control.spec if saved.control else None, plan.control.spec if plan.control else None)
-        if (saved.recipe != plan.recipe or [a.spec for a in saved.arms] != [a.spec for a in plan.arms]
+        control = (recorded_spec(saved.control.spec) if saved.control else None, plan.control.spec if plan.control else None)
+        if (saved.recipe != plan.recipe or [recorded_spec(a.spec) for a in saved.arms] != [a.spec for a in plan.arms]
                 or saved.scenarios != plan.scenarios or saved.rounds != plan.rounds or control[0] != control[1]):
             raise RigError(str(out / "plan.json"), "recipe/arms/scenarios/rounds/control", "this directory holds a different comparison",
                            "resume with the same recipe, arms, scenarios, rounds and control, or start a new comparison")

@@ -54,9 +54,9 @@ class LocalTokenizer:
 
             path = model_dir / "tokenizer.json"
             fix = "restore the checkpoint's tokenizer.json"
-            text = read_regular(path, str(path), TOKENIZER_MAX_BYTES, fix).decode(errors="replace")  # regular, size-capped
+            data = read_regular(path, str(path), TOKENIZER_MAX_BYTES, fix)  # regular, size-capped
             try:
-                tokenizer = Tokenizer.from_str(text)
+                tokenizer = Tokenizer.from_str(data.decode("utf-8"))
             except Exception as error:  # the tokenizers library raises a bare Exception for a file it cannot parse
                 problem = (str(error).splitlines() or [type(error).__name__])[0][:200]
                 raise Damaged(str(path), "(file)", f"not a tokenizer the tokenizers library reads ({problem})", fix) from None
