@@ -332,7 +332,7 @@ def test_planted_key_reaches_no_argv_log_result_or_state_through_boot_load_and_c
         compare = rig("compare", "tiny-cpu", "--arm", "a:RIG_TOKEN_DELAY_MS=0", "--arm", "b:RIG_TOKEN_DELAY_MS=0",
                       "--boots", "1", "--rounds", "1", "--scenario", "prose-c1", "--small", "--workers", "1", "--duration", "2",
                       "--port", str(free_port()), environment=with_token)
-        assert compare.returncode in (0, 5, 6), compare.stdout + compare.stderr
+        assert compare.returncode in (0, 4, 5, 6), compare.stdout + compare.stderr  # 4: no usable pair (a busy box)
     assert watcher.samples > 10 and watcher.leaks == {}, watcher.leaks
     assert not any(key in output or token in output for output in outputs)
     written = _files(root / "results", root / "state", REPO / "results", REPO / ".rig", REPO / "docker", REPO / "compose")
