@@ -48,8 +48,8 @@ def first_problem(error: ValidationError) -> tuple[str, str]:
 
 def misspelled(error: ValidationError) -> tuple[tuple[Any, ...], str, str] | None:
     """A required field reported missing beside an unknown key that is close to its name (`servng:`
-    for `serving:`): (the unknown key's location, the key, the field it misspells). The user wrote
-    the field, misspelled: that, not "Field required", is the problem to name."""
+    for `serving:`): (the unknown key's location, the problem, the fix). The user wrote the field,
+    misspelled: that, not "Field required", is the problem to name."""
     import difflib
 
     problems = error.errors()
@@ -59,7 +59,8 @@ def misspelled(error: ValidationError) -> tuple[tuple[Any, ...], str, str] | Non
         wanted = [m[-1] for m in missing if m[:-1] == loc[:-1] and isinstance(m[-1], str)]
         close = difflib.get_close_matches(str(loc[-1]), wanted, n=1, cutoff=0.6)
         if close:
-            return tuple(loc), str(loc[-1]), close[0]
+            wrong, right = str(loc[-1]), close[0]
+            return tuple(loc), f"{wrong} is not a field, and {right} is required", f"rename {wrong} to {right}"
     return None
 
 

@@ -93,9 +93,8 @@ def check(pid: int, expected: Identity | None, boot_id: str) -> tuple[Verdict, s
     if process_group(pid) != pid:
         return "other", f"pid {pid} is no longer a process group leader"
     found = boot_id_of(pid)
-    fields = _stat_fields(pid)
-    zombie = fields is not None and fields[0] == "Z"  # exited, not yet reaped: its environ reads empty
-    if found is not False and not zombie and found != boot_id:
+    # exited, not yet reaped: its environ reads empty
+    if found is not False and not exited(pid) and found != boot_id:
         return "other", f"pid {pid} carries {BOOT_ID_ENV}={found}, not {boot_id}"
     return "ours", f"pid {pid} is boot {boot_id}"
 

@@ -371,8 +371,8 @@ def parse_recipe(path: Path) -> Recipe:
     except ValidationError as error:
         typo = misspelled(error)
         if typo:
-            loc, wrong, right = typo
-            raise Invalid(where, _field_path(loc), f"{wrong} is not a field, and {right} is required", f"rename {wrong} to {right}") from None
+            loc, problem, fix = typo
+            raise Invalid(where, _field_path(loc), problem, fix) from None
         first = error.errors()[0]
         message = " ".join(first["msg"].removeprefix("Value error, ").split())
         raise Invalid(where, _field_path(first["loc"]), message, _fix_for(first)) from None

@@ -253,9 +253,8 @@ def _validated(data: Any, where: str, prefix: str = "") -> Scenario:
     except ValidationError as error:
         typo = misspelled(error)
         if typo:
-            loc, wrong, right = typo
-            raise Invalid(where, prefix + ".".join(map(str, loc)), f"{wrong} is not a field, and {right} is required",
-                          f"rename {wrong} to {right}") from None
+            loc, problem, fix = typo
+            raise Invalid(where, prefix + ".".join(map(str, loc)), problem, fix) from None
         field, message = first_problem(error)
         raise Invalid(where, prefix + field, message, _fix(error.errors()[0])) from None
 

@@ -28,18 +28,9 @@ TTFT, ITL = 1.0, 0.02  # a long TTFT keeps the client's constant ~3 ms per reque
 
 
 def start_timed_server(port: int, *extra: str) -> subprocess.Popen:
-    process = subprocess.Popen([sys.executable, "-m", "rig.load.timed_server", "--port", str(port), "--ttft", str(TTFT),
-                                "--itl", str(ITL), *extra], cwd=REPO)
-    import urllib.request
+    from rig.load import timed_server
 
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
-            return process
-        except OSError:
-            time.sleep(0.05)
-    process.kill()
-    raise RuntimeError("timed server did not start")
+    return timed_server.start(port, "--ttft", str(TTFT), "--itl", str(ITL), *extra)[0]
 
 
 @pytest.fixture
