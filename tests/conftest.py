@@ -22,6 +22,19 @@ def rig_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600)
                           env={**os.environ, **(env or {})}, timeout=timeout, check=False)
 
 
+@pytest.fixture(autouse=True)
+def _signal_dispositions() -> Iterator[None]:
+    """rig.cli.main, called in-process, installs rig's SIGTERM/SIGHUP handler (it raises a
+    KeyboardInterrupt subclass): put the worker's own back, so a signal meant for pytest is pytest's."""
+    import signal
+
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    yield
+    for signum, handler in saved.items():
+        if handler is not None:
+            signal.signal(signum, handler)
+
+
 @pytest.fixture
 def results_dir(tmp_path, monkeypatch):
     """Point boots and results at a temporary directory (rig.paths reads the variables at call time)."""

@@ -19,21 +19,34 @@ from rig import grammar
 from rig.deploy.recipe import parse_recipe
 from rig.errors import RigError
 
-WATCHED = [REPO / "docker", REPO / "compose", REPO / "results", REPO / ".rig", REPO / "recipes"]
+# What rig's validate and render could write: the rendered files, results, the up-state, recipes.
+# Not .rig/lab (the container lab's registry storage, caches and logs, gigabytes that the lab and
+# the prebuild beside the unit tests write) nor the harness's own logs in .rig/.
+WATCHED = [REPO / "docker", REPO / "compose", REPO / "results", REPO / ".rig" / "state", REPO / "recipes"]
 
 
-def tree(*roots: Path) -> dict[str, bytes | None]:
-    """Every file (bytes), link (its target) and directory (None) under `roots`: a snapshot to
-    compare byte for byte."""
-    found: dict[str, bytes | None] = {}
+def tree(*roots: Path) -> dict[str, str | None]:
+    """Every entry under `roots` as a snapshot to compare: a regular file by its size and sha256
+    (read in chunks, never whole), a link by its target, a directory as None, anything else (a
+    planted FIFO or device node) by its kind, never opened."""
+    import hashlib
+    import stat
+
+    found: dict[str, str | None] = {}
     for root in roots:
         if not root.exists():
             continue
         for path in sorted(root.rglob("*")):
-            if path.is_symlink():  # a planted link to /dev/zero is recorded, never read
-                found[str(path)] = b"-> " + os.readlink(path).encode()
+            mode = path.lstat().st_mode
+            if stat.S_ISLNK(mode):  # a planted link to /dev/zero is recorded, never read
+                found[str(path)] = "-> " + os.readlink(path)
+            elif stat.S_ISDIR(mode):
+                found[str(path)] = None
+            elif stat.S_ISREG(mode):
+                with path.open("rb") as handle:
+                    found[str(path)] = f"{path.stat().st_size} {hashlib.file_digest(handle, 'sha256').hexdigest()}"
             else:
-                found[str(path)] = None if path.is_dir() else path.read_bytes()
+                found[str(path)] = f"kind {stat.S_IFMT(mode):o}"
     return found
 
 
