@@ -126,6 +126,10 @@ def _running(recipe_name: str):
 
     record = current_boot(recipe_name)
     if record is None:
+        from rig.deploy.recipe import parse_recipe, recipe_path
+
+        if not recipe_path(recipe_name).exists():  # a misspelled name: say so (did you mean ...?), not "start it"
+            parse_recipe(recipe_path(recipe_name))
         raise RigError(f"recipes/{recipe_name}.yaml", "(boot)", "nothing of this recipe is up", f"start it with `rig up {recipe_name}`")
     return record
 

@@ -123,6 +123,9 @@ CRAFTED = {
     "CUDA injection": ("glm52-tp6", put("env", {"CUDA_INJECTION64_PATH": "/tmp/x.so"}), "env.CUDA_INJECTION64_PATH", "CUDA"),
     "vLLM key variable": ("glm52-tp6", put("env", {"VLLM_API_KEY": "x"}), "env.VLLM_API_KEY", "set by rig"),
     "rig boot id": ("tiny-cpu", put("env", {"RIG_BOOT_ID": "x"}), "env.RIG_BOOT_ID", "set by rig"),
+    "misspelled gate": ("tiny-cpu", put("env", {"RIG_TOKEN_DELAY": "5"}), "env.RIG_TOKEN_DELAY", "did you mean RIG_TOKEN_DELAY_MS?"),
+    "adapter namespace, nothing reads it": ("mia-tp4", put("variants.spark.env", {"DSV41_SHARED_PAD": "1"}),
+                                            "variants.spark.env.DSV41_SHARED_PAD", "no adapter reads"),
     "declared token": ("tiny-cpu", put("env", {"HF_TOKEN": ""}), "env.HF_TOKEN", "looks like a secret"),
     "declared api key": ("glm52-tp6", put("variants.a8.env", {"OPENAI_API_KEY": "x"}), "variants.a8.env.OPENAI_API_KEY", "secret"),
     # boot-log regexes: RE2 only, bounded program, no global flags, no invisible characters
@@ -752,6 +755,8 @@ CLI_CASES = {
     "arm name with shell metacharacters": ["compare", "tiny-cpu", "--arm", "a;rm -rf ~:X=1", "--arm", "b:X=2"],
     "arm name of 300 characters": ["compare", "tiny-cpu", "--arm", "a" * 300 + ":X=1", "--arm", "b:X=2"],
     "10,000 arms": ["compare", "tiny-cpu", *[f"--arm=a{i}:X={i}" for i in range(10_000)]],
+    "a misspelled gate in an arm": ["compare", "tiny-cpu", "--arm", "a:RIG_TOKEN_DELAY_MS=0", "--arm", "b:RIG_TOKEN_DELAY=3"],
+    "a rig name nothing reads in --env": ["up", "tiny-cpu", "--env", "RIG_FOO=1"],
     "control named like an arm": ["compare", "tiny-cpu", *ARMS, "--control", "a:RIG_TOKEN_DELAY_MS=3"],
     "a NaN SLO": ["compare", "tiny-cpu", *ARMS, "--goodput", "ttft<=nans"],
     "an infinite SLO": ["compare", "tiny-cpu", *ARMS, "--goodput", "tpot<=infms"],
@@ -972,3 +977,7 @@ def test_a_misspelled_recipe_name_gets_the_names_it_is_close_to(capsys):
 
     assert main(["validate", "tiny-cpuu"]) == 1
     assert "no such recipe; fix: did you mean tiny-cpu" in capsys.readouterr().out
+    for command in ("down", "logs"):  # nothing is up: the misspelling is the problem, not "start it"
+        assert main([command, "tiny-cpuu"]) == 2
+        err = capsys.readouterr().err
+        assert "no such recipe; fix: did you mean tiny-cpu" in err and len(err.strip().splitlines()) == 1, err

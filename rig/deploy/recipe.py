@@ -525,6 +525,24 @@ def _owned_flag_fix(flag: str) -> str:
     return "remove it: set topology (tp, ep, dcp, nodes) instead"
 
 
+def unread_rig_name(name: str) -> tuple[str, str] | None:
+    """(problem, fix) for a name in rig's own namespaces (RIG_, and the prefix of every adapter gate,
+    such as DSV41_) that no adapter reads: a misspelled gate (RIG_TOKEN_DELAY for
+    RIG_TOKEN_DELAY_MS) would otherwise boot an arm identical to its baseline, and the comparison
+    would report no effect of a change it never made. Names rig sets are refused before this."""
+    import difflib
+
+    from rig_adapters.registry import REGISTRY
+
+    read = sorted({spec.gate for spec in REGISTRY} | {setting for spec in REGISTRY for setting in spec.settings})
+    namespaces = ("RIG_", *sorted({gate.split("_", 1)[0] + "_" for gate in read}))
+    if name in read or not name.startswith(namespaces):
+        return None
+    close = difflib.get_close_matches(name, read, n=1, cutoff=0.6)
+    fix = f"did you mean {close[0]}?" if close else f"use an adapter's gate or setting (`rig adapters list`): {', '.join(read)}"
+    return f"no adapter reads {name} (rig's own names reach the server only as adapter gates and settings)", fix
+
+
 def refuse_env_name(name: str, engine: str, where: str, field: str, overlay: bool = False) -> None:
     """An environment name a recipe (or, with `overlay`, an arm or `rig up --env`) may not set: one
     rig or the engine's key handling sets, a loader or interpreter hook the engine's registry row
@@ -533,6 +551,9 @@ def refuse_env_name(name: str, engine: str, where: str, field: str, overlay: boo
     if name in spec.owned_env():
         raise RigError(where, field, f"{name} is set by rig itself", "remove it (the API key comes from RIG_API_KEY "
                        "in rig's environment; image tags from --arm NAME:image=TAG)")
+    unread = unread_rig_name(name)
+    if unread:
+        raise RigError(where, field, *unread)
     hook = grammar.hook_variable(name, spec.allowed_env)
     if hook:
         raise RigError(where, field, f"{name} is a loader/interpreter hook: {hook}",
