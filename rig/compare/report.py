@@ -64,8 +64,9 @@ class PercentileBoots:
     figure: LatencyFigure
     values: ArmBoots  # supported boots only, one value each
     counts: dict[str, dict[int, int]]  # arm -> block -> samples pooled over the boot's usable rounds
-    # the client bounds of rounds usable for the headline but left out of this figure (its own client bound failed)
-    client_left_out: list[float] = field(default_factory=list)
+    # arm -> the client bounds of its rounds usable for the headline but left out of this figure (its
+    # own client bound failed)
+    client_left_out: dict[str, list[float]] = field(default_factory=dict)
 
     def support(self, arms: tuple[str, str]) -> SampleSupport:
         """The counts of the blocks where both arms' boots were measured (a voided boot's partner
@@ -264,8 +265,8 @@ def percentile_boots(entries: list[BootEntry], scenario: str, figure: LatencyFig
     result = PercentileBoots(figure=figure, values={}, counts={})
     for entry in _measured(entries):
         rounds = [r.latency[figure.samples] for r in entry.usable_results(scenario, figure.name) if figure.samples in r.latency]
-        result.client_left_out += [r.client_bounds.get(figure.name) or UNBOUNDED for r in entry.usable_results(scenario)
-                                   if not r.usable_for(figure.name)]
+        result.client_left_out.setdefault(entry.arm, []).extend(
+            r.client_bounds.get(figure.name) or UNBOUNDED for r in entry.usable_results(scenario) if not r.usable_for(figure.name))
         if not rounds:
             continue
         pooled = pooled_percentile(rounds, figure.quantile)
@@ -343,10 +344,13 @@ def scenario_result(plan: ComparePlan, figures: ScenarioFigures, family: Seconda
             if refused and c.pairs < MIN_PAIRS and counts:
                 c.verdict = (f"refused, not part of the family: a {c.support.percentile} needs >= {c.support.needed} samples "
                              f"per boot, these boots had {counts[0]}-{counts[1]} (more rounds or a longer duration_s)")
-            elif c.pairs < MIN_PAIRS and percentile.client_left_out:
-                left = percentile.client_left_out
+            elif c.pairs < MIN_PAIRS and vs[arm].pairs >= MIN_PAIRS and (
+                    left := [*percentile.client_left_out.get(baseline, []), *percentile.client_left_out.get(arm, [])]):
+                # the client is why: the headline has the pairs this figure lacks (an arm with no
+                # usable boot lacks them for the headline too, and says so there)
                 c.verdict = (f"refused, not part of the family: the client's timing could move it by up to {share_text(max(left))} "
-                             f"in {len(left)} round(s) left out for it (the scenario's client_error_limit; a quieter client)")
+                             f"in {len(left)} round(s) of {baseline} and {arm} left out for it (the scenario's "
+                             "client_error_limit; a quieter client)")
             latency[percentile.figure.name][arm] = c
     goodput = {}
     if figures.goodput is not None:

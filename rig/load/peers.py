@@ -434,5 +434,5 @@ def import_file(path: Path, scenario_ref: str | None, out: Path | None = None, p
     write_run(run, summary)
     if progress:
         print(f"imported {len(records)} request(s) from {tool} ({where}) into {run}")
-        print(f"  {summary.kind} headline {summary.headline()}; problems: {'; '.join(summary.problems()) or 'none'}")
+        print(f"  {summary.kind} headline {summary.headline_text()}; problems: {'; '.join(summary.problems()) or 'none'}")
     return ImportedRun(run, summary, tool)

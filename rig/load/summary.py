@@ -403,6 +403,11 @@ class RunSummary(Versioned):
     def headline(self) -> float | None:
         return HEADLINE[self.kind].read(self.metrics)
 
+    def headline_text(self) -> str:
+        """The headline as a line shows it: "user_decode_tok_s 224.7 tok/s per user", or "none"."""
+        figure, value = HEADLINE[self.kind], self.headline()
+        return f"{figure.name} {'none' if value is None else f'{value:.4g} {figure.unit}'}"
+
     def figures(self) -> dict[str, float | None]:
         """The per-round figures a comparison averages over a boot's rounds: the headline (latency
         percentiles are pooled over the rounds instead; see LATENCY)."""
@@ -432,7 +437,9 @@ class RunSummary(Versioned):
         if not window.steady:
             out.append(f"window not at steady state: {window.opened_by}")
         if self.headline() is None:
-            out.append(f"no {HEADLINE[self.kind].name} (no completed request in the window)")
+            out.append(f"no {HEADLINE[self.kind].name} (" + ("no completed request in the window)" if not requests.completed else
+                       f"none of the {requests.completed} completed request(s) in the window carries the timing it is computed "
+                       "from" + (": two or more streamed tokens with their arrival times)" if self.kind == "decode" else ")")))
         return out
 
     def write(self, out_dir: Path) -> None:

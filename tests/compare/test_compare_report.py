@@ -457,3 +457,25 @@ def test_a_comparison_with_no_usable_pair_says_no_data_in_its_header_and_exits_4
     assert "**NO DATA:" in markdown(analysis) and "exit code 4" in markdown(analysis) and Exit.UNUSABLE == 4
     plan, entries = simulate_comparison(np.random.default_rng(9), Design())
     assert not analyze(plan, entries).no_data
+
+
+def test_the_client_is_named_for_a_left_out_percentile_only_where_the_headline_has_the_pairs():
+    """ttft_p99 left out of every round of a and b for the client's timing: a -> b names the client
+    and the rounds of a and b. Arm c lost every boot: a -> c has no pair for the headline either, and
+    its ttft_p99 line must not blame the client for a's rounds."""
+    def left_out(index: int, block: int, arm: str, voided: bool = False) -> BootEntry:
+        made = entry(index, block, arm, [100.0 + block, 101.0, 99.0], voided=voided)
+        for round_results in made.rounds:
+            result = round_results[SCENARIO]
+            result.problems_by_figure = {"ttft_p99_ms": ["client INVALID for ttft_p99_ms: lag"]}
+            result.client_bounds = {"ttft_p99_ms": 0.031}
+        return made
+
+    plan = ComparePlan(recipe="tiny-cpu", arms=[Arm(name="a"), Arm(name="b"), Arm(name="c")], control=None, boots=3,
+                       rounds=3, scenarios=[SCENARIO], small=True)
+    entries = [left_out(3 * block + i, block, arm, voided=arm == "c") for block in range(3) for i, arm in enumerate("abc")]
+    analysis = analyze(plan, entries)
+    latency = analysis.scenarios[SCENARIO].latency["ttft_p99_ms"]
+    assert analysis.scenarios[SCENARIO].vs["b"].pairs == 3 and analysis.scenarios[SCENARIO].vs["c"].pairs == 0
+    assert "the client's timing could move it by up to 3.1% in 18 round(s) of a and b left out" in latency["b"].verdict
+    assert latency["c"].verdict == "no data: no boot pair with a usable figure in both arms", latency["c"].verdict

@@ -212,3 +212,18 @@ def test_export_cli_writes_both_formats(measured, tmp_path):
         result = rig_cli("export", str(run), "--format", fmt, "--out", str(tmp_path / fmt))
         assert result.returncode == 0, result.stderr
         assert sorted(p.name for p in (tmp_path / fmt).iterdir()) == sorted(names)
+
+
+def test_an_aiperf_file_without_chunk_times_imports_and_says_why_it_has_no_decode_figure(tmp_path, capsys):
+    """AIPerf rows with TTFT and latency but no inter_chunk_latency: the run is imported, and the
+    line says which timing the decode headline lacks (not "no completed request", not None)."""
+    rows = [{"metadata": {"x_request_id": f"r{i}", "request_start_ns": (1_000_000 + i) * 10**6},
+             "metrics": {"time_to_first_token": {"value": 50, "unit": "ms"}, "request_latency": {"value": 545, "unit": "ms"},
+                         "output_sequence_length": {"value": 100, "unit": "tokens"}}} for i in range(5)]
+    path = tmp_path / "profile_export.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    imported = import_file(path, None, tmp_path / "out")
+    out = capsys.readouterr().out
+    assert imported.summary.headline() is None
+    assert "decode headline user_decode_tok_s none; problems: " in out and "None" not in out, out
+    assert "none of the 5 completed request(s) in the window carries the timing it is computed from: two or more streamed" in out, out
