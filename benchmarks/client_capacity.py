@@ -93,9 +93,8 @@ def main() -> int:
     start, end = metrics.window.start, metrics.window.end
     span = end - start
     delivered = sum(1 for r in read_records(out / "run") for t in r.chunks if start <= t <= end)
-    request_time = args.ttft + (args.max_tokens - 1) * step
     running = min(args.users, args.max_num_seqs * args.server_processes) if args.step else args.users
-    offered = running * (args.max_tokens / request_time) * span
+    offered = timed_server.offered_events_per_s(running, args.max_tokens, args.ttft, args.itl, args.step) * span
     clients = summary.clients
     processes = max(1, len(clients))
     # CPU seconds inside the window from the cumulative samples; a locustfile that does not write
@@ -114,7 +113,9 @@ def main() -> int:
         "worker_cpu_s": cpu_seconds, "streams_per_worker": args.users / processes,
         "lag_p50_ms_worst_worker": lag_p50, "lag_p99_ms_worst_worker": lag_p99,
         "cpu_percent_mean_worst_worker": max((c.cpu_percent_mean or 0) for c in clients),
-        "ttft_mean_s": metrics.ttft_s.mean, "ttft_truth_s": args.ttft, "itl_mean_s": metrics.itl_s.mean, "itl_truth_s": step,
+        # engine-like, TTFT has no one true value: admission waits for the next step, then prefill steps
+        "ttft_mean_s": metrics.ttft_s.mean, "ttft_truth_s": None if args.step else args.ttft,
+        "itl_mean_s": metrics.itl_s.mean, "itl_truth_s": step,
         "itl_p50_s": metrics.itl_s.p50, "itl_p50_error": error_of(metrics.itl_s.p50, step),
         "decode_tok_s": metrics.user_decode_tok_s.token_weighted, "decode_error": error_of(metrics.user_decode_tok_s.token_weighted, 1 / step),
         "client_bounds": bounds, "errors": metrics.requests.errors, "client_verdict": summary.client.reasons, "valid": valid,

@@ -317,3 +317,25 @@ def test_a_second_interrupt_during_the_stop_grace_kills_the_server_group():
             os.killpg(child.pid, signal.SIGKILL)
         child.wait(timeout=30)
     assert not alive and len(interrupts) == 2
+
+
+@pytest.mark.parametrize("how", ["terminate", "kill"])
+def test_the_timed_servers_worker_processes_end_with_it(how):
+    """`--processes N` serves from N forked workers: terminate() stops them with the parent, and a
+    parent killed outright takes them along (before, they kept the port and the caller's pipes)."""
+    import signal
+
+    from conftest import free_port
+
+    from rig.load import timed_server
+
+    server, _ = timed_server.start(free_port(), "--processes", "3")
+    workers = [int(pid) for pid in Path(f"/proc/{server.pid}/task/{server.pid}/children").read_text().split()]
+    assert len(workers) == 3
+    server.send_signal(signal.SIGTERM if how == "terminate" else signal.SIGKILL)
+    server.wait(timeout=30)
+    for _ in range(3000):  # until the kernel has delivered the parent-death signal and the workers are reaped
+        if not any(Path(f"/proc/{pid}").exists() and kernel.identity(pid) and not kernel.exited(pid) for pid in workers):
+            break
+        time.sleep(0.01)
+    assert [pid for pid in workers if Path(f"/proc/{pid}").exists() and not kernel.exited(pid)] == []

@@ -32,6 +32,7 @@ import json
 import math
 import multiprocessing
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -54,13 +55,28 @@ class StepStream:
         self.done = asyncio.Event()
 
 
+def prefill_steps(ttft: float, step: float) -> int:
+    """The engine-like server's prefill: `ttft` rounded up to whole steps, at least one."""
+    return max(1, math.ceil(ttft / step - 1e-9))
+
+
+def offered_events_per_s(streams: int, tokens: int, ttft: float, itl: float, step: float | None = None) -> float:
+    """The token events per second `streams` closed-loop users are offered, each sending its next
+    request as its last chunk arrives. On deadlines: a request lasts ttft + (tokens - 1) * itl. Like
+    an engine: a request arriving just after a step waits for the next one to be admitted, then its
+    prefill, then one chunk per step, so a user's cycle is (prefill steps + tokens) steps (exact when
+    the client answers within a step; `streams` is the running ones, at most max_num_seqs)."""
+    cycle = (prefill_steps(ttft, step) + tokens) * step if step else ttft + (tokens - 1) * itl
+    return streams * tokens / cycle
+
+
 class StepEngine:
     """Steps every `step` seconds from its start (absolute deadlines); at each, admits waiting
     requests up to `max_num_seqs` and lets every running request past its prefill emit one chunk."""
 
     def __init__(self, step: float, max_num_seqs: int, ttft: float) -> None:
         self.step, self.max_num_seqs = step, max_num_seqs
-        self.prefill_steps = max(1, math.ceil(ttft / step - 1e-9))
+        self.prefill_steps = prefill_steps(ttft, step)
         self.waiting: collections.deque[StepStream] = collections.deque()
         self.running: list[StepStream] = []
         self.task: asyncio.Task | None = None
@@ -339,12 +355,39 @@ def main() -> None:
     if args.processes == 1:
         serve(*options)
         return
-    workers = [multiprocessing.Process(target=serve, args=options)
+    parent = os.getpid()
+    workers = [multiprocessing.Process(target=_serve_while_parent_lives, args=(parent, *options), daemon=True)
                for _ in range(args.processes)]
+
+    def stop(signum: int, frame: object) -> None:  # terminate() or Ctrl-C of this process stops its workers too
+        for worker in workers:
+            worker.terminate()
+        for worker in workers:
+            worker.join(5)
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     for worker in workers:
         worker.start()
     for worker in workers:
         worker.join()
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _serve_while_parent_lives(parent: int, *options: object) -> None:
+    """A worker of `--processes N`: the kernel sends it SIGTERM when the parent dies, even by
+    SIGKILL (a killed benchmark left its workers serving, holding the port and the caller's pipes)."""
+    import ctypes
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's handler, inherited through fork
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; a terminal's Ctrl-C reaches it too
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:  # it died before the request above took effect
+        return
+    serve(*options)
 
 
 if __name__ == "__main__":
