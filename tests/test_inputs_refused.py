@@ -123,7 +123,7 @@ CRAFTED = {
     "CUDA injection": ("glm52-tp6", put("env", {"CUDA_INJECTION64_PATH": "/tmp/x.so"}), "env.CUDA_INJECTION64_PATH", "CUDA"),
     "vLLM key variable": ("glm52-tp6", put("env", {"VLLM_API_KEY": "x"}), "env.VLLM_API_KEY", "set by rig"),
     "rig boot id": ("tiny-cpu", put("env", {"RIG_BOOT_ID": "x"}), "env.RIG_BOOT_ID", "set by rig"),
-    "misspelled gate": ("tiny-cpu", put("env", {"RIG_TOKEN_DELAY": "5"}), "env.RIG_TOKEN_DELAY", "did you mean RIG_TOKEN_DELAY_MS?"),
+    "misspelled gate": ("tiny-cpu", put("env", {"RIG_TOKEN_DELAY": "5"}), "env.RIG_TOKEN_DELAY", "did you mean RIG_TOKEN_DELAY_MS (token_delay's gate)?"),
     "adapter namespace, nothing reads it": ("mia-tp4", put("variants.spark.env", {"DSV41_SHARED_PAD": "1"}),
                                             "variants.spark.env.DSV41_SHARED_PAD", "no adapter reads"),
     "declared token": ("tiny-cpu", put("env", {"HF_TOKEN": ""}), "env.HF_TOKEN", "looks like a secret"),
@@ -981,3 +981,40 @@ def test_a_misspelled_recipe_name_gets_the_names_it_is_close_to(capsys):
         assert main([command, "tiny-cpuu"]) == 2
         err = capsys.readouterr().err
         assert "no such recipe; fix: did you mean tiny-cpu" in err and len(err.strip().splitlines()) == 1, err
+
+
+# an arm's KEY=VALUE -> (recipe, words of the refusal)
+UNREAD_NAMES = {
+    "RIG_TOKEN_DELAY=3": ("tiny-cpu", "no adapter reads RIG_TOKEN_DELAY, and rig does not set it; "
+                          "fix: did you mean RIG_TOKEN_DELAY_MS (token_delay's gate)?"),
+    "rig_token_delay_ms=3": ("tiny-cpu", "rig_token_delay_ms is not RIG_TOKEN_DELAY_MS: environment names are case-sensitive; "
+                             "fix: write RIG_TOKEN_DELAY_MS"),
+    "Dsv41_Shared_Pad_K=1": ("mia-tp4", "is not DSV41_SHARED_PAD_K: environment names are case-sensitive"),
+    "RIG_GPU_DELAY_MS=40": ("llama8b-h200", "did you mean RIG_GPU_DELAY_US (gpu_delay's gate; its unit is us, not ms)?"),
+    "RIG_API_KEYS=x": ("llama8b-h200", "did you mean RIG_API_KEY? rig sets that itself: remove it"),
+    "rig_boot_id=x": ("tiny-cpu", "rig_boot_id is not RIG_BOOT_ID, which rig sets itself"),
+    "RIG_FOO=1": ("tiny-cpu", "fix: use an adapter's gate or setting for transformers (`rig adapters list`): RIG_TOKEN_DELAY_MS"),
+    "DSV41_SHARED_PAD=1": ("mia-tp4", "did you mean DSV41_SHARED_PAD_K (shared_pad_k's gate)?"),
+}
+
+
+@pytest.mark.parametrize("pair", sorted(UNREAD_NAMES))
+def test_an_arm_naming_a_rig_variable_nothing_reads_is_refused_with_the_name_it_is_close_to(pair):
+    """A misspelled gate would boot an arm identical to its baseline (a comparison of nothing)."""
+    from rig.compare.arms import parse_arm
+
+    recipe, words = UNREAD_NAMES[pair]
+    with pytest.raises(RigError) as caught:
+        parse_arm(f"b:{pair}").resolve(recipe)
+    assert words in str(caught.value) and "\n" not in str(caught.value), str(caught.value)
+
+
+def test_names_outside_rigs_namespaces_and_every_gate_and_setting_pass():
+    from rig.deploy.recipe import unread_rig_name
+    from rig_adapters.registry import REGISTRY
+
+    for spec in REGISTRY:
+        for engine in spec.engines:
+            assert all(unread_rig_name(name, engine) is None for name in (spec.gate, *spec.settings))
+    for name in ("OMP_NUM_THREADS", "VLLM_USE_V1", "SGLANG_ENABLE_JIT_DEEPGEMM", "NCCL_DEBUG", "TRIGGER_X", "RIGTOKEN_DELAY_MS"):
+        assert unread_rig_name(name, "vllm") is None, name

@@ -525,22 +525,44 @@ def _owned_flag_fix(flag: str) -> str:
     return "remove it: set topology (tp, ep, dcp, nodes) instead"
 
 
-def unread_rig_name(name: str) -> tuple[str, str] | None:
+OWNED_FIX = "remove it (the API key comes from RIG_API_KEY in rig's environment; image tags from --arm NAME:image=TAG)"
+UNIT_SUFFIXES = ("_NS", "_US", "_MS", "_S")
+
+
+def unread_rig_name(name: str, engine: str) -> tuple[str, str] | None:
     """(problem, fix) for a name in rig's own namespaces (RIG_, and the prefix of every adapter gate,
-    such as DSV41_) that no adapter reads: a misspelled gate (RIG_TOKEN_DELAY for
-    RIG_TOKEN_DELAY_MS) would otherwise boot an arm identical to its baseline, and the comparison
-    would report no effect of a change it never made. Names rig sets are refused before this."""
+    such as DSV41_, in any case) that no adapter reads and rig does not set: a misspelled gate
+    (RIG_TOKEN_DELAY for RIG_TOKEN_DELAY_MS, or rig_token_delay_ms) would otherwise boot an arm
+    identical to its baseline, and the comparison would report no effect of a change it never
+    made. The names rig sets are refused before this (refuse_env_name)."""
     import difflib
 
     from rig_adapters.registry import REGISTRY
 
-    read = sorted({spec.gate for spec in REGISTRY} | {setting for spec in REGISTRY for setting in spec.settings})
-    namespaces = ("RIG_", *sorted({gate.split("_", 1)[0] + "_" for gate in read}))
-    if name in read or not name.startswith(namespaces):
+    owner = {spec.gate: (spec, "gate") for spec in REGISTRY} | {
+        setting: (spec, "setting") for spec in REGISTRY for setting in spec.settings}
+    namespaces = ("RIG_", *sorted({gate.split("_", 1)[0] + "_" for gate in owner}))
+    upper = name.upper()
+    if name in owner or not upper.startswith(namespaces):
         return None
-    close = difflib.get_close_matches(name, read, n=1, cutoff=0.6)
-    fix = f"did you mean {close[0]}?" if close else f"use an adapter's gate or setting (`rig adapters list`): {', '.join(read)}"
-    return f"no adapter reads {name} (rig's own names reach the server only as adapter gates and settings)", fix
+    owned = ENGINES[engine].owned_env()
+    if upper in owned:
+        return f"{name} is not {upper}, which rig sets itself (environment names are case-sensitive)", OWNED_FIX
+    if upper in owner:
+        return f"{name} is not {upper}: environment names are case-sensitive", f"write {upper}"
+    problem = f"no adapter reads {name}, and rig does not set it"
+    candidates = [key for key, (spec, _) in owner.items() if engine in spec.engines] + list(owned)
+    close = next(iter(difflib.get_close_matches(upper, candidates, n=1, cutoff=0.72)), None)
+    if close is None:
+        listing = ", ".join(sorted(key for key, (spec, _) in owner.items() if engine in spec.engines))
+        return problem, f"use an adapter's gate or setting for {engine} (`rig adapters list`): {listing}"
+    if close in owned:
+        return problem, f"did you mean {close}? rig sets that itself: {OWNED_FIX}"
+    spec, kind = owner[close]
+    unit = next((u for u in UNIT_SUFFIXES if close.endswith(u)), None)
+    written = next((u for u in UNIT_SUFFIXES if upper.endswith(u)), None)
+    note = f"; its unit is {unit[1:].lower()}, not {written[1:].lower()}" if unit and written and unit != written else ""
+    return problem, f"did you mean {close} ({spec.name}'s {kind}{note})?"
 
 
 def refuse_env_name(name: str, engine: str, where: str, field: str, overlay: bool = False) -> None:
@@ -549,9 +571,8 @@ def refuse_env_name(name: str, engine: str, where: str, field: str, overlay: boo
     does not allow, or (in a committed recipe) a secret."""
     spec = ENGINES[engine]
     if name in spec.owned_env():
-        raise RigError(where, field, f"{name} is set by rig itself", "remove it (the API key comes from RIG_API_KEY "
-                       "in rig's environment; image tags from --arm NAME:image=TAG)")
-    unread = unread_rig_name(name)
+        raise RigError(where, field, f"{name} is set by rig itself", OWNED_FIX)
+    unread = unread_rig_name(name, engine)
     if unread:
         raise RigError(where, field, *unread)
     hook = grammar.hook_variable(name, spec.allowed_env)

@@ -356,20 +356,27 @@ def main() -> None:
         serve(*options)
         return
     parent = os.getpid()
-    workers = [multiprocessing.Process(target=_serve_while_parent_lives, args=(parent, *options), daemon=True)
+    fork = multiprocessing.get_context("fork")  # a forkserver's child would not be ours (getppid, PDEATHSIG)
+    workers = [fork.Process(target=_serve_while_parent_lives, args=(parent, *options), daemon=True)
                for _ in range(args.processes)]
 
     def stop(signum: int, frame: object) -> None:  # terminate() or Ctrl-C of this process stops its workers too
-        for worker in workers:
+        started = [worker for worker in workers if worker.pid is not None]
+        for worker in started:
             worker.terminate()
-        for worker in workers:
+        for worker in started:
             worker.join(5)
         sys.exit(128 + signum)
 
+    # Held while the workers fork: a signal that arrived mid-fork ran the handler inside the fork's
+    # own hooks (and was lost), or in a child not yet itself. It is delivered once all are started.
+    stopping = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stopping)
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     for worker in workers:
         worker.start()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, stopping)
     for worker in workers:
         worker.join()
 
@@ -379,14 +386,16 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 def _serve_while_parent_lives(parent: int, *options: object) -> None:
     """A worker of `--processes N`: the kernel sends it SIGTERM when the parent dies, even by
-    SIGKILL (a killed benchmark left its workers serving, holding the port and the caller's pipes)."""
-    import ctypes
-
+    SIGKILL (a killed benchmark left its workers serving, holding the port and the caller's pipes).
+    It starts with SIGTERM and SIGINT held (the parent's mask): its own dispositions are set first."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's handler, inherited through fork
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; a terminal's Ctrl-C reaches it too
+    import ctypes
+
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != parent:  # it died before the request above took effect
         return
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     serve(*options)
 
 
