@@ -11,7 +11,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import NoReturn
 
-from rig.errors import RigError
+from rig.errors import RigError, StepFailed
 from rig.exits import SIGNALLED, Exit, help_text
 
 Handler = Callable[[argparse.Namespace], int]
@@ -58,10 +58,10 @@ def _handle_termination() -> None:
 def cmd_validate(args: argparse.Namespace) -> int:
     from rig.deploy.recipe import all_recipe_paths, parse_recipe, recipe_path
 
-    paths = [recipe_path(item) for item in args.recipes] or all_recipe_paths()
     failed = 0
-    for path in paths:
-        try:
+    for item in args.recipes or all_recipe_paths():
+        try:  # a name that is not a recipe name is one more FAIL line, like a recipe that does not parse
+            path = recipe_path(item) if isinstance(item, str) else item
             recipe = parse_recipe(path)
         except RigError as error:
             print(f"FAIL {error}")
@@ -105,6 +105,7 @@ def cmd_pin(args: argparse.Namespace) -> int:
 def cmd_up(args: argparse.Namespace) -> int:
     from rig.boot import driver_for
     from rig.boot.checks import check_boot
+    from rig.compare.arms import Arm
     from rig.deploy.recipe import check_overlay, load
 
     resolved = load(args.recipe)
@@ -112,8 +113,11 @@ def cmd_up(args: argparse.Namespace) -> int:
         raise RigError("command line", "--port", f"{args.port} is not a TCP port", "pass a port from 1 to 65535")
     overlay = _env_pairs(args.env)
     check_overlay(resolved, overlay, "command line", "--env")
+    # The overlay as an arm resolves it: a gate in it enables its adapter, so a value that can never
+    # arm is refused before the boot, and the boot check expects the adapter ARMED (as compare does).
+    as_run = Arm(name="up", variant=resolved.variant, env=overlay).resolve(resolved.recipe.name, "--env") if overlay else resolved
     record = driver_for(resolved, args.driver).up(resolved, overlay, port=args.port, cold_caches=args.cold_caches)
-    check = check_boot(record, resolved)
+    check = check_boot(record, as_run)
     print(f"{record.ref} up: {record.base_url} model={record.served_model} boot={record.boot_id} "
           f"healthy after {record.healthy_after_s:.1f}s")
     for problem in check.problems:
@@ -121,7 +125,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     return Exit.OK if check.ok else Exit.BOOT_CHECK
 
 
-def _running(recipe_name: str):
+def _running(recipe_name: str, required: bool = True):
+    """The recipe's current boot; None (when not `required`) or a refusal when nothing of it is up."""
     from rig.boot import current_boot
 
     record = current_boot(recipe_name)
@@ -130,7 +135,9 @@ def _running(recipe_name: str):
 
         if not recipe_path(recipe_name).exists():  # a misspelled name: say so (did you mean ...?), not "start it"
             parse_recipe(recipe_path(recipe_name))
-        raise RigError(f"recipes/{recipe_name}.yaml", "(boot)", "nothing of this recipe is up", f"start it with `rig up {recipe_name}`")
+        if required:
+            raise RigError(f"recipes/{recipe_name}.yaml", "(boot)", "nothing of this recipe is up",
+                           f"start it with `rig up {recipe_name}`")
     return record
 
 
@@ -138,7 +145,11 @@ def cmd_down(args: argparse.Namespace) -> int:
     from rig.boot import driver_named
     from rig.deploy.recipe import parse_ref
 
-    record = _running(parse_ref(args.recipe)[0])
+    name = parse_ref(args.recipe)[0]
+    record = _running(name, required=False)
+    if record is None:  # down is idempotent, as `docker compose down` is
+        print(f"{name}: nothing is up, nothing to stop")
+        return 0
     driver_named(record.driver).down(record)
     if record.not_signalled is not None:
         print(f"{record.ref}: removed the stale state of boot {record.boot_id}; nothing was signalled ({record.error})")
@@ -188,6 +199,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from rig import paths as rig_paths
     from rig.boot import BootFailed, driver_named
+    from rig.boot.health import unhealthy
     from rig.boot.record import BootRecord
 
     paths = sorted(rig_paths.state_dir().glob("*.json"))
@@ -205,8 +217,21 @@ def cmd_status(args: argparse.Namespace) -> int:
             gone = driver_named(record.driver).alive(record)
         except (BootFailed, RigError) as error:  # e.g. a compose record whose container was removed
             gone = str(error.problem if isinstance(error, RigError) else error)
-        print(f"{record.ref:22} {record.driver:8} {record.base_url:28} {'DOWN (' + gone + ')' if gone else 'up'}  boot {record.boot_id}")
+        sick = None if gone else unhealthy(record, _health_path(record.recipe))
+        broken += bool(sick)
+        state = f"DOWN ({gone})" if gone else f"UNHEALTHY ({sick}; `rig logs {record.recipe}` says why)" if sick else "up"
+        print(f"{record.ref:22} {record.driver:8} {record.base_url:28} {state}  boot {record.boot_id}")
     return Exit.FAILED if broken else Exit.OK
+
+
+def _health_path(recipe_name: str) -> str:
+    """The recipe's health endpoint; /health where the recipe no longer reads (edited since the boot)."""
+    from rig.deploy.recipe import load
+
+    try:
+        return load(recipe_name).recipe.serving.health
+    except RigError:
+        return "/health"
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
@@ -215,14 +240,22 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from rig.chat import stream_chat
     from rig.deploy.recipe import parse_ref
 
-    record = _running(parse_ref(args.recipe)[0])
+    name, variant = parse_ref(args.recipe)
+    record = _running(name)
+    if variant is not None and record.ref != args.recipe:
+        raise RigError("command line", "recipe", f"{record.ref} is up, not {args.recipe}",
+                       f"chat with {record.ref}, or `rig down {name}` and `rig up {args.recipe}`")
     print(f"model: {record.served_model}")
     try:
         result = stream_chat(record.base_url, record.served_model or "", args.prompt, args.max_tokens)
     except (requests.RequestException, ValueError) as error:  # a server that died, answered an error or sent no SSE
-        raise RigError("server", record.base_url, f"the chat request failed ({type(error).__name__}: {str(error)[:200]})",
-                       f"check `rig status` and `rig logs {args.recipe}`") from None
-    print(f"({result.chunks} chunks, usage {result.usage}, ttft {result.ttft_s or 0:.3f}s, total {result.total_s:.3f}s)")
+        raise StepFailed("server", record.base_url, f"the chat request failed ({type(error).__name__}: {str(error)[:200]})",
+                         f"check `rig status` and `rig logs {args.recipe}`") from None
+    print(f"({result.chunks} chunks, usage {result.usage}, finish {result.finish_reason}, ttft {result.ttft_s or 0:.3f}s, "
+          f"total {result.total_s:.3f}s)")
+    if result.finish_reason is None:  # the server closed the stream mid-answer (its worker died, a proxy cut it)
+        raise StepFailed("server", record.base_url, f"the stream ended after {result.chunks} chunk(s) without a finish reason "
+                         "(the server stopped mid-answer)", f"check `rig status` and `rig logs {args.recipe}`")
     return 0
 
 
@@ -625,6 +658,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return args.func(args)
+    except StepFailed as error:
+        print(f"rig: {error}", file=sys.stderr)
+        return Exit.FAILED
     except RigError as error:
         print(f"rig: {error}", file=sys.stderr)
         return Exit.BAD_INPUT

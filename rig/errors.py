@@ -4,7 +4,9 @@ kinds, which callers branch on (never on message text or on built-in exception t
 - NotFound: what was asked for is not there (a file, a boot, a comparison);
 - Damaged: it is there but is not what rig wrote or can read: not a regular file, too large,
   cut short, not UTF-8, not JSON or YAML, another schema version, wrong types;
-- Invalid: it reads, but a value breaks a rule (a recipe field, a scenario bound, a flag).
+- Invalid: it reads, but a value breaks a rule (a recipe field, a scenario bound, a flag);
+- StepFailed: the input was fine, but a step against a running server failed (it answered an
+  error, died mid-answer): exit 1, not 2.
 
 `rig compare --resume` redoes a boot whose entry is NotFound or Damaged; a reader of user input
 reports every kind the same way (one line, exit 2).
@@ -42,3 +44,7 @@ class Damaged(RigError):
 
 class Invalid(RigError):
     """It reads, but a value breaks a rule."""
+
+
+class StepFailed(RigError):
+    """The input was fine; a step against a running server failed (an error status, a cut stream)."""

@@ -386,7 +386,7 @@ def test_a_plan_on_disk_is_parsed_again(tmp_path):
     from rig.compare.arms import parse_arm
     from rig.compare.model import ComparePlan
 
-    plan = ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:image=v1"), parse_arm("b:image=v2")], control=None,
+    plan = ComparePlan(recipe="tiny-cpu-docker", arms=[parse_arm("a:image=v1"), parse_arm("b:image=v2")], control=None,
                        boots=1, rounds=1, scenarios=["prose-c1"], small=True)
     plan.write(tmp_path)
     assert [arm.image_tag for arm in ComparePlan.read(tmp_path).arms] == ["v1", "v2"]
@@ -403,7 +403,7 @@ def test_a_plan_on_disk_is_parsed_again(tmp_path):
     from rig.compare.arms import check_arms
 
     with pytest.raises(RigError, match="dynamic loader"):
-        check_arms("tiny-cpu", plan.arms)
+        check_arms("tiny-cpu-docker", plan.arms)
 
 
 # ---- files: only regular ones, with a size cap ------------------------------------------------
@@ -757,6 +757,15 @@ CLI_CASES = {
     "10,000 arms": ["compare", "tiny-cpu", *[f"--arm=a{i}:X={i}" for i in range(10_000)]],
     "a misspelled gate in an arm": ["compare", "tiny-cpu", "--arm", "a:RIG_TOKEN_DELAY_MS=0", "--arm", "b:RIG_TOKEN_DELAY=3"],
     "a rig name nothing reads in --env": ["up", "tiny-cpu", "--env", "RIG_FOO=1"],
+    "a resume of a directory that does not exist": ["compare", "tiny-cpu", *ARMS, "--resume", "/nonexistent/compare/1"],
+    "a resume of an empty name": ["compare", "tiny-cpu", *ARMS, "--resume", ""],
+    "an arm with an empty entry": ["compare", "tiny-cpu", "--arm", "a:RIG_TOKEN_DELAY_MS=0,,X=1", "--arm", "b:RIG_TOKEN_DELAY_MS=1"],
+    "an image arm on a native recipe": ["compare", "tiny-cpu", "--arm", "a:image=v1", "--arm", "b:image=v2"],
+    "a gate value up cannot arm": ["up", "tiny-cpu", "--env", "RIG_TOKEN_DELAY_MS=abc"],
+    "a colon and no variant": ["up", "tiny-cpu:"],
+    "a fingerprint glob that matches no condition": ["compare", "tiny-cpu", *ARMS, "--accept-fingerprint", "hostname"],
+    "max boots without a target": ["compare", "tiny-cpu", *ARMS, "--max-boots", "4"],
+    "an SLO given twice": ["compare", "tiny-cpu", *ARMS, "--goodput", "tpot<=50ms,tpot<=40ms"],
     "control named like an arm": ["compare", "tiny-cpu", *ARMS, "--control", "a:RIG_TOKEN_DELAY_MS=3"],
     "a NaN SLO": ["compare", "tiny-cpu", *ARMS, "--goodput", "ttft<=nans"],
     "an infinite SLO": ["compare", "tiny-cpu", *ARMS, "--goodput", "tpot<=infms"],

@@ -55,6 +55,19 @@ def wait_healthy(record: BootRecord, health_path: str, timeout_s: float, alive: 
         time.sleep(0.25)
 
 
+def unhealthy(record: BootRecord, health_path: str) -> str | None:
+    """Why a server that is up does not serve now (its health endpoint's answer), or None: a
+    process can outlive its engine (transformers serve's batching worker died: /health 503)."""
+    url = record.base_url + health_path
+    try:
+        status = client.get_status(url, timeout=3)
+    except urllib.error.HTTPError as error:
+        return f"{health_path} answered {error.code}"
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as error:
+        return f"{health_path} did not answer ({type(error).__name__})"
+    return None if status == 200 else f"{health_path} answered {status}"
+
+
 def _last_line(path: str) -> str:
     try:
         with open(path, "rb") as handle:

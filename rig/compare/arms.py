@@ -53,15 +53,21 @@ class Arm(Spec):
         """What the boot driver adds to the server's environment (and compose's, for the image tag)."""
         return {**self.env, **({IMAGE_TAG_VARIABLE: self.image_tag} if self.image_tag else {})}
 
-    def resolve(self, recipe_name: str) -> Resolved:
+    def resolve(self, recipe_name: str, field: str | None = None) -> Resolved:
         """The recipe as this arm runs it: the overlay applied and validated like a variant. A gate in
         the overlay turns its adapter on or off (an adapter the recipe does not list is added, and
-        must be allowed for the recipe); settings go to their adapter; the rest is server env."""
+        must be allowed for the recipe); settings go to their adapter; the rest is server env.
+        `field`: how refusals name the overlay (`rig up --env` resolves its overlay as an arm)."""
         from rig_adapters.registry import REGISTRY
 
+        field = field or f"--arm {self.spec}"
         base = self.base(recipe_name)
         recipe = base.recipe
-        check_overlay(base, self.env, "command line", f"--arm {self.spec}")
+        check_overlay(base, self.env, "command line", field)
+        if self.image_tag and recipe.driver == "native":
+            raise RigError("command line", field, f"image={self.image_tag} selects a built image, and {recipe.name} boots natively "
+                           "(driver: native), so the arm would run the same server as its baseline",
+                           "compare images with a compose recipe (driver: compose), or change the arm's variant or environment")
         gates = {spec.gate: spec for spec in REGISTRY}
         settings = {key: spec for spec in REGISTRY for key in spec.settings}
         adapters = {use.name: dict(use.gates) for use in base.adapters}
@@ -72,7 +78,7 @@ class Arm(Spec):
             elif key in settings:
                 owner = settings[key].name
                 if owner not in adapters and settings[key].gate not in self.env:
-                    raise RigError("command line", f"--arm {self.spec}", f"{key} is a setting of {owner}, which this arm does not enable",
+                    raise RigError("command line", field, f"{key} is a setting of {owner}, which this arm does not enable",
                                    f"add {settings[key].gate}=1 to the arm, or drop {key}")
                 adapters.setdefault(owner, {})[key] = value
             elif not secret_looking(key):  # a secret is pass-through environment, never part of what the arm records
@@ -92,13 +98,13 @@ class Arm(Spec):
             )
             overlaid = recipe.model_copy(update={"variants": {**recipe.variants, synthetic: variant}})
         except ValueError as error:
-            raise RigError("command line", f"--arm {self.spec}", str(error).splitlines()[0], "fix the overlay") from None
+            raise RigError("command line", field, str(error).splitlines()[0], "fix the overlay") from None
         try:
-            check_semantics(overlaid, f"--arm {self.spec}")
+            check_semantics(overlaid, field)
         except RigError as error:
             field_name = error.field.removeprefix(f"variants.{synthetic}.")
-            raise RigError("command line", f"--arm {self.spec}", f"{field_name}: {error.problem}",
-                           f"{error.fix} (or drop it from this arm)") from None
+            raise RigError("command line", field, f"{field_name}: {error.problem}",
+                           f"{error.fix} (or drop it from {field})") from None
         return overlaid.variant(synthetic)
 
 
@@ -110,6 +116,9 @@ def parse_arm(spec: str) -> Arm:
     def refuse(problem: str, fix: str = "write NAME:KEY=VALUE[,KEY=VALUE], NAME:@variant[,KEY=VALUE] or NAME:image=TAG") -> RigError:
         return RigError("command line", "--arm", f"{recorded_spec(spec)!r}: {problem}", fix)
 
+    def empty_entry() -> RigError:
+        return refuse("has an empty entry (two commas in a row, or one at the end)", "write one KEY=VALUE between commas")
+
     if grammar.control_character(spec):
         raise refuse("contains a control character", "pass a one-line arm")
     name, sep, rest = spec.partition(":")
@@ -120,7 +129,9 @@ def parse_arm(spec: str) -> Arm:
                      "rename the arm, e.g. before, after")
     variant = None
     if rest.startswith("@"):
-        variant, _, rest = rest[1:].partition(",")
+        variant, comma, rest = rest[1:].partition(",")
+        if comma and not rest:
+            raise empty_entry()
         if not grammar.RECIPE_NAME.fullmatch(variant):
             raise refuse(f"{variant!r} is not a variant name")
     if rest.startswith("image="):
@@ -133,7 +144,9 @@ def parse_arm(spec: str) -> Arm:
     env: dict[str, str] = {}
     image_tag = None
     secret = None  # the secret-looking key just read: what follows its value may be the rest of it
-    for pair in filter(None, rest.split(",")):
+    for pair in rest.split(",") if rest else []:
+        if not pair:
+            raise empty_entry()
         key, eq, value = pair.partition("=")
         if not eq or not key:
             raise refuse(f"the part after {secret}'s value is not KEY=VALUE (a comma inside a secret? pass it in the "

@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from rig.boot.state import refuse_if_port_taken, refuse_if_up
 from rig.compare.arms import check_arms, parse_arm
+from rig.compare.conditions import accept_fingerprint_problem
 from rig.compare.design import DEFAULT_BOOTS, DEFAULT_ROUND_S, DEFAULT_ROUNDS, MAX_ARMS, MAX_PAIRS
 from rig.compare.model import ComparePlan
 from rig.compare.output import write_report
@@ -17,7 +18,7 @@ from rig.compare.run import compare_root, run_compare
 from rig.compare.stats import MIN_PAIRS_FOR_TARGET
 from rig.deploy.recipe import load, split_ref
 from rig.engines import ENGINES, Engine
-from rig.errors import Invalid, RigError
+from rig.errors import Invalid, NotFound, RigError
 from rig.load.goodput import parse_slos
 from rig.load.scenarios import load_scenario
 from rig.load.session import default_small
@@ -54,6 +55,14 @@ def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, 
                        f"e.g. --boots {DEFAULT_BOOTS} --rounds {DEFAULT_ROUNDS}")
     if target_pct is not None and target_pct <= 0:
         raise RigError("command line", "--target", f"{target_pct}% is not a positive precision", "e.g. --target 1")
+    for pattern in accept_fingerprint or []:
+        problem = accept_fingerprint_problem(pattern)
+        if problem:
+            raise RigError("command line", "--accept-fingerprint", problem,
+                           "name a field from the report's void line (e.g. gpus.*.power_limit_w)")
+    if max_boots is not None and target_pct is None:
+        raise RigError("command line", "--max-boots", "bounds the pairs --target adds, and no --target is given",
+                       "add --target PCT, or drop --max-boots (--boots sets a fixed design)")
     if target_pct is not None and max_boots is not None and max_boots < max(boots, MIN_PAIRS_FOR_TARGET):
         raise RigError("command line", "--max-boots", f"{max_boots} is fewer than --boots or the {MIN_PAIRS_FOR_TARGET} pairs "
                        "the target is judged from", f"pass --max-boots {max(2 * boots, MIN_PAIRS_FOR_TARGET)} or more")
@@ -76,9 +85,13 @@ def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, 
     except ValidationError as error:
         field, problem = first_problem(error)
         raise Invalid("command line", field, problem, "see `rig compare --help` for what each option takes") from None
+    if resume is not None and not resume.strip():
+        raise RigError("command line", "--resume", "names no directory", "name a results/compare/<timestamp> directory")
     out = Path(resume) if resume else compare_root()
+    if resume and not out.is_dir():
+        raise NotFound(str(out), "--resume", "no such directory", "name a results/compare/<timestamp> directory (`ls results/compare`)")
     if resume and not (out / "plan.json").exists():
-        raise RigError(str(out), "--resume", "no comparison (plan.json) in this directory", "name a results/compare/<timestamp> directory")
+        raise NotFound(str(out), "--resume", "no comparison (plan.json) in this directory", "name a results/compare/<timestamp> directory")
     if port is not None and not 1 <= port <= 65535:
         raise RigError("command line", "--port", f"{port} is not a TCP port", "pass a port from 1 to 65535")
     if not resume:  # a resumed one's interrupted boot may hold both: run_compare stops it first
@@ -87,8 +100,10 @@ def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, 
     try:
         plan, entries = run_compare(plan, out, progress, port)
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM: say where the finished boots are and how to go on from them
-        print(f"compare: stopped; the finished boots are kept in {out}: run the same command with --resume {out} "
-              "to go on from them", file=sys.stderr)
+        finished = len(list((out / "boots").glob("*.json"))) if (out / "boots").is_dir() else 0
+        print(f"compare: stopped; {finished} finished boot(s) kept in {out}: run the same command with --resume {out} "
+              "to go on from them" if finished else f"compare: stopped before any boot finished; its plan is in {out} "
+              f"(--resume {out} starts it again)", file=sys.stderr)
         raise
     analysis = analyze(plan, entries)
     text = write_report(out, analysis)

@@ -168,6 +168,18 @@ class BootState(Typed):
 BOOT_STATE_FIELD = "compile_cache.log"
 
 
+def accept_fingerprint_problem(pattern: str) -> str | None:
+    """Why an --accept-fingerprint glob can never accept anything (None: it can): only a condition
+    difference voids a comparison, so a glob that matches no condition field is a typo."""
+    from rig.observe.fingerprint import field_classes
+
+    fields = [condition.replace("*", "0") for condition in field_classes()["condition"]] + [GPU_EVENTS_FIELD, BOOT_STATE_FIELD]
+    if any(fnmatch.fnmatchcase(field, pattern) for field in fields):
+        return None
+    return (f"{pattern!r} matches no field whose difference voids a comparison (those are: "
+            f"{', '.join(sorted({f.replace('.0.', '.*.') for f in fields}))})")
+
+
 def _geomean(values: list[float]) -> float | None:
     values = [v for v in values if v > 0]
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None

@@ -309,10 +309,18 @@ def run_compare(plan: ComparePlan, out: Path, progress: bool = True, port: int |
         except Damaged as error:
             raise Damaged(str(out / "plan.json"), error.field, f"unreadable comparison plan ({error.problem})",
                           "start a new comparison; this directory's boots stay for reference") from None
-        control = (recorded_spec(saved.control.spec) if saved.control else None, plan.control.spec if plan.control else None)
-        if (saved.recipe != plan.recipe or [recorded_spec(a.spec) for a in saved.arms] != [a.spec for a in plan.arms]
-                or saved.scenarios != plan.scenarios or saved.rounds != plan.rounds or control[0] != control[1]):
-            raise RigError(str(out / "plan.json"), "recipe/arms/scenarios/rounds/control", "this directory holds a different comparison",
+        differing = [(name, was, now) for name, was, now in (
+            ("recipe", saved.recipe, plan.recipe),
+            ("arms", " ".join(recorded_spec(a.spec) for a in saved.arms), " ".join(a.spec for a in plan.arms)),
+            ("scenarios", " ".join(saved.scenarios), " ".join(plan.scenarios)),
+            ("rounds", saved.rounds, plan.rounds),
+            ("control", recorded_spec(saved.control.spec) if saved.control else "none", plan.control.spec if plan.control else "none"),
+        ) if was != now]
+        if differing:
+            name, was, now = differing[0]
+            raise RigError(str(out / "plan.json"), name, f"this directory holds a different comparison: its {name} "
+                           f"{str(was)[:200]!r}, this command's {str(now)[:200]!r}"
+                           + (f" (and {', '.join(d[0] for d in differing[1:])} differ too)" if differing[1:] else ""),
                            "resume with the same recipe, arms, scenarios, rounds and control, or start a new comparison")
         # The same arms by their recorded specs; a secret's value is never stored, so the arms
         # (with the values the server needs) are this command line's.

@@ -492,8 +492,11 @@ def recipe_path(name_or_file: str) -> Path:
 
 
 def split_ref(ref: str) -> tuple[str, str | None]:
-    """'glm52-tp6:a16' -> ('glm52-tp6', 'a16')."""
-    name, _, variant = ref.partition(":")
+    """'glm52-tp6:a16' -> ('glm52-tp6', 'a16'); 'glm52-tp6:' (a colon, no variant) is refused."""
+    name, colon, variant = ref.partition(":")
+    if colon and not variant:
+        raise RigError("command line", "recipe", f"{ref!r} names no variant after its ':'",
+                       f"write {name} for its default variant, or {name}:VARIANT (`rig validate {name}` lists them)")
     return name, (variant or None)
 
 

@@ -31,6 +31,8 @@ def parse_slos(text: str | None) -> dict[str, float] | None:
         if not sep or key.strip() not in SLO_KEYS or value is None or not math.isfinite(value) or value <= 0:
             raise RigError("command line", "--goodput", f"{part!r} is not KEY<=LIMIT with a unit",
                            f"write e.g. ttft<=2s,tpot<=50ms (keys: {', '.join(SLO_KEYS)})")
+        if key.strip() in slos:
+            raise RigError("command line", "--goodput", f"{key.strip()} is given twice", f"keep one {key.strip()}<=LIMIT")
         slos[key.strip()] = value
     return slos
 

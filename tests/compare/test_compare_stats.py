@@ -203,8 +203,9 @@ def test_resume_redoes_exactly_the_missing_boots(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "plan.json").read_text())["order"] == [[0, "a"], [0, "b"], [1, "b"], [1, "a"]]
     other = ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:X=0"), parse_arm("c:X=2")], control=None,
                         boots=2, rounds=1, scenarios=["prose-c1"], small=True)
-    with pytest.raises(RigError, match="different comparison"):
+    with pytest.raises(RigError, match="different comparison") as caught:
         compare_run.run_compare(other, tmp_path, progress=False)
+    assert caught.value.field == "arms" and "its arms 'a:X=0 b:X=1', this command's 'a:X=0 c:X=2'" in caught.value.problem
 
 
 def test_target_adds_pairs_until_met_or_limit(tmp_path, monkeypatch):
