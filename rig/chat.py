@@ -24,9 +24,11 @@ class ChatResult(Typed):
     total_s: float
 
 
-def stream_chat(base_url: str, model: str, prompt: str, max_tokens: int = 48, out: Any = sys.stdout,
+def stream_chat(base_url: str, model: str, prompt: str, max_tokens: int = 48, out: Any = None,
                 extra: dict[str, Any] | None = None) -> ChatResult:
-    """Stream one chat completion at temperature 0; `extra` adds request fields (e.g. ignore_eos)."""
+    """Stream one chat completion at temperature 0, its text written to `out` (default: the
+    sys.stdout of the moment of the call); `extra` adds request fields (e.g. ignore_eos)."""
+    out = out if out is not None else sys.stdout
     body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
             "temperature": 0, "stream": True, "stream_options": {"include_usage": True}, **(extra or {})}
     start = time.perf_counter()

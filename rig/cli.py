@@ -23,7 +23,9 @@ def _env_pairs(pairs: list[str] | None) -> dict[str, str]:
     env = {}
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
-        if not sep or not key:
+        if not key:
+            raise RigError("command line", "--env", f"{pair[:80]!r} names no variable before its '='", "write --env NAME=value")
+        if not sep:
             raise RigError("command line", "--env", f"{key!r} is not followed by =VALUE", "write --env NAME=value")
         try:
             grammar.env_key(key)
@@ -291,7 +293,7 @@ def cmd_loadtest(args: argparse.Namespace) -> int:
     _keep_text(args)
     small = True if args.small else (False if args.full else None)
     return loadtest(args.recipe, args.scenario, small, args.workers, args.duration, args.remote_workers, args.master_bind,
-                    url=args.url, model=args.model, boot_id=args.boot_id, flush_cache=args.flush_cache)
+                    url=args.url, model=args.model, boot_id=args.boot_id, flush_cache=args.flush_cache, port=args.port)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -518,6 +520,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --url: the served model name (default: the first in /v1/models)")
     p.add_argument("--boot-id", type=_identity("boot identity"), help="with --url: the server's boot identity, when rig cannot read it from the server")
     p.add_argument("--flush-cache", action="store_true", help="empty the engine's prefix cache before each run")
+    p.add_argument("--port", type=_count(1, 65535), help="where the boot listens when loadtest starts the recipe (default: the recipe's port)")
     p.add_argument("--scenario", action="append", help="scenario name (repeatable); default prose-c1, code-c1, c3000")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--small", action="store_true", help="scaled-down sizes (default for native recipes)")

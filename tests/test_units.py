@@ -339,3 +339,24 @@ def test_the_timed_servers_worker_processes_end_with_it(how):
             break
         time.sleep(0.01)
     assert [pid for pid in workers if Path(f"/proc/{pid}").exists() and not kernel.exited(pid)] == []
+
+
+def test_the_loadtest_table_marks_a_figure_the_clients_timing_could_move_beyond_its_limit(tmp_path):
+    """summary.md's table showed TTFT and ITL beside 'usable yes' while the note below called them
+    NOT USABLE: the cell itself now says so, and the table says what the mark means."""
+    from conftest import synthetic_run
+
+    from rig.load.report import markdown_table
+    from rig.load.summary import ClientBound, RunSummary
+
+    synthetic_run(tmp_path / "run")
+    summary = RunSummary.read(tmp_path / "run")
+    figures = {"user_decode_tok_s": ClientBound(bound=0.001, limit=0.05, holds=True),
+               "itl_p50_ms": ClientBound(bound=0.6, limit=0.05, holds=False, reason="lag"),
+               "ttft_p50_ms": ClientBound(bound=0.05, limit=0.05, holds=True)}
+    summary = summary.model_copy(update={"client": summary.client.model_copy(update={"figures": figures})})
+    header, _, cells, *rest = markdown_table([summary]).splitlines()
+    columns = dict(zip([c.strip() for c in header.strip("|").split("|")], [c.strip() for c in cells.strip("|").split("|")], strict=True))
+    assert columns["ITL p50 ms"] == "10.00 (client)" and columns["TTFT p50 ms"] == "50.00" and columns["user tok/s"] != "-"
+    assert not columns["user tok/s"].endswith("(client)")
+    assert rest[-1].startswith("(client): not usable, the client's timing could move it beyond its limit")

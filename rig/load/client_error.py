@@ -161,10 +161,16 @@ def _late_samples(times: list[tuple[float, float]], lv: DelayLevel, profile: Lag
     return min(n, short + reached)
 
 
-def share_text(bound: float) -> str:
+def share_text(bound: float, limit: float | None = None) -> str:
     """A bound as the reports print it: a share of the figure; from 100% on, the client could have
-    made the figure up, and a larger number says nothing more."""
-    return f"{100 * bound:.2g}%" if bound < 1 else "over 100%"
+    made the figure up, and a larger number says nothing more. Beside its `limit`, with the digits
+    that tell them apart (5.04% over a 5% limit, not "5%")."""
+    if bound >= 1:
+        return "over 100%"
+    digits = 2
+    while limit is not None and digits < 6 and bound != limit and f"{100 * bound:.{digits}g}" == f"{100 * limit:.{digits}g}":
+        digits += 1
+    return f"{100 * bound:.{digits}g}%"
 
 
 def _share_of_reported(share_of_truth: float) -> float:

@@ -14,14 +14,14 @@ from rig.load.summary import RunSummary
 
 def loadtest(ref: str | None, names: list[str] | None, small: bool | None, workers: int | None, duration_s: float | None = None,
              remote_workers: int = 0, master_bind: str = "127.0.0.1", url: str | None = None, model: str | None = None,
-             boot_id: str | None = None, flush_cache: bool = False) -> int:
+             boot_id: str | None = None, flush_cache: bool = False, port: int | None = None) -> int:
     """Measure a recipe's server (booting it if nothing is up), or with `url` a server rig did not start."""
     names = names or DEFAULT_SCENARIOS
     for name in names:  # a bad scenario is refused before anything boots or is written
         load_scenario(name)
     if duration_s is not None:
         scenarios_for(names, False, duration_s)
-    target, driver = acquire_target(ref, url, model, boot_id)
+    target, driver = acquire_target(ref, url, model, boot_id, port)
     record, resolved = target.record, target.resolved
     root = results_root(record.recipe)
     small = default_small(resolved) if small is None else small

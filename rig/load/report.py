@@ -34,6 +34,12 @@ COLUMNS: list[tuple[str, Callable[[RunSummary], Any]]] = [
 ]
 
 
+# The column each client-bounded figure is printed in: a cell whose bound fails is marked in the table.
+COLUMN_FIGURES = {"user tok/s": "user_decode_tok_s", "output tok/s": "output_tok_s", "prefill tok/s": "prefill_tok_s",
+                  "TTFT p50 ms": "ttft_p50_ms", "TTFT p99 ms": "ttft_p99_ms", "ITL p50 ms": "itl_p50_ms", "TPOT p50 ms": "tpot_p50_ms"}
+UNBOUND_MARK = " (client)"
+
+
 def _ms(value: float | None) -> float | None:
     return None if value is None else 1000 * value
 
@@ -50,10 +56,24 @@ def row(summary: RunSummary) -> list[Any]:
     return [get(summary) for _, get in COLUMNS]
 
 
+def _cells(summary: RunSummary) -> list[str]:
+    """The row as printed: a figure the client's timing could move beyond its limit is marked."""
+    figures = summary.client.figures
+    cells = []
+    for (name, _), value in zip(COLUMNS, row(summary), strict=True):
+        bound = figures.get(COLUMN_FIGURES.get(name, ""))
+        cells.append(_fmt(value) + (UNBOUND_MARK if bound is not None and not bound.holds and value is not None else ""))
+    return cells
+
+
 def markdown_table(summaries: list[RunSummary]) -> str:
     header = "| " + " | ".join(name for name, _ in COLUMNS) + " |"
     rule = "|" + "|".join(" --- " for _ in COLUMNS) + "|"
-    lines = [header, rule] + ["| " + " | ".join(_fmt(v) for v in row(s)) + " |" for s in summaries]
+    rows = [_cells(s) for s in summaries]
+    lines = [header, rule] + ["| " + " | ".join(cells) + " |" for cells in rows]
+    if any(cell.endswith(UNBOUND_MARK) for cells in rows for cell in cells):
+        lines.append(f"\n{UNBOUND_MARK.strip()}: not usable, the client's timing could move it beyond its limit "
+                     "(the client timing note says by how much)")
     return "\n".join(lines)
 
 
@@ -112,21 +132,22 @@ def notes(summary: RunSummary) -> list[str]:
     if summary.interrupted:
         out.append(f"{name}: interrupted; the summary covers what was measured")
     if summary.client.figures:
-        out.append(client_note(summary))
+        out.append(client_note(summary, name))
     for problem in summary.problems():
         if problem != "warmup run":
             out.append(f"{name}: not usable: {problem}")
     return out
 
 
-def client_note(summary: RunSummary) -> str:
-    """Each figure with the most the client's timing could have moved it: 'itl_p50_ms +/- 0.3% (client)'."""
+def client_note(summary: RunSummary, name: str | None = None) -> str:
+    """Each figure with the most the client's timing could have moved it: 'itl_p50_ms +/- 0.3% (client)'.
+    `name`: how the run is named in its notes (a warmup's says so)."""
     parts = []
     for figure, bound in summary.client.figures.items():
-        amount = "unbounded" if bound.bound is None else f"+/- {share_text(bound.bound)}"
+        amount = "unbounded" if bound.bound is None else f"+/- {share_text(bound.bound, bound.limit)}"
         parts.append(f"{figure} {amount}" + ("" if bound.holds else " NOT USABLE"))
     limit = next(iter(summary.client.figures.values())).limit
-    return f"{summary.name}: client timing (limit {share_text(limit)}): " + ", ".join(parts)
+    return f"{name or summary.name}: client timing (limit {share_text(limit)}): " + ", ".join(parts)
 
 
 def write_run(out_dir: Path, summary: RunSummary) -> None:

@@ -134,9 +134,12 @@ def run_scenarios(target: LoadTarget, names: list[str], small: bool, workers: in
 
 
 def acquire_target(ref: str | None, url: str | None = None, model: str | None = None,
-                   boot_id: str | None = None) -> tuple[LoadTarget, BootDriver | None]:
+                   boot_id: str | None = None, port: int | None = None) -> tuple[LoadTarget, BootDriver | None]:
     """The server to measure: with `url` one rig did not start; else the recipe's current boot, or
-    a new boot (then the driver is returned: the caller brings it down)."""
+    a new boot on `port` (default: the recipe's; then the driver is returned: the caller brings it down)."""
+    if port is not None and url:
+        raise RigError("command line", "--port", "is where rig boots the recipe; --url names a server that is already up",
+                       "drop --port (the URL holds the port)")
     driver = None
     engine_name = None
     resolved: Resolved | None
@@ -153,9 +156,12 @@ def acquire_target(ref: str | None, url: str | None = None, model: str | None = 
         current: BootRecord | None = current_boot(resolved.recipe.name)
         if current is None:
             driver = driver_for(resolved)
-            record = driver.up(resolved)
+            record = driver.up(resolved, port=port)
         else:
             record = current
+            if port is not None and not record.base_url.endswith(f":{port}"):
+                raise RigError("command line", "--port", f"{record.ref} is already up at {record.base_url}; --port only "
+                               "places a boot that loadtest starts", f"drop --port, or `rig down {resolved.recipe.name}` first")
             if record.ref != resolved.ref and ":" in ref:
                 print(f"note: {record.ref} is up (boot {record.boot_id}); measuring it, not {resolved.ref}")
     return LoadTarget(resolved, record, model_dir_for(resolved), engine_name), driver
