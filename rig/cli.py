@@ -109,6 +109,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from rig.boot.checks import check_boot
     from rig.compare.arms import Arm
     from rig.deploy.recipe import check_overlay, load
+    from rig.grammar import IMAGE_TAG_VARIABLE
 
     resolved = load(args.recipe)
     if args.port is not None and not 1 <= args.port <= 65535:
@@ -117,7 +118,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     check_overlay(resolved, overlay, "command line", "--env")
     # The overlay as an arm resolves it: a gate in it enables its adapter, so a value that can never
     # arm is refused before the boot, and the boot check expects the adapter ARMED (as compare does).
-    as_run = Arm(name="up", variant=resolved.variant, env=overlay).resolve(resolved.recipe.name, "--env") if overlay else resolved
+    settings = {key: value for key, value in overlay.items() if key != IMAGE_TAG_VARIABLE}  # the tag is compose's, as image= is
+    as_run = (Arm(name="up", variant=resolved.variant, env=settings, image_tag=overlay.get(IMAGE_TAG_VARIABLE))
+              .resolve(resolved.recipe.name, "--env") if settings else resolved)
     record = driver_for(resolved, args.driver).up(resolved, overlay, port=args.port, cold_caches=args.cold_caches)
     check = check_boot(record, as_run)
     print(f"{record.ref} up: {record.base_url} model={record.served_model} boot={record.boot_id} "
@@ -219,9 +222,15 @@ def cmd_status(args: argparse.Namespace) -> int:
             gone = driver_named(record.driver).alive(record)
         except (BootFailed, RigError) as error:  # e.g. a compose record whose container was removed
             gone = str(error.problem if isinstance(error, RigError) else error)
-        sick = None if gone else unhealthy(record, _health_path(record.recipe))
+        sick = None
+        if not gone and record.status != "booting":  # a boot still starting has no health yet: `rig up` waits for it
+            try:
+                sick = unhealthy(record, _health_path(record.recipe))
+            except RigError as error:  # e.g. a malformed RIG_API_KEY: the list still prints, unprobed
+                print(f"{record.ref}: health not probed ({error.problem})")
         broken += bool(sick)
-        state = f"DOWN ({gone})" if gone else f"UNHEALTHY ({sick}; `rig logs {record.recipe}` says why)" if sick else "up"
+        state = (f"DOWN ({gone})" if gone else "booting" if record.status == "booting"
+                 else f"UNHEALTHY ({sick}; `rig logs {record.recipe}` says why)" if sick else "up")
         print(f"{record.ref:22} {record.driver:8} {record.base_url:28} {state}  boot {record.boot_id}")
     return Exit.FAILED if broken else Exit.OK
 

@@ -3,6 +3,7 @@ compiled, and the host fingerprint taken once it is healthy."""
 
 from __future__ import annotations
 
+import http.client
 import os
 import re
 import sys
@@ -55,16 +56,21 @@ def wait_healthy(record: BootRecord, health_path: str, timeout_s: float, alive: 
         time.sleep(0.25)
 
 
+HEALTH_PROBE_S = 10.0  # a busy engine answers /health late, not never
+
+
 def unhealthy(record: BootRecord, health_path: str) -> str | None:
     """Why a server that is up does not serve now (its health endpoint's answer), or None: a
     process can outlive its engine (transformers serve's batching worker died: /health 503)."""
     url = record.base_url + health_path
     try:
-        status = client.get_status(url, timeout=3)
+        status = client.get_status(url, timeout=HEALTH_PROBE_S)
     except urllib.error.HTTPError as error:
         return f"{health_path} answered {error.code}"
     except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as error:
-        return f"{health_path} did not answer ({type(error).__name__})"
+        return f"{health_path} did not answer within {HEALTH_PROBE_S:g} s ({type(error).__name__})"
+    except http.client.HTTPException as error:  # an answer that is not HTTP (another program on the port)
+        return f"{health_path} answered something that is not HTTP ({type(error).__name__})"
     return None if status == 200 else f"{health_path} answered {status}"
 
 

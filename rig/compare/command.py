@@ -100,7 +100,8 @@ def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, 
     try:
         plan, entries = run_compare(plan, out, progress, port)
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM: say where the finished boots are and how to go on from them
-        finished = len(list((out / "boots").glob("*.json"))) if (out / "boots").is_dir() else 0
+        finished = len([path for path in (out / "boots").glob("*.json") if not path.name.endswith(".in-progress.json")]
+                       if (out / "boots").is_dir() else [])
         print(f"compare: stopped; {finished} finished boot(s) kept in {out}: run the same command with --resume {out} "
               "to go on from them" if finished else f"compare: stopped before any boot finished; its plan is in {out} "
               f"(--resume {out} starts it again)", file=sys.stderr)

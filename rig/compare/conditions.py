@@ -173,11 +173,11 @@ def accept_fingerprint_problem(pattern: str) -> str | None:
     difference voids a comparison, so a glob that matches no condition field is a typo."""
     from rig.observe.fingerprint import field_classes
 
-    fields = [condition.replace("*", "0") for condition in field_classes()["condition"]] + [GPU_EVENTS_FIELD, BOOT_STATE_FIELD]
+    conditions = [*field_classes()["condition"], GPU_EVENTS_FIELD, BOOT_STATE_FIELD]
+    fields = [condition.replace("*", str(index)) for condition in conditions for index in range(64)]  # a GPU index each
     if any(fnmatch.fnmatchcase(field, pattern) for field in fields):
         return None
-    return (f"{pattern!r} matches no field whose difference voids a comparison (those are: "
-            f"{', '.join(sorted({f.replace('.0.', '.*.') for f in fields}))})")
+    return f"{pattern!r} matches no field whose difference voids a comparison (those are: {', '.join(sorted(set(conditions)))})"
 
 
 def _geomean(values: list[float]) -> float | None:

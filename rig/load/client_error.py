@@ -359,7 +359,7 @@ def client_bounds(records: list[RequestRecord], window: Window, clients: list[Cl
         if worst is None:
             reason = "no lag samples inside the window" if unmonitored else "no samples of it inside the window"
         elif worst > limit:
-            reason = f"the client's timing could move it by {share_text(worst)} > {share_text(limit)}"
+            reason = f"the client's timing could move it by {share_text(worst, limit)} > {share_text(limit)}"
         else:
             reason = None
         out[name] = ClientBound(bound=worst, limit=limit, holds=reason is None, reason=reason)

@@ -73,3 +73,65 @@ def test_a_live_process_whose_health_fails_is_unhealthy(dead_worker):
     assert unhealthy(record, "/health") == "/health answered 503"
     closed = types.SimpleNamespace(base_url="http://127.0.0.1:9")
     assert unhealthy(closed, "/health").startswith("/health did not answer")
+
+
+@pytest.mark.parametrize("status", ["healthy", "booting"])
+def test_rig_status_says_unhealthy_for_a_live_process_whose_health_fails(dead_worker, tmp_path, monkeypatch, capsys, status):
+    """The server's process lives (it answers kill 0 and carries its boot id) but /health says 503:
+    UNHEALTHY and exit 1. A boot still starting has no health to probe yet: it says booting."""
+    import os
+    import subprocess
+    import time
+    from pathlib import Path
+
+    import rig.cli as cli
+    from rig.boot import process as kernel
+
+    boot_id = "20260101-000000-tiny-cpu.cb-0000"
+    server = subprocess.Popen(["sleep", "60"], start_new_session=True, env={**os.environ, "RIG_BOOT_ID": boot_id})
+    try:
+        while Path(f"/proc/{server.pid}/cmdline").read_bytes().split(b"\0")[0] != b"sleep":
+            time.sleep(0.001)
+        me = kernel.identity(server.pid)
+        boot_dir = tmp_path / "results" / "boots" / boot_id
+        boot_dir.mkdir(parents=True)
+        record = {"boot_id": boot_id, "ref": "tiny-cpu:cb", "recipe": "tiny-cpu", "variant": "cb", "driver": "native",
+                  "base_url": dead_worker, "boot_dir": str(boot_dir), "log_path": str(boot_dir / "server.log"),
+                  "manifest_dir": str(boot_dir / "manifests"), "overlay": {}, "started": 1.0,
+                  "healthy_after_s": 1.0 if status == "healthy" else None, "stopped": None, "status": status, "served_model": "m",
+                  "pid": server.pid, "pid_start_ticks": me.start_ticks, "kernel_boot_time": me.kernel_boot,
+                  "compose_project": None, "compose_files": [], "image": {}, "error": None}
+        (tmp_path / "state").mkdir()
+        (tmp_path / "state" / "tiny-cpu.json").write_text(__import__("json").dumps(record))
+        monkeypatch.setenv("RIG_STATE_DIR", str(tmp_path / "state"))
+        monkeypatch.setenv("RIG_RESULTS_DIR", str(tmp_path / "results"))
+        code = cli.main(["status"])
+        out = capsys.readouterr().out
+    finally:
+        server.kill()
+        server.wait()
+    if status == "healthy":
+        assert code == 1 and "UNHEALTHY (/health answered 503; `rig logs tiny-cpu` says why)" in out, out
+    else:
+        assert code == 0 and " booting  boot " in out, out
+
+
+@pytest.mark.parametrize("overlay", [["RIG_IMAGE_TAG=v2"], ["RIG_IMAGE_TAG=v2", "RIG_TOKEN_DELAY_MS=2"], ["HF_TOKEN=a,b", "OMP_NUM_THREADS=2"]])
+def test_rig_up_env_that_is_legitimate_reaches_the_boot(overlay, monkeypatch):
+    """`rig up --env` resolves its overlay as an arm does; an image tag on a compose recipe, a gate
+    and a secret with a comma still reach the driver (the review found RIG_IMAGE_TAG refused)."""
+    import rig.boot as boot
+    import rig.cli as cli
+
+    class Reached(Exception):
+        pass
+
+    class Driver:
+        def up(self, resolved, overlay, **_):
+            raise Reached(overlay)
+
+    monkeypatch.setattr(boot, "driver_for", lambda resolved, driver=None: Driver())
+    args = [item for pair in overlay for item in ("--env", pair)]
+    with pytest.raises(Reached) as reached:
+        cli.main(["up", "tiny-cpu-docker", *args])
+    assert reached.value.args[0] == dict(pair.split("=", 1) for pair in overlay)
