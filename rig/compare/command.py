@@ -102,9 +102,9 @@ def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, 
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM: say where the finished boots are and how to go on from them
         finished = len([path for path in (out / "boots").glob("*.json") if not path.name.endswith(".in-progress.json")]
                        if (out / "boots").is_dir() else [])
-        print(f"compare: stopped; {finished} finished boot(s) kept in {out}: run the same command with --resume {out} "
-              "to go on from them" if finished else f"compare: stopped before any boot finished; its plan is in {out} "
-              f"(--resume {out} starts it again)", file=sys.stderr)
+        kept = f"; {finished} finished boot(s) kept in {out}" if finished else f" before any boot finished; its plan is kept in {out}"
+        print(f"compare: stopped{kept}: run the same command with --resume {out} to go on from "
+              f"{'them' if finished else 'it'}", file=sys.stderr)
         raise
     analysis = analyze(plan, entries)
     text = write_report(out, analysis)
