@@ -108,19 +108,19 @@ def cmd_up(args: argparse.Namespace) -> int:
     from rig.boot import driver_for
     from rig.boot.checks import check_boot
     from rig.compare.arms import Arm
-    from rig.deploy.recipe import check_overlay, load
+    from rig.deploy.recipe import load
     from rig.grammar import IMAGE_TAG_VARIABLE
 
     resolved = load(args.recipe)
     if args.port is not None and not 1 <= args.port <= 65535:
         raise RigError("command line", "--port", f"{args.port} is not a TCP port", "pass a port from 1 to 65535")
     overlay = _env_pairs(args.env)
-    check_overlay(resolved, overlay, "command line", "--env")
-    # The overlay as an arm resolves it: a gate in it enables its adapter, so a value that can never
-    # arm is refused before the boot, and the boot check expects the adapter ARMED (as compare does).
-    settings = {key: value for key, value in overlay.items() if key != IMAGE_TAG_VARIABLE}  # the tag is compose's, as image= is
-    as_run = (Arm(name="up", variant=resolved.variant, env=settings, image_tag=overlay.get(IMAGE_TAG_VARIABLE))
-              .resolve(resolved.recipe.name, "--env") if settings else resolved)
+    # The overlay checked and resolved as an arm is: a gate in it enables its adapter, so a value that
+    # can never arm is refused before the boot, and the boot check expects the adapter ARMED (as
+    # compare does); the image tag is compose's, as an arm's image= is.
+    env = {key: value for key, value in overlay.items() if key != IMAGE_TAG_VARIABLE}
+    as_run = (Arm(name="up", variant=resolved.variant, env=env, image_tag=overlay.get(IMAGE_TAG_VARIABLE))
+              .resolve(resolved.recipe.name, "--env") if overlay else resolved)
     record = driver_for(resolved, args.driver).up(resolved, overlay, port=args.port, cold_caches=args.cold_caches)
     check = check_boot(record, as_run)
     print(f"{record.ref} up: {record.base_url} model={record.served_model} boot={record.boot_id} "

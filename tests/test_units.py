@@ -346,8 +346,12 @@ def test_the_loadtest_table_marks_a_figure_the_clients_timing_could_move_beyond_
     NOT USABLE: the cell itself now says so, and the table says what the mark means."""
     from conftest import synthetic_run
 
-    from rig.load.report import markdown_table
+    from rig.load.client_error import BOUNDS
+    from rig.load.report import COLUMN_FIGURES, COLUMNS, markdown_table
     from rig.load.summary import ClientBound, RunSummary
+
+    # every marked column is a column, and every figure it names is one the client bounds (a typo would never mark)
+    assert set(COLUMN_FIGURES) <= {name for name, _ in COLUMNS} and set(COLUMN_FIGURES.values()) <= set(BOUNDS)
 
     synthetic_run(tmp_path / "run")
     summary = RunSummary.read(tmp_path / "run")

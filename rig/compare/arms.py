@@ -63,10 +63,10 @@ class Arm(Spec):
         field = field or f"--arm {self.spec}"
         base = self.base(recipe_name)
         recipe = base.recipe
-        check_overlay(base, self.env, "command line", field)
+        check_overlay(base, self.overlay(), "command line", field)  # the image tag's grammar too
         if self.image_tag and recipe.driver == "native":
             raise RigError("command line", field, f"image={self.image_tag} selects a built image, and {recipe.name} boots natively "
-                           "(driver: native), so the arm would run the same server as its baseline",
+                           "(driver: native), so it would change nothing: the same server runs without it",
                            "compare images with a compose recipe (driver: compose), or change the arm's variant or environment")
         gates = {spec.gate: spec for spec in REGISTRY}
         settings = {key: spec for spec in REGISTRY for key in spec.settings}

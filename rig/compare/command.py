@@ -14,7 +14,7 @@ from rig.compare.design import DEFAULT_BOOTS, DEFAULT_ROUND_S, DEFAULT_ROUNDS, M
 from rig.compare.model import ComparePlan
 from rig.compare.output import write_report
 from rig.compare.report import Analysis, analyze
-from rig.compare.run import compare_root, run_compare
+from rig.compare.run import compare_root, finished_boots, run_compare
 from rig.compare.stats import MIN_PAIRS_FOR_TARGET
 from rig.deploy.recipe import load, split_ref
 from rig.engines import ENGINES, Engine
@@ -63,7 +63,7 @@ def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, 
     if max_boots is not None and target_pct is None:
         raise RigError("command line", "--max-boots", "bounds the pairs --target adds, and no --target is given",
                        "add --target PCT, or drop --max-boots (--boots sets a fixed design)")
-    if target_pct is not None and max_boots is not None and max_boots < max(boots, MIN_PAIRS_FOR_TARGET):
+    if max_boots is not None and max_boots < max(boots, MIN_PAIRS_FOR_TARGET):  # with --target (refused above without)
         raise RigError("command line", "--max-boots", f"{max_boots} is fewer than --boots or the {MIN_PAIRS_FOR_TARGET} pairs "
                        "the target is judged from", f"pass --max-boots {max(2 * boots, MIN_PAIRS_FOR_TARGET)} or more")
     controls = [parse_arm(control)] if control else []
@@ -100,8 +100,7 @@ def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, 
     try:
         plan, entries = run_compare(plan, out, progress, port)
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM: say where the finished boots are and how to go on from them
-        finished = len([path for path in (out / "boots").glob("*.json") if not path.name.endswith(".in-progress.json")]
-                       if (out / "boots").is_dir() else [])
+        finished = finished_boots(out)
         kept = f"; {finished} finished boot(s) kept in {out}" if finished else f" before any boot finished; its plan is kept in {out}"
         print(f"compare: stopped{kept}: run the same command with --resume {out} to go on from "
               f"{'them' if finished else 'it'}", file=sys.stderr)

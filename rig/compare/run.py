@@ -163,8 +163,16 @@ def _attempt_dir(out: Path, index: int, arm: Arm) -> tuple[int, Path]:
     return attempt, root / f"attempt-{attempt}"
 
 
+IN_PROGRESS = ".in-progress.json"  # a boot's marker while it runs (what a resume stops first)
+
+
 def _in_progress(out: Path, index: int, arm: Arm) -> Path:
-    return out / "boots" / f"{index:02d}-{arm.name}.in-progress.json"
+    return out / "boots" / f"{index:02d}-{arm.name}{IN_PROGRESS}"
+
+
+def finished_boots(out: Path) -> int:
+    """Boot entries the comparison in `out` has written (a running boot's marker is not one)."""
+    return sum(1 for path in (out / "boots").glob("*.json") if not path.name.endswith(IN_PROGRESS)) if (out / "boots").is_dir() else 0
 
 
 def stop_leftover(out: Path, index: int, arm: Arm, recipe: str) -> str | None:
@@ -421,7 +429,7 @@ def imported_entries(out: Path, plan: ComparePlan) -> list[BootEntry]:
     entries = []
     for path in sorted((out / "boots").glob("*.json")):
         head = path.name.split("-", 1)[0]
-        if path.name.endswith(".in-progress.json") or not head.isdigit() or int(head) < max(planned, IMPORTED_INDEX):
+        if path.name.endswith(IN_PROGRESS) or not head.isdigit() or int(head) < max(planned, IMPORTED_INDEX):
             continue
         try:
             entries.append(BootEntry.read(path))

@@ -6,6 +6,7 @@ scenarios at their chosen size, prefix-cache flushes, and the server a series is
 from __future__ import annotations
 
 import time
+import urllib.parse
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -159,7 +160,7 @@ def acquire_target(ref: str | None, url: str | None = None, model: str | None = 
             record = driver.up(resolved, port=port)
         else:
             record = current
-            if port is not None and not record.base_url.endswith(f":{port}"):
+            if port is not None and urllib.parse.urlsplit(record.base_url).port != port:
                 raise RigError("command line", "--port", f"{record.ref} is already up at {record.base_url}; --port only "
                                "places a boot that loadtest starts", f"drop --port, or `rig down {resolved.recipe.name}` first")
             if record.ref != resolved.ref and ":" in ref:

@@ -437,9 +437,12 @@ class RunSummary(Versioned):
         if not window.steady:
             out.append(f"window not at steady state: {window.opened_by}")
         if self.headline() is None:
-            out.append(f"no {HEADLINE[self.kind].name} (" + ("no completed request in the window)" if not requests.completed else
-                       f"none of the {requests.completed} completed request(s) in the window carries the timing it is computed "
-                       "from" + (": two or more streamed tokens with their arrival times)" if self.kind == "decode" else ")")))
+            if not requests.completed:
+                why = "no completed request in the window"
+            else:
+                why = f"none of the {requests.completed} completed request(s) in the window carries the timing it is computed from"
+                why += ": two or more streamed tokens with their arrival times" if self.kind == "decode" else ""
+            out.append(f"no {HEADLINE[self.kind].name} ({why})")
         return out
 
     def write(self, out_dir: Path) -> None:
