@@ -28,6 +28,7 @@ from rig.boot.record import BootRecord
 from rig.deploy.pins import LAB_REGISTRY, PINS_FILE, standin_reference
 from rig.deploy.recipe import load
 from rig.deploy.render import compose_project
+from rig.exits import Exit
 
 pytestmark = pytest.mark.docker
 
@@ -174,7 +175,8 @@ def test_compare_reaches_the_gate_across_container_boots(tiny_image, rig_env):
     planted = "hf_planted_compare_7d1e"  # a secret in rig's own environment: no file the comparison writes may hold it
     compared = run("make", "compare", f"RECIPE={RECIPE}", "ARMS=off:RIG_TOKEN_DELAY_MS=0 on:RIG_TOKEN_DELAY_MS=20",
                    "BOOTS=1", "ROUNDS=1", "SIZE=small", "DURATION=4", env={**rig_env, "HF_TOKEN": planted}, timeout=1200)
-    assert compared.returncode == 0, compared.stdout[-3000:] + compared.stderr[-3000:]
+    # 4 (UNUSABLE): a busy box left the one pair's round out for the client's timing; checked below to be why
+    assert compared.returncode in (0, Exit.UNUSABLE), compared.stdout[-3000:] + compared.stderr[-3000:]
     out = max((Path(rig_env["RIG_RESULTS_DIR"]) / "compare").glob("*/compare.json")).parent
     assert not [str(p) for p in out.rglob("*") if p.is_file() and planted.encode() in p.read_bytes()]
     analysis = json.loads((out / "compare.json").read_text())
@@ -183,9 +185,11 @@ def test_compare_reaches_the_gate_across_container_boots(tiny_image, rig_env):
     # 20 ms a token on a ~1 ms step. (A round must hold a completed request after its steady state
     # opens, one request lifetime in: at 50 ms a 32-token request lives 1.7 s and a 3 s round held
     # none, so the arm had no figure.)
+    assert (compared.returncode == Exit.UNUSABLE) == on["verdict"].startswith("no data"), (compared.returncode, on)
     if on["verdict"].startswith("no data"):  # a round the client could not measure is left out, and named
         reasons = [r for x in analysis["boots"]["exclusions"] for r in x["rounds"]]
         assert reasons and all("client INVALID" in r for r in reasons), analysis["boots"]
+        assert "**NO DATA:" in (out / "compare.md").read_text()
     else:
         assert on["verdict"].startswith("not enough boots") and on["delta"] < -50, on
     assert all(analysis["greedy"]["identical_across_arms"].values()), analysis["greedy"]
