@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 # Bump when anything below changes what is generated: the directory name carries it.
-GENERATOR_VERSION = 4
+GENERATOR_VERSION = 5
 SEED = 20261129
 DEFAULT_PRESET = "tiny-llama"
 _HERE = Path(__file__).resolve().parent
@@ -113,12 +113,16 @@ def _build(out: Path, spec: dict[str, Any]) -> None:
         show_progress=False,
     )
     tokenizer.train_from_iterator(_CORPUS, trainer=trainer)
+    # model_max_length is the model's own context: without it transformers reads int(1e30), and
+    # SGLang 0.5.17's /v1/tokenize returns that as max_model_len, which its JSON encoder (orjson)
+    # refuses ("Integer exceeds 64-bit range": a 500 on every call; H200, 2026-12-02).
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
         bos_token="<|bos|>",
         eos_token="<|eos|>",
         pad_token="<|pad|>",
         chat_template=CHAT_TEMPLATE,
+        model_max_length=spec["config"]["max_position_embeddings"],
     )
     fast.save_pretrained(out)
 

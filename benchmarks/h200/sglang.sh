@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SGLang's first contact with a real GPU (issue 26) on one lent H200, in calls that each end by packing
 # into $OUT (the host goes back ~30 s after a call returns, and everything with it). Written and
-# rehearsed before the sitting (RIG_REHEARSAL=1: tiny-cpu stands in for the engine); not yet run on a GPU.
+# rehearsed before the sitting (RIG_REHEARSAL=1: tiny-cpu stands in for the engine); first run on an H200 2026-12-02.
 #
 #   here, once:  bash benchmarks/h200/offline-sglang/build.sh .gpu/sgl-parts   (~3 min, 475 MiB download)
 #   call 1: bash benchmarks/h200/sglang.sh first     carry .gpu/sgl-parts/sgl-part1 .gpu/sgl-parts/sgl-part2 .gpu/tools
@@ -41,12 +41,41 @@ first)
 start)
   [ -f "$MARK" ] || exit 42
   bash benchmarks/h200/offline-sglang/install.sh .gpu/sgl-parts $SITE || exit 3
-  bash .gpu/tools/install.sh .gpu/parts /tmp/site > /tmp/install.log 2>&1 || { cat /tmp/install.log; exit 3; }
+  # offline-vllm's installer checks that Locust imports; its pyzmq is in sgl-part1, so SGLang's SITE is on the path
+  PYTHONPATH=$SITE bash .gpu/tools/install.sh .gpu/parts /tmp/site > /tmp/install.log 2>&1 || { cat /tmp/install.log; exit 3; }
   python3 -m pip install -q --no-index --no-deps --disable-pip-version-check --target /tmp/site --upgrade \
     .gpu/parts/rig-wheels/*.whl >> /tmp/install.log 2>&1 || { cat /tmp/install.log; exit 3; }
   PYTHONPATH=$SITE python3 -c "import sglang, transformers; print('sglang', sglang.__version__, 'transformers', transformers.__version__)" || exit 3
   PYTHONPATH=/tmp/site:$SITE:$PWD:$PWD/adapter python3 -c "import locust, re2, pydantic, zmq, rig.cli" || exit 3
   start_session "${2:-480}"
+  ;;
+scoring-check)  # carry as `start`: the quality probes through real SGLang's /v1/tokenize and /generate, then down
+  [ -f "$MARK" ] || exit 42
+  bash benchmarks/h200/offline-sglang/install.sh .gpu/sgl-parts $SITE > /tmp/install.log 2>&1 || { cat /tmp/install.log; exit 3; }
+  PYTHONPATH=$SITE bash .gpu/tools/install.sh .gpu/parts /tmp/site >> /tmp/install.log 2>&1 || { cat /tmp/install.log; exit 3; }
+  python3 -m pip install -q --no-index --no-deps --disable-pip-version-check --target /tmp/site --upgrade \
+    .gpu/parts/rig-wheels/*.whl >> /tmp/install.log 2>&1 || { cat /tmp/install.log; exit 3; }
+  export PYTHONPATH=/tmp/site:$SITE:$PWD:$PWD/adapter RIG_RESULTS_DIR=$RESULTS RIG_STATE_DIR=/tmp/rig-state
+  timeout -k 5 300 python3 -m rig up llama8b-sglang-h200 > /tmp/up.log 2>&1; echo "up exit $?"; tail -n 3 /tmp/up.log
+  timeout -k 5 120 python3 - <<'PY'
+import json, pathlib
+from rig.compare.scoring import check_scoring_tokenizer, collect, probes
+from rig.load.session import model_dir_for
+from rig.deploy.recipe import load
+record = json.loads(next(pathlib.Path("/tmp/rig-state").glob("*.json")).read_text())
+check_scoring_tokenizer("sglang", model_dir_for(load("llama8b-sglang-h200")))
+print("tokenizer_config passes the check")
+chosen = probes(["prose"])[:4]
+quality = collect(record["base_url"], record.get("served_model") or "", "sglang", chosen, 16, None)
+for name, score in quality.scores.items():
+    generation = quality.generations[name]
+    print(name, "prompt ids", len(generation.prompt_ids or []), "output ids", len(generation.output_ids or []),
+          "scored logprobs", len(score.logprobs))
+PY
+  echo "scoring exit $?"
+  timeout -k 5 120 python3 -m rig down llama8b-sglang-h200 > /tmp/down.log 2>&1; echo "down exit $?"
+  nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l
+  grep -n "Traceback" -A3 "$RESULTS"/boots/*/server.log | head -20
   ;;
 wait)
   [ -f "$MARK" ] || exit 42
@@ -62,8 +91,54 @@ session)
     export PYTHONPATH=/tmp/site:$SITE:$PWD:$PWD/adapter
     rig() { python3 -m rig "$@"; }
     RECIPE=llama8b-sglang-h200 OFF=off:RIG_GPU_DELAY_US=0 ON=on:RIG_GPU_DELAY_US=${RIG_SESSION_ON_US:-40}
-    gpu_test() { RIG_GPU_TEST_RESULTS=$RESULTS/gpu-test timeout -k 5 900 python3 -m pytest -q -s -p no:cacheprovider -m gpu \
-                   tests/gpu/test_engines_gpu.py -k sglang; }
+    # --basetemp inside RESULTS: a failing test's boot log and state come back in the pack too.
+    # A skip (the recipe's interpreter does not import SGLang) is a failure here, not a pass.
+    gpu_test() {
+      RIG_GPU_TEST_RESULTS=$RESULTS/gpu-test timeout -k 5 900 python3 -m pytest -q -s -rs -p no:cacheprovider -m gpu \
+        --basetemp="$RESULTS/pytest" tests/gpu/test_engines_gpu.py -k sglang > "$RESULTS/gpu-test.txt" 2>&1
+      local rc=$?
+      cat "$RESULTS/gpu-test.txt"
+      [ $rc -eq 0 ] && grep -q " passed" "$RESULTS/gpu-test.txt" && ! grep -q " skipped" "$RESULTS/gpu-test.txt"
+    }
+    # rig's adapters against the real 0.5.17 wheel on the real sm_90 GPU: the drift check, and the two
+    # Blackwell-only adapters with their gates set, imported as SGLang's scheduler imports their targets.
+    adapters_on_the_wheel() {
+      python3 -m rig_adapters check-targets sglang
+      local gate module
+      # every module that holds one of the adapter's targets (2026-12-02 imported only layers.linear
+      # for shared_pad_k, whose target there exists: nothing was refused until fp8's was imported)
+      local quant=sglang.srt.layers.quantization
+      for gate in "RIG_MXFP8_B12X:$quant.fp8_utils" "DSV41_SHARED_PAD_K:sglang.srt.layers.linear,$quant.fp8,$quant.fp8_utils"; do
+        module=${gate#*:}; gate=${gate%%:*}
+        echo "--- $gate=1, then import $module"
+        env RIG_ENGINE=sglang "$gate=1" timeout 120 python3 -c \
+          "from rig_adapters.runtime import ARMER, engine_plugin; engine_plugin(); import $module; print('refused:', sorted(ARMER.refused) or 'none')"
+        echo "--- exit $?"
+      done
+    }
+    # Only if the GPU test failed: SGLang launched by hand with the recipe's flags on a small generated
+    # Llama, without rig, so the pack tells SGLang's own failure from rig's driving of it.
+    sglang_by_hand() {
+      local model=/tmp/sgl-diag-model log=$RESULTS/sglang-by-hand.log deadline
+      python3 .gpu/tools/make_model.py "$model" > /dev/null || return 3
+      PYTHONPATH=$SITE setsid python3 -m sglang.launch_server --model-path "$model" --load-format dummy \
+        --attention-backend triton --sampling-backend pytorch --tp-size 1 --host 127.0.0.1 --port 30000 \
+        --mem-fraction-static 0.5 --enable-metrics --enable-cache-report > "$log" 2>&1 < /dev/null &
+      local pid=$!
+      # (no curl assumed on the host: the standard library's urllib)
+      fetch() { python3 -c "import sys, urllib.request as u; r = u.urlopen(u.Request(sys.argv[1], data=sys.argv[2].encode() or None,
+headers={'content-type': 'application/json'}), timeout=60); print(r.read().decode()[:2000])" "$1" "${2:-}"; }
+      deadline=$((SECONDS + 300))
+      until fetch http://127.0.0.1:30000/health > /dev/null 2>&1; do
+        kill -0 $pid 2>/dev/null || { echo "SGLang exited: $(tail -n 5 "$log")"; return 1; }
+        [ $SECONDS -lt $deadline ] || { echo "not healthy in 300 s"; break; }
+        sleep 3
+      done
+      fetch http://127.0.0.1:30000/v1/completions '{"model":"'"$model"'","prompt":"Hello","max_tokens":8}'
+      fetch http://127.0.0.1:30000/metrics | grep -c '^sglang'
+      kill -TERM -- -$pid 2>/dev/null; sleep 10; kill -KILL -- -$pid 2>/dev/null
+      nvidia-smi --query-compute-apps=pid,used_memory --format=csv
+    }
   fi
   export RIG_RESULTS_DIR=$RESULTS
   mkdir -p $RESULTS
@@ -72,15 +147,17 @@ session)
   # nothing left running. Only if SGLang served them: the known-effect comparison at the default
   # design (gpu_delay on SGLang's TpModelWorker.forward_batch_generation; ~+1% of the step at 40 us,
   # as on vLLM 2026-12-02), which also gives SGLang's boot times and its noise between boots.
+  if [ -z "${RIG_REHEARSAL:-}" ]; then step adapters_on_the_wheel; fi
   if step gpu_test; then
     step rig compare "$RECIPE" --arm "$OFF" --arm "$ON"
   else
     echo "the GPU test failed: no comparison (its output above says where SGLang stopped)"
+    if [ -z "${RIG_REHEARSAL:-}" ]; then step sglang_by_hand; fi
   fi
   echo "SESSION DONE $(date +%T)"
   ;;
 *)
-  echo "usage: sglang.sh first | start [S] | wait [S] | session" >&2
+  echo "usage: sglang.sh first | start [S] | scoring-check | wait [S] | session" >&2
   exit 2
   ;;
 esac

@@ -261,6 +261,7 @@ class QualityReport(Typed):
     divergence: dict[str, DivergenceSummary]
     coherence: dict[str, ArmCoherence]
     prompt_scripts: list[str]
+    scored_boots: int = 0  # measured boots that returned their quality probes (0: `scoring` is not known from them)
 
 
 def analyze_quality(plan: ComparePlan, entries: list[BootEntry], encode: Encode | None = None) -> QualityReport:
@@ -301,7 +302,7 @@ def analyze_quality(plan: ComparePlan, entries: list[BootEntry], encode: Encode 
     return QualityReport(scoring=scoring, notes=notes, reference_arm=baseline, drift=drift_by_arm,
                          baseline_noise=floor, divergence=divergence,
                          coherence=coherence_report(per_boot, baseline) if per_boot else {},
-                         prompt_scripts=prompt_scripts)
+                         prompt_scripts=prompt_scripts, scored_boots=sum(len(b) for b in boots.values()))
 
 
 def quality_line(quality: QualityReport, arm: str) -> str:
@@ -315,6 +316,8 @@ def quality_line(quality: QualityReport, arm: str) -> str:
                      f"{'-' if noise is None else f'{noise:.3g}'}" + (f", decode {decode:.3g}" if decode is not None else "")
                      + f", top-1 agreement {100 * (drift_result.arm.top1_agreement or 0):.1f}%, KL {drift_result.arm.kl or 0:.2g} "
                      f"({drift_result.method})")
+    elif quality.scored_boots == 0:  # every measured boot voided before its probes (each voided boot says why)
+        parts.append("logprob drift not measured (no measured boot returned its quality probes)")
     elif quality.scoring is None:
         parts.append("logprob drift not measured (the engine returns no logprobs)")
     divergence = quality.divergence.get(arm)

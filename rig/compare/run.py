@@ -42,6 +42,7 @@ from rig.compare.model import (
     RunResult,
 )
 from rig.compare.percentiles import LatencyHistogram
+from rig.compare.scoring import check_scoring_tokenizer
 from rig.deploy.recipe import Resolved
 from rig.errors import Damaged, NotFound, RigError
 from rig.load.goodput import goodput
@@ -310,6 +311,9 @@ def run_compare(plan: ComparePlan, out: Path, progress: bool = True, port: int |
     resumed comparison may pass another."""
     for name in plan.scenarios:  # a bad scenario is refused before the comparison writes anything
         load_scenario(name)
+    arms = ResolvedArms(plan)  # a resumed plan has these recipe, arms and control too (checked below)
+    base = arms[plan.arms[0]][0]
+    check_scoring_tokenizer(base.recipe.engine.name, model_dir_for(base))  # so is a checkpoint no boot could score
     out.mkdir(parents=True, exist_ok=True)
     if (out / "plan.json").exists():
         try:
@@ -336,7 +340,6 @@ def run_compare(plan: ComparePlan, out: Path, progress: bool = True, port: int |
         plan = saved
     else:
         plan.write(out)
-    arms = ResolvedArms(plan)
     while True:
         entries = _run_order(plan, out, progress, arms, port) + imported_entries(out, plan)
         if plan.target_pct is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -15,7 +16,10 @@ import yaml
 from rig import client
 from rig.compare.model import BootQuality, Generation, Score
 from rig.engines import ENGINES
+from rig.errors import RigError
+from rig.load.prompts import TOKENIZER_CONFIG_MAX_BYTES
 from rig.load.scenarios import PROMPT_DIR
+from rig.strict_yaml import load_json_file
 
 TOP_K = 5
 PROBE_CHARS = 240  # each prompt-set probe is this long a cut of the set's text
@@ -85,6 +89,34 @@ def _sglang_matches(returned: list[int], sent: list[int]) -> bool:
     scheduler_components/logprob_result_processor.py:53-55, "clip padded hash values"): there a 0
     stands for any id, and only the other positions can be held to what was sent."""
     return len(returned) == len(sent) and all(r == s or r == 0 for r, s in zip(returned, sent))
+
+
+JSON_INT_MAX = 2**63 - 1  # the largest integer SGLang's JSON encoder (orjson) writes
+
+
+def check_scoring_tokenizer(engine: str, model_dir: str | None) -> None:
+    """Refuse, before any boot, a checkpoint whose scoring would fail in every boot. SGLang's
+    /v1/tokenize (which _sglang_generate needs) returns the tokenizer's model_max_length; a
+    tokenizer_config.json without one (transformers then reads int(1e30)), or with the 1e30 many
+    checkpoints carry, makes orjson fail ("Integer exceeds 64-bit range") and every call answer 500
+    (SGLang 0.5.17 entrypoints/openai/serving_tokenize.py, seen on an H200 2026-12-02). Checked
+    where this host can read the checkpoint; elsewhere the boots say so."""
+    if ENGINES[engine].scoring != "sglang-input-logprobs" or not model_dir:
+        return
+    path = Path(model_dir) / "tokenizer_config.json"
+    if not path.is_file():
+        return
+    config = load_json_file(path, TOKENIZER_CONFIG_MAX_BYTES, str(path),
+                            fix="pass a checkpoint directory whose tokenizer_config.json is its own, unchanged")
+    length = config.get("model_max_length") if isinstance(config, dict) else None
+    if isinstance(length, int) and not isinstance(length, bool) and 0 < length <= JSON_INT_MAX:
+        return
+    problem = ("missing (transformers then reads 1e30)" if length is None else f"{str(length)[:40]} is not an integer "
+               f"from 1 to 2**63-1")
+    raise RigError(str(path), "model_max_length", f"{problem}: SGLang's /v1/tokenize cannot encode it and answers 500 "
+                   "to every call, so no boot of this comparison could be scored",
+                   "set model_max_length to the model's context length (config.json's max_position_embeddings) "
+                   "in a copy of the checkpoint directory, and serve that copy")
 
 
 def _sglang_generate(http: Any, base_url: str, model: str, probe: Probe, max_tokens: int, pinning: dict[str, Any]) -> Generation:

@@ -19,6 +19,9 @@ class Prepared:
     weight_bytes: int  # per copy, including scales
     activation_bytes: int
     output_bytes: int
+    # the operands as the kernel sees them, dequantized to float64 (x [M, K_alloc], w [N, K_alloc]),
+    # for checks against the exact product; None where the backend cannot expose them
+    dequantized: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None
 
 
 def _data(m: int, n: int, k: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -51,7 +54,8 @@ class TorchBf16(Backend):
         x, w = _data(m, n, k, seed)
         x = _pad(x, k_alloc).to(device, torch.bfloat16)
         weights = [_pad(w, k_alloc).to(device, torch.bfloat16) for _ in range(copies)]
-        return Prepared(lambda i: x @ weights[i].t(), n * k_alloc * 2, m * k_alloc * 2, m * n * 2)
+        return Prepared(lambda i: x @ weights[i].t(), n * k_alloc * 2, m * k_alloc * 2, m * n * 2,
+                        lambda: (x.cpu().double(), weights[0].cpu().double()))
 
 
 class TorchFp8(Backend):
@@ -85,7 +89,10 @@ class TorchFp8(Backend):
         def run(i: int) -> torch.Tensor:
             return torch._scaled_mm(xq, weights[i].t(), scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16)
 
-        return Prepared(run, n * k_alloc + 4 * scale_b.numel(), m * k_alloc, m * n * 2)
+        def dequantized() -> tuple[torch.Tensor, torch.Tensor]:
+            return xq.cpu().double() * sx.double(), wq.cpu().double() * sw.double()
+
+        return Prepared(run, n * k_alloc + 4 * scale_b.numel(), m * k_alloc, m * n * 2, dequantized)
 
 
 class FlashInferMxfp8(Backend):

@@ -35,13 +35,37 @@ def test_spread_and_bitwise():
     assert bitwise(torch.tensor([0.0]), torch.tensor([-0.0])).differing == 1  # bits, not values
 
 
+def _bf16_ulp(magnitude: torch.Tensor) -> torch.Tensor:
+    """The spacing of bfloat16 numbers at each magnitude (8 significant bits)."""
+    exponent = torch.floor(torch.log2(magnitude.clamp(min=2.0**-126)))
+    return torch.pow(2.0, exponent - 7)
+
+
 @pytest.mark.parametrize("name", ["torch-bf16", "torch-fp8-tensorwise", "torch-fp8-rowwise"])
-def test_padding_is_bitwise_lossless_on_cpu(name):
+def test_padding_adds_only_zeros_and_both_gemms_give_the_exact_product_within_their_rounding_on_cpu(name):
+    """What holds on any CPU: the padded operands are the unpadded ones plus exact zero columns, and
+    each GEMM's output is the exact product of its operands within fp32 accumulation (K+2 roundings
+    with the scales) plus the output's rounding to bfloat16. Bitwise equality of the two outputs is
+    not: a CPU kernel may split K=576 and K=640 into different blocks, and summing in another order
+    rounds differently (torch 2.13 CPU, AVX512: torch-fp8-tensorwise differs in 1 of 1536 elements by
+    one bfloat16 ulp). The GPU kernels' bitwise claim is tests/gpu/test_gpu.py's."""
     backend = BACKENDS[name]
     device = torch.device("cpu")
     small = backend.prepare(6, 256, 576, 576, 1, device)
     padded = backend.prepare(6, 256, 576, 640, 1, device)
-    assert bitwise(small.run(0), padded.run(0)).differing == 0
+    x, w = small.dequantized()
+    padded_x, padded_w = padded.dequantized()
+    assert torch.equal(padded_x[:, :576], x) and torch.equal(padded_w[:, :576], w)
+    assert not padded_x[:, 576:].any() and not padded_w[:, 576:].any()
+    exact = x @ w.t()
+    accumulation = (576 + 2) * 2.0**-24 * (x.abs() @ w.abs().t())
+    bound = accumulation + _bf16_ulp(exact.abs() + accumulation) / 2
+    for prepared in (small, padded):
+        error = (prepared.run(0).double() - exact).abs()
+        assert (error <= bound).all(), float((error / bound).max())
+    differing = small.run(0) != padded.run(0)
+    steps = (small.run(0).double() - padded.run(0).double()).abs()[differing]
+    assert (steps <= _bf16_ulp(exact.abs()[differing] + accumulation[differing]) * 2).all()
 
 
 def test_run_shape_rows_checks_and_unavailable_backends():

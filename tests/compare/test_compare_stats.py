@@ -464,3 +464,14 @@ def test_a_damaged_plan_is_one_line_and_the_boots_stay(tmp_path):
     with pytest.raises(Damaged, match="unreadable comparison plan") as caught:
         compare_run.run_compare(plan, tmp_path, progress=False)
     assert "\n" not in str(caught.value) and (tmp_path / "boots" / "00-a.json").exists()
+
+
+def test_log_normalisation_folds_sglangs_request_ids_and_parent_pids():
+    """SGLang on the H200 (2026-12-02): a client closing its streams at a window's end logs the request's
+    id, and its shutdown the parent's pid; both put lines in one arm only by chance."""
+    rids = {normalize(f"[2026-12-02 18:27:0{k}] Received output for rid='{rid}' but the state was deleted in TokenizerManager.")
+            for k, rid in enumerate(("3366cef96d2a40718e18626bc4501672", "36db3783235b40b3a892e92f4804c4d7"))}
+    assert rids == {"[<time>] Received output for rid='<id>' but the state was deleted in TokenizerManager."}
+    kills = {normalize(f"[2026-12-02 18:27:11] kill_process_tree called: parent_pid={p}, include_parent=True, pid={p}") for p in (2338, 2667)}
+    assert len(kills) == 1 and "parent_pid=<pid>" in kills.pop()
+    assert normalize("mxfp8 K=576 N=5120 sha 0123456789abcdef") == "mxfp8 K=576 N=5120 sha 0123456789abcdef"  # short hex stays

@@ -249,3 +249,61 @@ def test_sglang_prompt_ids_are_the_ones_sent_where_sglang_echoes_them_as_zero(to
     generation = reference.generations["tilde"]
     assert generation.prompt_ids == list(probes[0].text.encode()) and 126 in generation.prompt_ids
     assert len(reference.scores["tilde"].logprobs) == 12
+
+
+@pytest.mark.parametrize(("config", "refused"), [
+    ({}, "missing"),
+    ({"model_max_length": 1000000000000000019884624838656}, "is not an integer"),  # what many checkpoints carry
+    ({"model_max_length": 2**63}, "is not an integer"),
+    ({"model_max_length": True}, "is not an integer"),
+    ({"model_max_length": 131072}, None),
+])
+def test_an_sglang_checkpoint_whose_tokenize_would_fail_is_refused_before_any_boot(tmp_path, config, refused):
+    """SGLang 0.5.17's /v1/tokenize answers 500 for a tokenizer without a model_max_length that JSON can
+    carry (H200, 2026-12-02: every boot of a comparison voided); rig names the file, field and fix first."""
+    import json
+
+    from rig.compare.scoring import check_scoring_tokenizer
+    from rig.errors import RigError
+
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    check_scoring_tokenizer("vllm", str(tmp_path))  # vLLM scores without /v1/tokenize
+    check_scoring_tokenizer("sglang", None)  # a checkpoint this host cannot read: the boots say so
+    if refused is None:
+        check_scoring_tokenizer("sglang", str(tmp_path))
+        return
+    with pytest.raises(RigError) as error:
+        check_scoring_tokenizer("sglang", str(tmp_path))
+    assert error.value.field == "model_max_length" and error.value.where == str(tmp_path / "tokenizer_config.json")
+    assert refused in error.value.problem and "max_position_embeddings" in error.value.fix
+
+
+def test_generated_tokenizers_carry_their_context_as_model_max_length():
+    """rig's generated checkpoints pass the check: their tokenizer_config.json holds the preset's context."""
+    import json
+
+    from rig import paths
+    from rig.compare.scoring import check_scoring_tokenizer
+    from rig.tinymodel import ensure_tiny_model, presets
+
+    directory = ensure_tiny_model(paths.cache_dir() / "models")
+    config = json.loads((directory / "tokenizer_config.json").read_text())
+    assert config["model_max_length"] == presets()["tiny-llama"]["config"]["max_position_embeddings"]
+    check_scoring_tokenizer("sglang", str(directory))
+
+
+def test_a_comparison_whose_every_boot_voided_does_not_say_the_engine_returns_no_logprobs():
+    """H200 2026-12-02: every SGLang boot voided at its quality probes (/v1/tokenize answered 500), and the
+    report said "the engine returns no logprobs" of an engine that does; it now says no boot was scored."""
+    plan = ComparePlan(recipe="tiny-cpu", arms=[Arm(name="off"), Arm(name="on")], control=None, boots=1, rounds=1,
+                       scenarios=["prose-c1"], small=True)
+    voided = [BootEntry(index=i, block=0, arm=arm, spec=arm, control=False, attempt=1, voided=True, problems=["HTTPError: 500"])
+              for i, arm in enumerate(("off", "on"))]
+    quality = analyze_quality(plan, voided)
+    assert quality.scored_boots == 0
+    assert "no measured boot returned its quality probes" in quality_line(quality, "on")
+    assert "returns no logprobs" not in quality_line(quality, "on")
+    unscored = BootQuality(scoring=None, note="transformers returns no logprobs")  # an engine that really has none
+    measured = [entry.model_copy(update={"voided": False, "problems": [], "quality": unscored}) for entry in voided]
+    quality = analyze_quality(plan, measured)
+    assert quality.scored_boots == 2 and "the engine returns no logprobs" in quality_line(quality, "on")

@@ -1,0 +1,62 @@
+"""rig's own statistics on the rounds a comparison measured, including boots it voided afterwards.
+
+`rig compare` uses a boot only when every step after its rounds worked too (greedy identity, quality
+probes). When a later step failed in every boot for one reason that does not touch speed (SGLang's
+/v1/tokenize, H200 2026-12-02), the rounds were still measured and written. This reads them back and
+applies the same functions the report uses (rig.compare.stats.compare_boots on the ABBA pairs, and
+rig.compare.report.per_token_boots for time per token), so the figures can be stated, labelled as
+what they are: not a verdict of `rig compare`, which voided those boots.
+
+    python benchmarks/h200/rounds_stats.py RESULTS/compare/ID [--scenario prose-c1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rig.compare.report import STEP_FIGURE, STEP_UNIT, per_token_boots
+from rig.compare.stats import DIFFERENCE, compare_boots
+
+
+def headline_rounds(compare_dir: Path, scenario: str) -> dict[str, dict[int, list[float]]]:
+    """arm -> ABBA block -> that boot's measured rounds (tok/s per user), burn-ins and controls left out."""
+    boots: dict[str, dict[int, list[float]]] = {}
+    for entry_path in sorted((compare_dir / "boots").glob("*.json")):
+        entry = json.loads(entry_path.read_text())
+        if entry.get("burn_in") or entry.get("control"):
+            continue
+        runs = compare_dir / "runs" / entry_path.stem / f"attempt-{entry['attempt']}"
+        rounds = [json.loads(path.read_text())["metrics"]["user_decode_tok_s"]["token_weighted"]
+                  for path in sorted(runs.glob(f"round-*/{scenario}/summary.json"))]
+        boots.setdefault(entry["arm"], {})[entry["block"]] = [r for r in rounds if r]
+    return boots
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("compare_dir", type=Path)
+    parser.add_argument("--scenario", default="prose-c1")
+    args = parser.parse_args(argv)
+    plan = json.loads((args.compare_dir / "plan.json").read_text())
+    baseline, *others = [arm["name"] for arm in plan["arms"]]
+    boots = headline_rounds(args.compare_dir, args.scenario)
+    for arm, blocks in boots.items():
+        for block, rounds in sorted(blocks.items()):
+            print(f"{arm} block {block}: " + ", ".join(f"{r:.2f}" for r in rounds))
+    per_token = per_token_boots(boots)
+    for arm in others:
+        rate = compare_boots(boots[baseline], boots[arm], f"{args.scenario} tok/s per user", names=(baseline, arm))
+        print(f"{args.scenario} {baseline} -> {arm}: {rate.baseline_mean:.2f} -> {rate.arm_mean:.2f} tok/s per user "
+              f"{rate.delta:+.2f}% [{rate.ci[0]:+.2f}%, {rate.ci[1]:+.2f}%] {rate.verdict} ({rate.method}; "
+              f"boot sd {rate.noise.boot_sd:.4f}%, round sd {rate.noise.round_sd:.4f}%)")
+        step = compare_boots(per_token[baseline], per_token[arm], STEP_FIGURE, False, scale=DIFFERENCE, unit=STEP_UNIT,
+                             names=(baseline, arm))
+        print(f"per token {1000 * step.delta:+.1f} us [{1000 * step.ci[0]:+.1f}, {1000 * step.ci[1]:+.1f}]")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
