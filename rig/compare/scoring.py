@@ -91,16 +91,17 @@ def _sglang_matches(returned: list[int], sent: list[int]) -> bool:
     return len(returned) == len(sent) and all(r == s or r == 0 for r, s in zip(returned, sent))
 
 
-JSON_INT_MAX = 2**63 - 1  # the largest integer SGLang's JSON encoder (orjson) writes
+JSON_INT_RANGE = (-(2**63), 2**64 - 1)  # the integers SGLang's JSON encoder (orjson) writes
 
 
 def check_scoring_tokenizer(engine: str, model_dir: str | None) -> None:
     """Refuse, before any boot, a checkpoint whose scoring would fail in every boot. SGLang's
     /v1/tokenize (which _sglang_generate needs) returns the tokenizer's model_max_length; a
-    tokenizer_config.json without one (transformers then reads int(1e30)), or with the 1e30 many
-    checkpoints carry, makes orjson fail ("Integer exceeds 64-bit range") and every call answer 500
-    (SGLang 0.5.17 entrypoints/openai/serving_tokenize.py, seen on an H200 2026-12-02). Checked
-    where this host can read the checkpoint; elsewhere the boots say so."""
+    tokenizer_config.json without one (transformers then reads int(1e30)), or with the integer
+    1000000000000000019884624838656 many checkpoints carry, makes orjson fail ("Integer exceeds 64-bit
+    range") and every call answer 500 (SGLang 0.5.17 entrypoints/openai/serving_tokenize.py, seen on an
+    H200 2026-12-02). A float (1e30 written as such) encodes. Checked where this host can read the
+    checkpoint's tokenizer_config.json; elsewhere the boots say so."""
     if ENGINES[engine].scoring != "sglang-input-logprobs" or not model_dir:
         return
     path = Path(model_dir) / "tokenizer_config.json"
@@ -108,11 +109,12 @@ def check_scoring_tokenizer(engine: str, model_dir: str | None) -> None:
         return
     config = load_json_file(path, TOKENIZER_CONFIG_MAX_BYTES, str(path),
                             fix="pass a checkpoint directory whose tokenizer_config.json is its own, unchanged")
-    length = config.get("model_max_length") if isinstance(config, dict) else None
-    if isinstance(length, int) and not isinstance(length, bool) and 0 < length <= JSON_INT_MAX:
+    if not isinstance(config, dict):
+        return  # not a tokenizer config rig can judge: the boots say whether SGLang read it
+    length = config.get("model_max_length")
+    if length is not None and not (isinstance(length, int) and not JSON_INT_RANGE[0] <= length <= JSON_INT_RANGE[1]):
         return
-    problem = ("missing (transformers then reads 1e30)" if length is None else f"{str(length)[:40]} is not an integer "
-               f"from 1 to 2**63-1")
+    problem = "missing (transformers then reads int(1e30))" if length is None else f"{str(length)[:40]} is beyond 64 bits"
     raise RigError(str(path), "model_max_length", f"{problem}: SGLang's /v1/tokenize cannot encode it and answers 500 "
                    "to every call, so no boot of this comparison could be scored",
                    "set model_max_length to the model's context length (config.json's max_position_embeddings) "
