@@ -313,7 +313,7 @@ def run_compare(plan: ComparePlan, out: Path, progress: bool = True, port: int |
         load_scenario(name)
     arms = ResolvedArms(plan)  # a resumed plan has these recipe, arms and control too (checked below)
     base = arms[plan.arms[0]][0]
-    check_scoring_tokenizer(base.recipe.engine.name, model_dir_for(base))  # so is a checkpoint no boot could score
+    check_scoring_tokenizer(base.recipe.engine.name, lambda: model_dir_for(base))  # so is a checkpoint no boot could score
     out.mkdir(parents=True, exist_ok=True)
     if (out / "plan.json").exists():
         try:

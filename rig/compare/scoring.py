@@ -94,17 +94,22 @@ def _sglang_matches(returned: list[int], sent: list[int]) -> bool:
 JSON_INT_RANGE = (-(2**63), 2**64 - 1)  # the integers SGLang's JSON encoder (orjson) writes
 
 
-def check_scoring_tokenizer(engine: str, model_dir: str | None) -> None:
+def check_scoring_tokenizer(engine: str, model_dir: Callable[[], str | None]) -> None:
     """Refuse, before any boot, a checkpoint whose scoring would fail in every boot. SGLang's
-    /v1/tokenize (which _sglang_generate needs) returns the tokenizer's model_max_length; a
-    tokenizer_config.json without one (transformers then reads int(1e30)), or with the integer
-    1000000000000000019884624838656 many checkpoints carry, makes orjson fail ("Integer exceeds 64-bit
-    range") and every call answer 500 (SGLang 0.5.17 entrypoints/openai/serving_tokenize.py, seen on an
-    H200 2026-12-02). A float (1e30 written as such) encodes. Checked where this host can read the
-    checkpoint's tokenizer_config.json; elsewhere the boots say so."""
-    if ENGINES[engine].scoring != "sglang-input-logprobs" or not model_dir:
+    /v1/tokenize (which _sglang_generate needs) returns the tokenizer's model_max_length as an int
+    (0.5.17 protocol.py TokenizeResponse.max_model_len): a tokenizer_config.json without one
+    (transformers then reads int(1e30)), or with the integer 1000000000000000019884624838656 many
+    checkpoints carry, makes orjson fail ("Integer exceeds 64-bit range"), and a float that is no
+    integer of 64 bits (1e30, 2048.5) or a string fails pydantic's int; either way every call answers
+    500 (entrypoints/openai/serving_tokenize.py, seen on an H200 2026-12-02). `model_dir` is asked only
+    for SGLang. Checked where this host can read the checkpoint's tokenizer_config.json; elsewhere the
+    boots say so."""
+    if ENGINES[engine].scoring != "sglang-input-logprobs":
         return
-    path = Path(model_dir) / "tokenizer_config.json"
+    directory = model_dir()
+    if not directory:
+        return
+    path = Path(directory) / "tokenizer_config.json"
     if not path.is_file():
         return
     config = load_json_file(path, TOKENIZER_CONFIG_MAX_BYTES, str(path),
@@ -112,9 +117,13 @@ def check_scoring_tokenizer(engine: str, model_dir: str | None) -> None:
     if not isinstance(config, dict):
         return  # not a tokenizer config rig can judge: the boots say whether SGLang read it
     length = config.get("model_max_length")
-    if length is not None and not (isinstance(length, int) and not JSON_INT_RANGE[0] <= length <= JSON_INT_RANGE[1]):
+    low, high = JSON_INT_RANGE
+    if isinstance(length, int) and not isinstance(length, bool) and low <= length <= high:
         return
-    problem = "missing (transformers then reads int(1e30))" if length is None else f"{str(length)[:40]} is beyond 64 bits"
+    if isinstance(length, float) and length.is_integer() and low <= length <= high:
+        return
+    problem = ("missing (transformers then reads int(1e30))" if length is None
+               else f"{str(length)[:40]} is no integer of 64 bits")
     raise RigError(str(path), "model_max_length", f"{problem}: SGLang's /v1/tokenize cannot encode it and answers 500 "
                    "to every call, so no boot of this comparison could be scored",
                    "set model_max_length to the model's context length (config.json's max_position_embeddings) "

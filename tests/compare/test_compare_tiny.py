@@ -49,7 +49,7 @@ def test_gate_off_vs_gate_on_finds_the_injected_delay(results_dir):
     injected_ms = sum(b["adapter_stats"]["token_delay"]["injected_ms"]["mean"] for b in boots) / len(boots)
     # a sleep never ends early; on a busy box it ends late (21.4 ms for 20 asked, fresh-clone CI of dca6412),
     # and what it injected is what the adapter measured, which the interval below is held against
-    assert injected_ms >= DELAY_MS
+    assert DELAY_MS <= injected_ms < DELAY_MS * 1.5  # late by a busy box's scheduling, not by twice the ask
     off = [json.loads(p.read_text()) for p in sorted((out / "boots").glob("*-off.json"))]
     assert all(b["check"]["expected"] == {"token_delay": "off"} for b in off)
     assert all(not b["adapter_stats"] for b in off)

@@ -253,10 +253,14 @@ def test_sglang_prompt_ids_are_the_ones_sent_where_sglang_echoes_them_as_zero(to
 
 @pytest.mark.parametrize(("config", "refused"), [
     ({}, "missing"),
-    ({"model_max_length": 1000000000000000019884624838656}, "beyond 64 bits"),  # what many checkpoints carry
-    ({"model_max_length": 2**64}, "beyond 64 bits"),
+    ({"model_max_length": 1000000000000000019884624838656}, "no integer of 64 bits"),  # what many checkpoints carry
+    ({"model_max_length": 2**64}, "no integer of 64 bits"),
     ({"model_max_length": 2**64 - 1}, None),  # orjson writes unsigned 64-bit integers
-    ({"model_max_length": 1e30}, None),  # a float encodes
+    ({"model_max_length": 1e30}, "no integer of 64 bits"),  # TokenizeResponse.max_model_len is an int
+    ({"model_max_length": 2048.5}, "no integer of 64 bits"),
+    ({"model_max_length": "4096"}, "no integer of 64 bits"),
+    ({"model_max_length": True}, "no integer of 64 bits"),
+    ({"model_max_length": 4096.0}, None),
     ({"model_max_length": 131072}, None),
 ])
 def test_an_sglang_checkpoint_whose_tokenize_would_fail_is_refused_before_any_boot(tmp_path, config, refused):
@@ -268,13 +272,16 @@ def test_an_sglang_checkpoint_whose_tokenize_would_fail_is_refused_before_any_bo
     from rig.errors import RigError
 
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
-    check_scoring_tokenizer("vllm", str(tmp_path))  # vLLM scores without /v1/tokenize
-    check_scoring_tokenizer("sglang", None)  # a checkpoint this host cannot read: the boots say so
+    def unasked() -> str:
+        raise AssertionError("vLLM's comparison resolved the model directory")
+
+    check_scoring_tokenizer("vllm", unasked)  # vLLM scores without /v1/tokenize, and its model dir is not looked up
+    check_scoring_tokenizer("sglang", lambda: None)  # a checkpoint this host cannot read: the boots say so
     if refused is None:
-        check_scoring_tokenizer("sglang", str(tmp_path))
+        check_scoring_tokenizer("sglang", lambda: str(tmp_path))
         return
     with pytest.raises(RigError) as error:
-        check_scoring_tokenizer("sglang", str(tmp_path))
+        check_scoring_tokenizer("sglang", lambda: str(tmp_path))
     assert error.value.field == "model_max_length" and error.value.where == str(tmp_path / "tokenizer_config.json")
     assert refused in error.value.problem and "max_position_embeddings" in error.value.fix
 
@@ -290,7 +297,7 @@ def test_generated_tokenizers_carry_their_context_as_model_max_length():
     directory = ensure_tiny_model(paths.cache_dir() / "models")
     config = json.loads((directory / "tokenizer_config.json").read_text())
     assert config["model_max_length"] == presets()["tiny-llama"]["config"]["max_position_embeddings"]
-    check_scoring_tokenizer("sglang", str(directory))
+    check_scoring_tokenizer("sglang", lambda: str(directory))
 
 
 def test_a_comparison_whose_every_boot_voided_does_not_say_the_engine_returns_no_logprobs():
