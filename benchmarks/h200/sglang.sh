@@ -31,6 +31,15 @@ SESSION="sglang.sh session"
 # shellcheck source=benchmarks/h200/calls.sh
 source benchmarks/h200/calls.sh
 
+# The parts `start` and `scoring-check` carry: SGLang's last two, the load client, rig's wheels.
+install_rest() {
+  bash benchmarks/h200/offline-sglang/install.sh .gpu/sgl-parts $SITE || return 3
+  # offline-vllm's installer checks that Locust imports; its pyzmq is in sgl-part1, so SGLang's SITE is on the path
+  PYTHONPATH=$SITE bash .gpu/tools/install.sh .gpu/parts /tmp/site > /tmp/install.log 2>&1 || { cat /tmp/install.log; return 3; }
+  python3 -m pip install -q --no-index --no-deps --disable-pip-version-check --target /tmp/site --upgrade \
+    .gpu/parts/rig-wheels/*.whl >> /tmp/install.log 2>&1 || { cat /tmp/install.log; return 3; }
+}
+
 case "${1:-}" in
 first)
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,temperature.gpu --format=csv
@@ -40,21 +49,14 @@ first)
   ;;
 start)
   [ -f "$MARK" ] || exit 42
-  bash benchmarks/h200/offline-sglang/install.sh .gpu/sgl-parts $SITE || exit 3
-  # offline-vllm's installer checks that Locust imports; its pyzmq is in sgl-part1, so SGLang's SITE is on the path
-  PYTHONPATH=$SITE bash .gpu/tools/install.sh .gpu/parts /tmp/site > /tmp/install.log 2>&1 || { cat /tmp/install.log; exit 3; }
-  python3 -m pip install -q --no-index --no-deps --disable-pip-version-check --target /tmp/site --upgrade \
-    .gpu/parts/rig-wheels/*.whl >> /tmp/install.log 2>&1 || { cat /tmp/install.log; exit 3; }
+  install_rest || exit 3
   PYTHONPATH=$SITE python3 -c "import sglang, transformers; print('sglang', sglang.__version__, 'transformers', transformers.__version__)" || exit 3
   PYTHONPATH=/tmp/site:$SITE:$PWD:$PWD/adapter python3 -c "import locust, re2, pydantic, zmq, rig.cli" || exit 3
   start_session "${2:-480}"
   ;;
 scoring-check)  # carry as `start`: the quality probes through real SGLang's /v1/tokenize and /generate, then down
   [ -f "$MARK" ] || exit 42
-  bash benchmarks/h200/offline-sglang/install.sh .gpu/sgl-parts $SITE > /tmp/install.log 2>&1 || { cat /tmp/install.log; exit 3; }
-  PYTHONPATH=$SITE bash .gpu/tools/install.sh .gpu/parts /tmp/site >> /tmp/install.log 2>&1 || { cat /tmp/install.log; exit 3; }
-  python3 -m pip install -q --no-index --no-deps --disable-pip-version-check --target /tmp/site --upgrade \
-    .gpu/parts/rig-wheels/*.whl >> /tmp/install.log 2>&1 || { cat /tmp/install.log; exit 3; }
+  install_rest || exit 3
   export PYTHONPATH=/tmp/site:$SITE:$PWD:$PWD/adapter RIG_RESULTS_DIR=$RESULTS RIG_STATE_DIR=/tmp/rig-state
   timeout -k 5 300 python3 -m rig up llama8b-sglang-h200 > /tmp/up.log 2>&1; echo "up exit $?"; tail -n 3 /tmp/up.log
   timeout -k 5 120 python3 - <<'PY'
@@ -63,7 +65,7 @@ from rig.compare.scoring import check_scoring_tokenizer, collect, probes
 from rig.load.session import model_dir_for
 from rig.deploy.recipe import load
 record = json.loads(next(pathlib.Path("/tmp/rig-state").glob("*.json")).read_text())
-check_scoring_tokenizer("sglang", model_dir_for(load("llama8b-sglang-h200")))
+check_scoring_tokenizer("sglang", lambda: model_dir_for(load("llama8b-sglang-h200")))
 print("tokenizer_config passes the check")
 chosen = probes(["prose"])[:4]
 quality = collect(record["base_url"], record.get("served_model") or "", "sglang", chosen, 16, None)

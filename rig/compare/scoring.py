@@ -17,9 +17,8 @@ from rig import client
 from rig.compare.model import BootQuality, Generation, Score
 from rig.engines import ENGINES
 from rig.errors import RigError
-from rig.load.prompts import TOKENIZER_CONFIG_MAX_BYTES
+from rig.load.prompts import read_tokenizer_config
 from rig.load.scenarios import PROMPT_DIR
-from rig.strict_yaml import load_json_file
 
 TOP_K = 5
 PROBE_CHARS = 240  # each prompt-set probe is this long a cut of the set's text
@@ -112,15 +111,12 @@ def check_scoring_tokenizer(engine: str, model_dir: Callable[[], str | None]) ->
     path = Path(directory) / "tokenizer_config.json"
     if not path.is_file():
         return
-    config = load_json_file(path, TOKENIZER_CONFIG_MAX_BYTES, str(path),
-                            fix="pass a checkpoint directory whose tokenizer_config.json is its own, unchanged")
+    config = read_tokenizer_config(path)
     if not isinstance(config, dict):
         return  # not a tokenizer config rig can judge: the boots say whether SGLang read it
     length = config.get("model_max_length")
-    low, high = JSON_INT_RANGE
-    if isinstance(length, int) and not isinstance(length, bool) and low <= length <= high:
-        return
-    if isinstance(length, float) and length.is_integer() and low <= length <= high:
+    integral = (isinstance(length, int) and not isinstance(length, bool)) or (isinstance(length, float) and length.is_integer())
+    if integral and JSON_INT_RANGE[0] <= length <= JSON_INT_RANGE[1]:
         return
     problem = ("missing (transformers then reads int(1e30))" if length is None
                else f"{str(length)[:40]} is no integer of 64 bits")

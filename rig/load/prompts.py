@@ -37,6 +37,12 @@ def _clean_up_tokenization(text: str) -> str:
     return text
 
 
+def read_tokenizer_config(path: Path) -> object:
+    """A checkpoint's tokenizer_config.json, size-capped and strictly parsed."""
+    return load_json_file(path, TOKENIZER_CONFIG_MAX_BYTES, str(path),
+                          fix="pass a checkpoint directory whose tokenizer_config.json is its own, unchanged")
+
+
 class LocalTokenizer:
     """A model directory's tokenizer, encoding and decoding as transformers' AutoTokenizer does
     (no special tokens added on encode, none skipped on decode, the config's clean-up applied)."""
@@ -60,8 +66,7 @@ class LocalTokenizer:
             except Exception as error:  # the tokenizers library raises a bare Exception for a file it cannot parse
                 problem = (str(error).splitlines() or [type(error).__name__])[0][:200]
                 raise Damaged(str(path), "(file)", f"not a tokenizer the tokenizers library reads ({problem})", fix) from None
-            config = load_json_file(config_path, TOKENIZER_CONFIG_MAX_BYTES, str(config_path),
-                                    fix="pass a checkpoint directory whose tokenizer_config.json is its own, unchanged")
+            config = read_tokenizer_config(config_path)
             clean = isinstance(config, dict) and config.get("clean_up_tokenization_spaces", False) is True
 
             def decode(ids: list[int]) -> str:
