@@ -8,6 +8,8 @@
 #   call 3+: bash benchmarks/h200/resolution.sh wait 540  (no carry)
 #   last, if the budget has ~4 minutes left: bash benchmarks/h200/resolution.sh gputest
 #     or (~5 minutes) bash benchmarks/h200/resolution.sh c3000 [S]: rig's c3000 on real vLLM (issue 27)
+#     or (~4 minutes) bash benchmarks/h200/resolution.sh bimodal: the within-boot bimodality experiment on
+#     llama-h200 (issue 25 item 4: API server and EngineCore pinned apart; benchmarks/h200/bimodal.py)
 #
 # part1 (52 MiB) and the tree (12 MiB, counted as the transfer counts it: a 512-byte header and
 # padding per file) no longer fit one 64 MiB transfer, so `prepare` cuts part1's archive in two
@@ -106,6 +108,42 @@ c3000)  # issue 27's real-vLLM run: 3000 users on 12 Locust workers of this host
   grep -v "requests done" /tmp/c3000.log | tail -40
   pack
   ;;
+bimodal)  # issue 25 item 4, in the call (~4 min): prose-c1 on llama-h200 as booted, pinned, unpinned again
+  [ -f "$MARK" ] || exit 42
+  if [ -n "${RIG_REHEARSAL:-}" ]; then
+    rig() { .venv/bin/rig "$@"; }
+    RECIPE=tiny-cpu SIZE=--small PY=.venv/bin/python PORT=8321 ENGINE_CORES=0 API_CORES=1 CLIENT_CORES=0-1 ALL_CORES=0-1
+  else
+    source benchmarks/h200/env.sh || exit 3
+    # EngineCore and the API server on two cores each, apart; the load client on four of its own.
+    RECIPE=llama-h200 SIZE=--full PY=python3 PORT=8341 ENGINE_CORES=2,3 API_CORES=6,7 CLIENT_CORES=12-15 ALL_CORES=0-15
+  fi
+  export RIG_RESULTS_DIR=$RESULTS/bimodal
+  mkdir -p $RIG_RESULTS_DIR
+  step() { echo "=== $(date +%T) $*"; "$@"; local rc=$?; echo "=== $(date +%T) exit $rc"; return $rc; }
+  run() { step taskset -c "$CLIENT_CORES" $PY -m rig loadtest "$RECIPE" --scenario prose-c1 $SIZE --duration "${RIG_BIMODAL_DURATION:-20}"; }
+  {
+    step rig up "$RECIPE"
+    api=$(pgrep -o -f -- "--port $PORT")  # the server the native driver started (its group's leader)
+    engine=$(ps --ppid "$api" -o pid=,rss= --sort=-rss | awk 'NR == 1 {print $1}')  # EngineCore holds the CUDA context
+    echo "API server pid $api, EngineCore pid ${engine:-none} (the API server's largest child)"
+    ( while sleep 0.2; do for pid in $api $engine; do echo "$(date +%s.%N) $pid $(ps -o psr= -p "$pid" | tr -d ' ')"; done; done ) > /tmp/cores.log 2>/dev/null &
+    sampler=$!
+    run  # as booted (the scenario's warmup, then the measured run)
+    taskset -a -cp "$API_CORES" "$api" > /dev/null && { [ -z "$engine" ] || taskset -a -cp "$ENGINE_CORES" "$engine" > /dev/null; } \
+      && echo "pinned: API server on $API_CORES, EngineCore on $ENGINE_CORES, client on $CLIENT_CORES"
+    run
+    taskset -a -cp "$ALL_CORES" "$api" > /dev/null; [ -z "$engine" ] || taskset -a -cp "$ALL_CORES" "$engine" > /dev/null
+    echo "unpinned again"
+    run
+    kill "$sampler" 2>/dev/null
+    step rig down "$RECIPE"
+    $PY benchmarks/h200/bimodal.py "$RIG_RESULTS_DIR" --cores /tmp/cores.log
+  } > /tmp/bimodal.log 2>&1
+  cp /tmp/bimodal.log /tmp/cores.log "$OUT/"
+  grep -v "requests done\|booting" /tmp/bimodal.log | tail -40
+  pack
+  ;;
 gputest)
   [ -f "$MARK" ] || exit 42
   source benchmarks/h200/env.sh || exit 3
@@ -140,7 +178,7 @@ session)
   echo "SESSION DONE $(date +%T)"
   ;;
 *)
-  echo "usage: resolution.sh prepare | first | start [S] | wait [S] | gputest | c3000 [S] | session" >&2
+  echo "usage: resolution.sh prepare | first | start [S] | wait [S] | gputest | c3000 [S] | bimodal | session" >&2
   exit 2
   ;;
 esac

@@ -21,14 +21,23 @@ from rig.compare.report import STEP_FIGURE, STEP_UNIT, per_token_boots
 from rig.compare.stats import DIFFERENCE, compare_boots
 
 
-def headline_rounds(compare_dir: Path, scenario: str) -> dict[str, dict[int, list[float]]]:
-    """arm -> ABBA block -> that boot's measured rounds (tok/s per user), burn-ins and controls left out."""
+def headline_rounds(compare_dir: Path, scenario: str, order: list[list]) -> dict[str, dict[int, list[float]]]:
+    """arm -> ABBA block -> that boot's measured rounds (tok/s per user), burn-ins and controls left out.
+
+    A boot the session left in progress (`NN-arm.in-progress.json`: the host went back before its
+    later steps ran) counts with the rounds it finished; its place in the plan (`order`) says its
+    arm and block, and the output names it."""
     boots: dict[str, dict[int, list[float]]] = {}
     for entry_path in sorted((compare_dir / "boots").glob("*.json")):
         entry = json.loads(entry_path.read_text())
         if entry.get("burn_in") or entry.get("control"):
             continue
-        runs = compare_dir / "runs" / entry_path.stem / f"attempt-{entry['attempt']}"
+        stem = entry_path.name.removesuffix(".json")
+        if stem.endswith(".in-progress"):
+            stem = stem.removesuffix(".in-progress")
+            entry["block"], entry["arm"] = order[int(stem.split("-", 1)[0])]
+            print(f"{stem}: in progress when the session ended (its rounds so far are counted)")
+        runs = compare_dir / "runs" / stem / f"attempt-{entry['attempt']}"
         rounds = [json.loads(path.read_text())["metrics"]["user_decode_tok_s"]["token_weighted"]
                   for path in sorted(runs.glob(f"round-*/{scenario}/summary.json"))]
         boots.setdefault(entry["arm"], {})[entry["block"]] = [r for r in rounds if r]
@@ -42,7 +51,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     plan = json.loads((args.compare_dir / "plan.json").read_text())
     baseline, *others = [arm["name"] for arm in plan["arms"]]
-    boots = headline_rounds(args.compare_dir, args.scenario)
+    boots = headline_rounds(args.compare_dir, args.scenario, plan["order"])
     for arm, blocks in boots.items():
         for block, rounds in sorted(blocks.items()):
             print(f"{arm} block {block}: " + ", ".join(f"{r:.2f}" for r in rounds))

@@ -385,9 +385,22 @@ def _read_entry(path: Path, index: int | None = None, block: int | None = None, 
         return None
 
 
+def time_left(boot_seconds: list[float], boots_left: int) -> str:
+    """What is left of the planned order, from the boots this process has measured so far: their
+    median wall time (a boot that compiled and was booted again counts once, both boots together)
+    times the boots not yet run. Printed with every boot's progress line, never stored."""
+    if not boot_seconds or boots_left <= 0:
+        return ""
+    ordered = sorted(boot_seconds)
+    middle = len(ordered) // 2
+    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    return f"; about {max(1, round(median * boots_left / 60))} min left ({boots_left} boot(s) at the median {median:.0f} s so far)"
+
+
 def _run_order(plan: ComparePlan, out: Path, progress: bool, arms: ResolvedArms, port: int | None) -> list[BootEntry]:
     entries = []
     order = plan.order()
+    boot_seconds: list[float] = []  # wall time of each boot this process ran (for the time left)
     keeps_compiling = False  # a boot compiled again right after its burn-in: the caches do not persist
     for index, (block, arm) in enumerate(order):
         burn_in = block == BURN_IN_BLOCK
@@ -402,7 +415,8 @@ def _run_order(plan: ComparePlan, out: Path, progress: bool, arms: ResolvedArms,
         if progress:
             role = "burn-in, paired with nothing" if burn_in else f"block {block}"
             print(f"compare: boot {index + 1}/{len(order)}: {arm.name} ({arm.spec}), {role}"
-                  + (f" ({leftover})" if leftover else ""))
+                  + (f" ({leftover})" if leftover else "") + time_left(boot_seconds, len(order) - index))
+        started = time.monotonic()
         # The control is measured for its outputs only (no rounds): a compile changes its speed, not the
         # code it runs, so a control boot that compiled is kept, not booted again.
         redo = (plan.boot_state_control and not plan.cold_caches and not burn_in and compiled_first is None and not keeps_compiling
@@ -423,6 +437,7 @@ def _run_order(plan: ComparePlan, out: Path, progress: bool, arms: ResolvedArms,
             raise KeyboardInterrupt from None  # nothing written for this boot: a resume redoes it
         entry.write(out)
         entries.append(entry)
+        boot_seconds.append(time.monotonic() - started)
     return entries
 
 

@@ -339,7 +339,7 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
         scenario=ScenarioRun.of(scenario, settle_s, nonce is not None or scenario.kind == "trace", workload.trace),
         warmup=warmup, interrupted=interrupted, provenance=provenance(target, run, counter),
         metrics=metrics, client=verdict, clients=clients,
-        observations=observe(out_dir, records, window, metrics, f"{scenario.name} on {record.ref} (boot {record.boot_id})",
+        observations=observe(out_dir, records, window, metrics, timeline_title(scenario.name, record.ref, record.boot_id),
                              target.resolved.topology.gpu_ids if target.resolved is not None else None),
     )
     from rig.load.report import write_run
@@ -355,12 +355,23 @@ def observe(out_dir: Path, records: list[RequestRecord], window: Window, metrics
     if (out_dir / GPU_SAMPLES).exists():
         tokens = metrics.output_tok_s * window.seconds
         observations.gpu = summarize_gpu_samples(out_dir / GPU_SAMPLES, (window.start, window.end), tokens, serving_gpus)
-    ratio = run_tokens_per_chunk(records)
-    events = [(t, n) for r in records for t, n in zip(r.chunks, chunk_token_counts(r, ratio))]
-    picture = write_timeline(out_dir / TIMELINE, events, out_dir / SERVER_METRICS,
-                             out_dir / GPU_SAMPLES if (out_dir / GPU_SAMPLES).exists() else None, (window.start, window.end), title)
+    picture = draw_timeline(out_dir, records, window, title)
     observations.timeline = picture.name if picture else None
     return observations
+
+
+def timeline_title(scenario: str, ref: str, boot_id: str | None) -> str:
+    return f"{scenario} on {ref} (boot {boot_id})"
+
+
+def draw_timeline(out_dir: Path, records: list[RequestRecord], window: Window, title: str) -> Path | None:
+    """The run's timeline picture (client tokens, the server's queues and KV use, the GPUs' clocks
+    and power over the run, the window marked), from what the run wrote: redrawn from the same
+    files by benchmarks/redraw_timelines.py, so archives of raw results need not keep the PNGs."""
+    ratio = run_tokens_per_chunk(records)
+    events = [(t, n) for r in records for t, n in zip(r.chunks, chunk_token_counts(r, ratio))]
+    return write_timeline(out_dir / TIMELINE, events, out_dir / SERVER_METRICS,
+                          out_dir / GPU_SAMPLES if (out_dir / GPU_SAMPLES).exists() else None, (window.start, window.end), title)
 
 
 def provenance(target: LoadTarget, run: LocustRun, counter: TokenCounter) -> Provenance:

@@ -479,3 +479,15 @@ def test_the_client_is_named_for_a_left_out_percentile_only_where_the_headline_h
     assert analysis.scenarios[SCENARIO].vs["b"].pairs == 3 and analysis.scenarios[SCENARIO].vs["c"].pairs == 0
     assert "the client's timing could move it by up to 3.1% in 18 round(s) of a and b left out" in latency["b"].verdict
     assert latency["c"].verdict == "no data: no boot pair with a usable figure in both arms", latency["c"].verdict
+
+
+def test_the_time_left_is_the_median_boot_times_the_boots_not_run():
+    """The progress line's estimate: robust to the one boot that compiled (and was booted again), and
+    silent before any boot has a duration or after the last."""
+    from rig.compare.run import time_left
+
+    assert time_left([], 8) == "" and time_left([150.0], 0) == ""
+    # 400 s for the compiled boot and its second boot, then 150-160 s boots: the median, not the mean.
+    assert time_left([400.0, 150.0, 160.0], 6) == "; about 16 min left (6 boot(s) at the median 160 s so far)"
+    assert time_left([150.0, 160.0], 1) == "; about 3 min left (1 boot(s) at the median 155 s so far)"
+    assert time_left([20.0], 1) == "; about 1 min left (1 boot(s) at the median 20 s so far)"

@@ -5,6 +5,7 @@ mid-run leaves the records written so far and a summary that counts the errors."
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -37,7 +38,7 @@ def start_timed_server(port: int, *extra: str) -> subprocess.Popen:
 def timed_target(tmp_path):
     port = free_port()
     server = start_timed_server(port)
-    record = BootRecord(boot_id="timed-test", ref="timed", recipe="tiny-cpu", variant=None, driver="test",
+    record = BootRecord(boot_id="timed-test", ref="tiny-cpu", recipe="tiny-cpu", variant=None, driver="test",
                         base_url=f"http://127.0.0.1:{port}", boot_dir=str(tmp_path / "boot"), log_path="", manifest_dir="",
                         served_model="timed")
     yield LoadTarget(load("tiny-cpu"), record, None), server
@@ -47,6 +48,14 @@ def timed_target(tmp_path):
 
 # Two whole blocks of the timed server's stand-in prefix cache (8 words each).
 PROMPTS = [Prompt(name="p0", text="the harbour town woke slowly as the fishing boats came in with the tide and gulls", tokens=16)]
+
+
+def redraw_timelines():
+    """benchmarks/redraw_timelines.py, the script the raw-results archives point to, as a module."""
+    spec = importlib.util.spec_from_file_location("redraw_timelines", REPO / "benchmarks" / "redraw_timelines.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def scenario(**overrides) -> Scenario:
@@ -95,7 +104,11 @@ def test_c1_metrics_match_the_known_timing(timed_target, tmp_path):
     server = summary.observations.server.metrics
     assert server["running_requests"].max == 1 and server["waiting_requests"].max == 0
     assert within(server["generation_tokens_per_s"].rate, 21 / (TTFT + 20 * ITL), 0.15), server
-    assert summary.observations.timeline == "timeline.png" and (tmp_path / "run" / "timeline.png").stat().st_size > 10_000
+    picture = tmp_path / "run" / "timeline.png"
+    assert summary.observations.timeline == "timeline.png" and picture.stat().st_size > 10_000
+    # The committed raw-results archives leave the PNGs out: the run's own files draw it again, byte for byte.
+    drawn, _ = picture.read_bytes(), picture.unlink()
+    assert redraw_timelines().redraw(tmp_path / "run", force=False) == "drew timeline.png" and picture.read_bytes() == drawn
     assert summary.provenance.boot_id == "timed-test" and summary.schema_version == SUMMARY_SCHEMA and not summary.problems()
     for name in ("summary.json", "summary.csv", "summary.md", "config.json"):
         assert (tmp_path / "run" / name).exists()
