@@ -35,7 +35,7 @@ def redraw(run_dir: Path, force: bool) -> str:
     provenance = summary.provenance
     # The boot's ref as rig.boot.state and rig.load.attach write it: recipe[:variant], or the URL of a
     # server attached without a recipe.
-    if provenance.recipe in (None, "attached") and provenance.variant is None:
+    if provenance.driver == "attached" and provenance.recipe in (None, "attached") and provenance.variant is None:
         ref = provenance.base_url or "attached"
     else:
         ref = provenance.recipe + (f":{provenance.variant}" if provenance.variant else "")

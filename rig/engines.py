@@ -137,6 +137,12 @@ class Engine:
     served_name_flag: str | None = field(
         default=None, metadata={"doc": "the flag that sets the served model name from serving.served_model_name; "
                                        "None = the engine cannot rename its model"})
+    tokenizer_flags: tuple[str, ...] = field(
+        default=(), metadata={"doc": "flags that serve a tokenizer other than the model directory's: where rig reads the "
+                                     "served tokenizer (prompt sizes, the scoring check)"})
+    unknown_env_line: str | None = field(
+        default=None, metadata={"doc": "the boot-log line in which the engine names a variable of its own prefix it does "
+                                       "not know (one group: the name); a boot that sets one is refused"})
 
     def owned_env(self) -> tuple[str, ...]:
         """The variables rig sets for this engine: its own, and the engine's API key variable."""
@@ -188,7 +194,7 @@ ENGINES: dict[str, Engine] = {
                owned_flags=("--model-path", "--model", "--host", "--port", "--api-key", "--admin-api-key", "--config",
                             "--tp-size", "--tensor-parallel-size", "--ep-size", "--expert-parallel-size", "--nnodes",
                             "--node-rank", "--dist-init-addr", "--nccl-init-addr", "--served-model-name"),
-               served_name_flag="--served-model-name"),
+               served_name_flag="--served-model-name", tokenizer_flags=("--tokenizer-path",)),  # server_args.py
         # vLLM (0.24.0 .. 0.33.0): /reset_prefix_cache is one of the dev routes registered only with
         # VLLM_SERVER_DEV_MODE=1 (entrypoints/openai/api_server.py), which also opens /sleep,
         # /collective_rpc, /update_weights...; usage.prompt_tokens_details (cached prompt tokens)
@@ -205,7 +211,9 @@ ENGINES: dict[str, Engine] = {
                owned_flags=("--model", "--host", "--port", "--uds", "--api-key", "--config", "--tensor-parallel-size", "-tp",
                             "--decode-context-parallel-size", "-dcp", "--enable-expert-parallel", "-ep",
                             "--served-model-name"),
-               served_name_flag="--served-model-name"),
+               served_name_flag="--served-model-name", tokenizer_flags=("--tokenizer",),  # arg_utils.py EngineArgs.tokenizer
+               # envs.py validate_environ (0.24.0): a warning for every VLLM_* name it does not define.
+               unknown_env_line=r"Unknown vLLM environment variable detected: (VLLM_[A-Za-z0-9_]+)"),
         # transformers serve answers 422 to ignore_eos/min_tokens; tiny-cpu's model never emits
         # EOS, so max_tokens alone fixes its length. It takes no API key at all.
         Engine(name="transformers", package="transformers", gpu=False,

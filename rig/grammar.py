@@ -275,6 +275,23 @@ def owned_flag(token: str, owned: Iterable[str]) -> str | None:
     return None
 
 
+def flag_value(args: list[str], flags: Iterable[str]) -> str | None:
+    """The value the last of `flags` takes in `args` (`--flag v` or `--flag=v`, in every spelling
+    owned_flag accepts), as the engine's argparse reads it; None when no such flag is given."""
+    wanted = tuple(flags)
+    value = None
+    for index, token in enumerate(args):
+        if token == "--":  # noqa: S105 - the end of options, not a password
+            break
+        if owned_flag(token, wanted) is None:
+            continue
+        if "=" in token:
+            value = token.split("=", 1)[1]
+        elif index + 1 < len(args):
+            value = args[index + 1]
+    return value
+
+
 # ---- environment names -----------------------------------------------------------------------
 # Names that make a process load code, or read or write a file it names, before rig's own setup
 # runs: the dynamic loader, interpreters, shells and libraries' plugin and file hooks. A recipe,

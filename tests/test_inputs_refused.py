@@ -213,6 +213,43 @@ def test_flags_rig_does_not_own_pass():
     assert grammar.owned_flag("--Host", owned) is None  # argparse matches case-sensitively
 
 
+def test_a_flag_is_read_in_every_spelling_the_engines_accept():
+    """grammar.flag_value: where a recipe points the engine's tokenizer (the last one given wins, as in argparse)."""
+    flags = ("--tokenizer-path",)
+    assert grammar.flag_value(["--dtype", "bfloat16"], flags) is None
+    assert grammar.flag_value(["--tokenizer-path", "/a"], flags) == "/a"
+    assert grammar.flag_value(["--tokenizer-path=/a"], flags) == "/a"
+    assert grammar.flag_value(["--tokenizer_path", "/a", "--tokenizer-path=/b"], flags) == "/b"
+    assert grammar.flag_value(["--tokenizer-p", "/a"], flags) == "/a"  # an abbreviation argparse expands
+    assert grammar.flag_value(["--tokenizer-mode", "slow"], ("--tokenizer",)) is None  # another flag it prefixes
+    assert grammar.flag_value(["--", "--tokenizer-path", "/a"], flags) is None  # after the end of options
+    assert grammar.flag_value(["--tokenizer-path"], flags) is None  # no value: the engine's parser refuses it
+
+
+def test_the_served_tokenizer_is_read_where_the_recipe_serves_it(tmp_path):
+    """A recipe that serves another tokenizer (SGLang's --tokenizer-path, vLLM's --tokenizer) has it read
+    there, for prompt sizes and the scoring check, where this host can: natively, a directory."""
+    from rig.deploy.recipe import load
+    from rig.load.session import model_dir_for
+
+    sglang = load("llama8b-sglang-h200")
+    generated = model_dir_for(sglang)
+    sglang.server_args = [*sglang.server_args, "--tokenizer-path", str(tmp_path)]
+    assert model_dir_for(sglang) == str(tmp_path) != generated
+    sglang.server_args[-1] = str(tmp_path / "absent")  # or a hub id: nothing this host can read
+    assert model_dir_for(sglang) is None
+    vllm = load("llama8b-h200")
+    vllm.server_args = [*vllm.server_args, f"--tokenizer={tmp_path}"]
+    assert model_dir_for(vllm) == str(tmp_path)
+    sglang.server_args[-1] = "loadtests"  # relative: to the native server's working directory, the repository
+    assert model_dir_for(sglang) == str(REPO / "loadtests")
+    sglang.server_args[-1] = ""  # --tokenizer-path '': nothing to read
+    assert model_dir_for(sglang) is None
+    compose = load("mia-tp4")  # a container's path is not this host's
+    compose.server_args = [*compose.server_args, "--tokenizer-path", str(tmp_path)]
+    assert model_dir_for(compose) is None
+
+
 def test_the_registry_can_allow_a_hook_variable(tmp_path, monkeypatch):
     import dataclasses
 

@@ -121,25 +121,42 @@ bimodal)  # issue 25 item 4, in the call (~4 min): prose-c1 on llama-h200 as boo
   export RIG_RESULTS_DIR=$RESULTS/bimodal
   mkdir -p $RIG_RESULTS_DIR
   step() { echo "=== $(date +%T) $*"; "$@"; local rc=$?; echo "=== $(date +%T) exit $rc"; return $rc; }
-  run() { step taskset -c "$CLIENT_CORES" $PY -m rig loadtest "$RECIPE" --scenario prose-c1 $SIZE --duration "${RIG_BIMODAL_DURATION:-20}"; }
+  # One boot for all three runs: a run that finds nothing up would boot (and stop) one of its own, so
+  # the runs go only while this boot is up; SIGINT at the limit keeps what a run measured.
+  run() { step timeout -s INT -k 30 "${RIG_BIMODAL_RUN_S:-90}" taskset -c "$CLIENT_CORES" \
+            $PY -m rig loadtest "$RECIPE" --scenario prose-c1 $SIZE --duration "${RIG_BIMODAL_DURATION:-20}"; }
+  sampler=
+  trap '[ -z "$sampler" ] || kill "$sampler" 2>/dev/null' EXIT
   {
-    step rig up "$RECIPE"
-    api=$(pgrep -o -f -- "--port $PORT")  # the server the native driver started (its group's leader)
-    engine=$(ps --ppid "$api" -o pid=,rss= --sort=-rss | awk 'NR == 1 {print $1}')  # EngineCore holds the CUDA context
-    echo "API server pid $api, EngineCore pid ${engine:-none} (the API server's largest child)"
-    ( while sleep 0.2; do for pid in $api $engine; do echo "$(date +%s.%N) $pid $(ps -o psr= -p "$pid" | tr -d ' ')"; done; done ) > /tmp/cores.log 2>/dev/null &
-    sampler=$!
-    run  # as booted (the scenario's warmup, then the measured run)
-    taskset -a -cp "$API_CORES" "$api" > /dev/null && { [ -z "$engine" ] || taskset -a -cp "$ENGINE_CORES" "$engine" > /dev/null; } \
-      && echo "pinned: API server on $API_CORES, EngineCore on $ENGINE_CORES, client on $CLIENT_CORES"
-    run
-    taskset -a -cp "$ALL_CORES" "$api" > /dev/null; [ -z "$engine" ] || taskset -a -cp "$ALL_CORES" "$engine" > /dev/null
-    echo "unpinned again"
-    run
-    kill "$sampler" 2>/dev/null
-    step rig down "$RECIPE"
+    if step timeout -k 30 300 $PY -m rig up "$RECIPE"; then
+      api=$(pgrep -o -f -- "--port $PORT")  # the server the native driver started (its group's leader)
+      engine=$([ -z "$api" ] || ps --ppid "$api" -o pid=,rss= --sort=-rss | awk 'NR == 1 {print $1}')  # EngineCore: the CUDA context
+      echo "API server pid ${api:-none}, EngineCore pid ${engine:-none} (the API server's largest child)"
+      if [ -n "$api" ]; then
+        ( while sleep 0.2; do for pid in $api $engine; do echo "$(date +%s.%N) $pid $(ps -o psr= -p "$pid" | tr -d ' ')"; done; done ) > /tmp/cores.log 2>/dev/null &
+        sampler=$!
+        run  # as booted (the scenario's warmup, then the measured run)
+        if taskset -a -cp "$API_CORES" "$api" > /dev/null && { [ -z "$engine" ] || taskset -a -cp "$ENGINE_CORES" "$engine" > /dev/null; }; then
+          echo "pinned: API server on $API_CORES, EngineCore on $ENGINE_CORES, client on $CLIENT_CORES"
+          run
+          if taskset -a -cp "$ALL_CORES" "$api" > /dev/null && { [ -z "$engine" ] || taskset -a -cp "$ALL_CORES" "$engine" > /dev/null; }; then
+            echo "unpinned again"
+            run
+          else
+            echo "!!! could not unpin: the third run is left out"
+          fi
+        else
+          echo "!!! could not pin: the second and third runs are left out"
+        fi
+        kill "$sampler" 2>/dev/null; sampler=
+      else
+        echo "!!! no process listens with --port $PORT: no run (they would boot their own)"
+      fi
+    fi
+    step timeout -k 10 120 $PY -m rig down "$RECIPE"
     $PY benchmarks/h200/bimodal.py "$RIG_RESULTS_DIR" --cores /tmp/cores.log
   } > /tmp/bimodal.log 2>&1
+  touch /tmp/cores.log
   cp /tmp/bimodal.log /tmp/cores.log "$OUT/"
   grep -v "requests done\|booting" /tmp/bimodal.log | tail -40
   pack
@@ -147,7 +164,8 @@ bimodal)  # issue 25 item 4, in the call (~4 min): prose-c1 on llama-h200 as boo
 gputest)
   [ -f "$MARK" ] || exit 42
   source benchmarks/h200/env.sh || exit 3
-  timeout -k 5 400 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_engines_gpu.py -k "llama-h200 and tp1" > "$OUT/vllm-gpu-test.txt" 2>&1
+  # RIG_GPUTEST_K picks the recipe: "llama8b-h200" for the 8B row of the engines' table (~4 min with a cold compile)
+  timeout -k 5 400 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_engines_gpu.py -k "${RIG_GPUTEST_K:-llama-h200 and tp1}" > "$OUT/vllm-gpu-test.txt" 2>&1
   tail -30 "$OUT/vllm-gpu-test.txt"
   ;;
 session)

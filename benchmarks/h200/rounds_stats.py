@@ -17,16 +17,32 @@ import json
 import sys
 from pathlib import Path
 
+from rig.compare.model import BURN_IN_BLOCK
 from rig.compare.report import STEP_FIGURE, STEP_UNIT, per_token_boots
 from rig.compare.stats import DIFFERENCE, compare_boots
 
 
-def headline_rounds(compare_dir: Path, scenario: str, order: list[list]) -> dict[str, dict[int, list[float]]]:
-    """arm -> ABBA block -> that boot's measured rounds (tok/s per user), burn-ins and controls left out.
+def in_progress_place(compare_dir: Path, stem: str, marker: dict, plan: dict) -> tuple[int, str] | None:
+    """(block, arm) of a boot the session left in progress (`NN-arm.in-progress.json`: the host went
+    back before its later steps ran), or None when it would not have been a measured boot: the plan's
+    burn-in or control position, or a boot whose engine log says it compiled (rig would have kept it
+    as a burn-in; its boot record says so, under the results' boots/)."""
+    block, arm = plan["order"][int(stem.split("-", 1)[0])]
+    if block == BURN_IN_BLOCK or (plan.get("control") and arm == plan["control"]["name"]):
+        print(f"{stem}: in progress at the plan's {'burn-in' if block == BURN_IN_BLOCK else 'control'} position: left out")
+        return None
+    record = compare_dir.parent.parent / "boots" / str(marker.get("boot_id")) / "boot.json"
+    log = json.loads(record.read_text()).get("compile_cache", {}).get("log") if record.is_file() else None
+    if log != "reused":
+        print(f"{stem}: in progress, and its engine log {'says it compiled' if log else 'is not here to say what it did'}: left out")
+        return None
+    print(f"{stem}: in progress when the session ended, its caches reused (its rounds so far are counted)")
+    return block, arm
 
-    A boot the session left in progress (`NN-arm.in-progress.json`: the host went back before its
-    later steps ran) counts with the rounds it finished; its place in the plan (`order`) says its
-    arm and block, and the output names it."""
+
+def headline_rounds(compare_dir: Path, scenario: str, plan: dict) -> dict[str, dict[int, list[float]]]:
+    """arm -> ABBA block -> that boot's measured rounds (tok/s per user), burn-ins and controls left out;
+    a boot left in progress counts with the rounds it finished where it would have been measured."""
     boots: dict[str, dict[int, list[float]]] = {}
     for entry_path in sorted((compare_dir / "boots").glob("*.json")):
         entry = json.loads(entry_path.read_text())
@@ -35,8 +51,10 @@ def headline_rounds(compare_dir: Path, scenario: str, order: list[list]) -> dict
         stem = entry_path.name.removesuffix(".json")
         if stem.endswith(".in-progress"):
             stem = stem.removesuffix(".in-progress")
-            entry["block"], entry["arm"] = order[int(stem.split("-", 1)[0])]
-            print(f"{stem}: in progress when the session ended (its rounds so far are counted)")
+            place = in_progress_place(compare_dir, stem, entry, plan)
+            if place is None:
+                continue
+            entry["block"], entry["arm"] = place
         runs = compare_dir / "runs" / stem / f"attempt-{entry['attempt']}"
         rounds = [json.loads(path.read_text())["metrics"]["user_decode_tok_s"]["token_weighted"]
                   for path in sorted(runs.glob(f"round-*/{scenario}/summary.json"))]
@@ -51,7 +69,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     plan = json.loads((args.compare_dir / "plan.json").read_text())
     baseline, *others = [arm["name"] for arm in plan["arms"]]
-    boots = headline_rounds(args.compare_dir, args.scenario, plan["order"])
+    boots = headline_rounds(args.compare_dir, args.scenario, plan)
     for arm, blocks in boots.items():
         for block, rounds in sorted(blocks.items()):
             print(f"{arm} block {block}: " + ", ".join(f"{r:.2f}" for r in rounds))

@@ -14,7 +14,7 @@
 # with /tmp/site then /tmp/sgl-site on its path (part-client's pyzmq and pydantic come from sgl-part1).
 # `first` installs the first two parts (the installer names the two still missing and exits 4: expected).
 # `start` installs the rest, checks that SGLang imports with its pinned transformers, and starts the
-# session detached: the GPU test (rig up, prose-c1 / decode-ctx3k / prefill-8k / chat-sharegpt, rig
+# session detached: the GPU test (rig up, prose-c1 / decode-ctx3k / prefill-8k / decode-c32, rig
 # down, nothing left running), then, if it passed, `rig compare` gpu_delay off vs on at the default
 # design (boot times, c=1 decode, the noise between boots, the known effect), each step logged with its exit.
 # Every call but `first` begins with a guard (exit 42: the host was given back, start from call 1).

@@ -21,6 +21,7 @@ from pydantic import Field
 
 from rig.boot.record import BootRecord
 from rig.deploy.recipe import BootLog, Resolved
+from rig.engines import ENGINES
 from rig.errors import RigError
 from rig.grammar import compile_regex
 from rig.strict_yaml import read_regular
@@ -121,6 +122,19 @@ def _evidence_problems(manifests: list[dict[str, Any]], log_text: str, expectati
     return problems
 
 
+def unknown_settings(log_text: str, resolved: Resolved, overlay: dict[str, str] | None) -> list[str]:
+    """Variables the recipe or the arm set that the engine itself says it does not know (its boot log,
+    Engine.unknown_env_line): such a setting changes nothing, so an arm made of it would compare a
+    configuration with itself. A name only the host's environment carries is the host's business."""
+    line = ENGINES[resolved.recipe.engine.name].unknown_env_line
+    if line is None:
+        return []
+    ours = {*resolved.env, *(overlay or {})}
+    named = {match.group(1) for match in compile_regex(line, multiline=True).finditer(log_text)}
+    return [f"{name}: {resolved.recipe.engine.name} says it knows no such variable (its boot log), so setting it "
+            "changes nothing; fix the name (the engine's own list of variables) or drop it" for name in sorted(named & ours)]
+
+
 def check_boot(record: BootRecord, resolved: Resolved, overlay: dict[str, str] | None = None,
                after_load: bool = False) -> BootCheck:
     """`overlay` is what the boot added to the recipe's environment (an arm); with `after_load`
@@ -137,6 +151,7 @@ def check_boot(record: BootRecord, resolved: Resolved, overlay: dict[str, str] |
             states.setdefault(name, set()).add(entry.get("state", "?"))
     problems = [f"pattern {p!r} never appeared in the boot log" for p in missing]
     problems += [f"forbidden line: {line}" for line in forbidden]
+    problems += unknown_settings(text, resolved, overlay if overlay is not None else record.overlay)
     for name, on in expectations.items():
         seen = states.get(name, set())
         if on and "refused" in seen:

@@ -226,7 +226,7 @@ def _encoder(plan: ComparePlan) -> Encode | None:
         from rig.load.prompts import TokenCounter
         from rig.load.session import model_dir_for
 
-        counter = TokenCounter(model_dir_for(load(plan.recipe)))
+        counter = TokenCounter(model_dir_for(plan.arms[0].base(plan.recipe) if plan.arms else load(plan.recipe)))  # the baseline's
     except Exception:  # noqa: BLE001 - the divergence is then reported for engines with token ids only
         return None
     return counter.encode if counter.tokenizer is not None else None

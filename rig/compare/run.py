@@ -311,37 +311,22 @@ def run_compare(plan: ComparePlan, out: Path, progress: bool = True, port: int |
     resumed comparison may pass another."""
     for name in plan.scenarios:  # a bad scenario is refused before the comparison writes anything
         load_scenario(name)
-    arms = ResolvedArms(plan)  # a resumed plan has these recipe, arms and control too (checked below)
-    base = arms[plan.arms[0]][0]
-    check_scoring_tokenizer(base.recipe.engine.name, lambda: model_dir_for(base))  # so is a checkpoint no boot could score
+    saved = _saved_plan_of_the_same_comparison(plan, out)  # a resume with another recipe hears that first
+    arms = ResolvedArms(plan)  # a resumed plan has these recipe, arms and control too (checked above)
+    for arm in plan.arms + ([plan.control] if plan.control else []):  # a variant may serve another tokenizer
+        base = arms[arm][0]
+        check_scoring_tokenizer(base.recipe.engine.name, lambda base=base: model_dir_for(base))  # no boot could score it
     out.mkdir(parents=True, exist_ok=True)
-    if (out / "plan.json").exists():
-        try:
-            saved = ComparePlan.read(out)
-        except Damaged as error:
-            raise Damaged(str(out / "plan.json"), error.field, f"unreadable comparison plan ({error.problem})",
-                          "start a new comparison; this directory's boots stay for reference") from None
-        differing = [(name, was, now) for name, was, now in (
-            ("recipe", saved.recipe, plan.recipe),
-            ("arms", " ".join(recorded_spec(a.spec) for a in saved.arms), " ".join(a.spec for a in plan.arms)),
-            ("scenarios", " ".join(saved.scenarios), " ".join(plan.scenarios)),
-            ("rounds", saved.rounds, plan.rounds),
-            ("control", recorded_spec(saved.control.spec) if saved.control else "none", plan.control.spec if plan.control else "none"),
-        ) if was != now]
-        if differing:
-            name, was, now = differing[0]
-            raise RigError(str(out / "plan.json"), name, f"this directory holds a different comparison: its {name} "
-                           f"{str(was)[:200]!r}, this command's {str(now)[:200]!r}"
-                           + (f" (and {', '.join(d[0] for d in differing[1:])} differ too)" if differing[1:] else ""),
-                           "resume with the same recipe, arms, scenarios, rounds and control, or start a new comparison")
+    if saved is not None:
         # The same arms by their recorded specs; a secret's value is never stored, so the arms
         # (with the values the server needs) are this command line's.
         saved.arms, saved.control = plan.arms, plan.control
         plan = saved
     else:
         plan.write(out)
+    boot_seconds: list[float] = []  # wall time of each boot this process ran (for the time left)
     while True:
-        entries = _run_order(plan, out, progress, arms, port) + imported_entries(out, plan)
+        entries = _run_order(plan, out, progress, arms, port, boot_seconds) + imported_entries(out, plan)
         if plan.target_pct is None:
             return plan, entries
         if plan.planned_pairs is None:
@@ -357,6 +342,32 @@ def run_compare(plan: ComparePlan, out: Path, progress: bool = True, port: int |
             return plan, entries
         plan.boots += 1
         plan.write(out)
+
+
+def _saved_plan_of_the_same_comparison(plan: ComparePlan, out: Path) -> ComparePlan | None:
+    """The plan a resumed directory holds (None: a new comparison), refused in one line when it is
+    another comparison's: recipe, arms, scenarios, rounds and control must be this command's."""
+    if not (out / "plan.json").exists():
+        return None
+    try:
+        saved = ComparePlan.read(out)
+    except Damaged as error:
+        raise Damaged(str(out / "plan.json"), error.field, f"unreadable comparison plan ({error.problem})",
+                      "start a new comparison; this directory's boots stay for reference") from None
+    differing = [(name, was, now) for name, was, now in (
+        ("recipe", saved.recipe, plan.recipe),
+        ("arms", " ".join(recorded_spec(a.spec) for a in saved.arms), " ".join(a.spec for a in plan.arms)),
+        ("scenarios", " ".join(saved.scenarios), " ".join(plan.scenarios)),
+        ("rounds", saved.rounds, plan.rounds),
+        ("control", recorded_spec(saved.control.spec) if saved.control else "none", plan.control.spec if plan.control else "none"),
+    ) if was != now]
+    if differing:
+        name, was, now = differing[0]
+        raise RigError(str(out / "plan.json"), name, f"this directory holds a different comparison: its {name} "
+                       f"{str(was)[:200]!r}, this command's {str(now)[:200]!r}"
+                       + (f" (and {', '.join(d[0] for d in differing[1:])} differ too)" if differing[1:] else ""),
+                       "resume with the same recipe, arms, scenarios, rounds and control, or start a new comparison")
+    return saved
 
 
 def _check_position(entry: BootEntry, path: Path, index: int, block: int, arm: Arm) -> None:
@@ -397,10 +408,12 @@ def time_left(boot_seconds: list[float], boots_left: int) -> str:
     return f"; about {max(1, round(median * boots_left / 60))} min left ({boots_left} boot(s) at the median {median:.0f} s so far)"
 
 
-def _run_order(plan: ComparePlan, out: Path, progress: bool, arms: ResolvedArms, port: int | None) -> list[BootEntry]:
+def _run_order(plan: ComparePlan, out: Path, progress: bool, arms: ResolvedArms, port: int | None,
+               boot_seconds: list[float]) -> list[BootEntry]:
     entries = []
     order = plan.order()
-    boot_seconds: list[float] = []  # wall time of each boot this process ran (for the time left)
+    # --target's later blocks: the pairs its first stage planned (or, before that, the first stage only)
+    later = max(0, (plan.planned_pairs or plan.boots) - plan.boots) * len(plan.arms)
     keeps_compiling = False  # a boot compiled again right after its burn-in: the caches do not persist
     for index, (block, arm) in enumerate(order):
         burn_in = block == BURN_IN_BLOCK
@@ -415,7 +428,7 @@ def _run_order(plan: ComparePlan, out: Path, progress: bool, arms: ResolvedArms,
         if progress:
             role = "burn-in, paired with nothing" if burn_in else f"block {block}"
             print(f"compare: boot {index + 1}/{len(order)}: {arm.name} ({arm.spec}), {role}"
-                  + (f" ({leftover})" if leftover else "") + time_left(boot_seconds, len(order) - index))
+                  + (f" ({leftover})" if leftover else "") + time_left(boot_seconds, len(order) - index + later))
         started = time.monotonic()
         # The control is measured for its outputs only (no rounds): a compile changes its speed, not the
         # code it runs, so a control boot that compiled is kept, not booted again.

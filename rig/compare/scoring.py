@@ -100,30 +100,42 @@ def check_scoring_tokenizer(engine: str, model_dir: Callable[[], str | None]) ->
     (transformers then reads int(1e30)), or with the integer 1000000000000000019884624838656 many
     checkpoints carry, makes orjson fail ("Integer exceeds 64-bit range"), and a float that is no
     integer of 64 bits (1e30, 2048.5) or a string fails pydantic's int; either way every call answers
-    500 (entrypoints/openai/serving_tokenize.py, seen on an H200 2026-12-02). `model_dir` is asked only
-    for SGLang. Checked where this host can read the checkpoint's tokenizer_config.json; elsewhere the
-    boots say so."""
+    500 (entrypoints/openai/serving_tokenize.py, seen on an H200 2026-12-02); so does a directory with no
+    tokenizer_config.json at all. `model_dir` (the served tokenizer's directory: --tokenizer-path when the
+    recipe sets it) is asked only for SGLang. Checked where this host can read that directory; elsewhere
+    the boots say so."""
     if ENGINES[engine].scoring != "sglang-input-logprobs":
         return
     directory = model_dir()
     if not directory:
         return
     path = Path(directory) / "tokenizer_config.json"
-    if not path.is_file():
+    try:
+        if not Path(directory).is_dir():
+            return
+        present = path.is_file()
+    except OSError:  # a directory this user may not enter (the server may): the boots say so
         return
-    config = read_tokenizer_config(path)
-    if not isinstance(config, dict):
-        return  # not a tokenizer config rig can judge: the boots say whether SGLang read it
-    length = config.get("model_max_length")
+    if present:
+        try:
+            config = read_tokenizer_config(path)
+        except OSError:  # a file this user may not read: the boots say so
+            return
+        if not isinstance(config, dict):
+            return  # not a tokenizer config rig can judge: the boots say whether SGLang read it
+        length = config.get("model_max_length")
+    else:  # transformers builds the tokenizer from tokenizer.json alone, with model_max_length int(1e30)
+        length = None
     integral = (isinstance(length, int) and not isinstance(length, bool)) or (isinstance(length, float) and length.is_integer())
     if integral and JSON_INT_RANGE[0] <= length <= JSON_INT_RANGE[1]:
         return
-    problem = ("missing (transformers then reads int(1e30))" if length is None
+    problem = ("missing: the directory has no tokenizer_config.json (transformers then reads int(1e30))" if not present
+               else "missing (transformers then reads int(1e30))" if length is None
                else f"{str(length)[:40]} is no integer of 64 bits")
     raise RigError(str(path), "model_max_length", f"{problem}: SGLang's /v1/tokenize cannot encode it and answers 500 "
                    "to every call, so no boot of this comparison could be scored",
                    "set model_max_length to the model's context length (config.json's max_position_embeddings) "
-                   "in a copy of the checkpoint directory, and serve that copy")
+                   "in a copy of the tokenizer's directory (tokenizer_config.json), and serve that copy")
 
 
 def _sglang_generate(http: Any, base_url: str, model: str, probe: Probe, max_tokens: int, pinning: dict[str, Any]) -> Generation:

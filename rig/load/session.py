@@ -18,6 +18,7 @@ from rig.boot.native import NativeDriver
 from rig.deploy.recipe import Resolved, load
 from rig.engines import CACHE_RESET_WAIT_S, engine
 from rig.errors import RigError
+from rig.grammar import flag_value
 from rig.load.prompts import TokenCounter
 from rig.load.runner import LoadTarget, run_scenario
 from rig.load.scenarios import Scenario, load_scenario
@@ -37,9 +38,22 @@ class Interrupted(KeyboardInterrupt):
 
 
 def model_dir_for(resolved: Resolved | None) -> str | None:
-    """Where the served tokenizer can be read on this host."""
+    """Where the served tokenizer can be read on this host. A recipe whose server_args serve another
+    tokenizer than the model's (the engine's tokenizer flag: SGLang's --tokenizer-path, vLLM's
+    --tokenizer) is read there when that is a directory of this host (the native driver's paths are;
+    a relative one is the server's, whose working directory is the repository root);
+    a container's path, or a hub id, cannot be read here: None (the server's /tokenize counts)."""
     if resolved is None:
         return _model_dir_from_environment()
+    served = flag_value(resolved.server_args, engine(resolved.recipe.engine.name).tokenizer_flags)
+    if served is not None:
+        if resolved.recipe.driver != "native" or not served:
+            return None
+        directory = Path(served) if Path(served).is_absolute() else paths.REPO_ROOT / served  # the native server's cwd
+        try:
+            return str(directory) if directory.is_dir() else None
+        except OSError:  # a directory this user may not enter: the server's /tokenize counts
+            return None
     if resolved.recipe.model.source == "generated":
         try:
             return NativeDriver().model_path(resolved)

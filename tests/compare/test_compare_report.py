@@ -491,3 +491,23 @@ def test_the_time_left_is_the_median_boot_times_the_boots_not_run():
     assert time_left([400.0, 150.0, 160.0], 6) == "; about 16 min left (6 boot(s) at the median 160 s so far)"
     assert time_left([150.0, 160.0], 1) == "; about 3 min left (1 boot(s) at the median 155 s so far)"
     assert time_left([20.0], 1) == "; about 1 min left (1 boot(s) at the median 20 s so far)"
+
+
+def test_the_time_left_counts_the_pairs_target_planned(monkeypatch, tmp_path, capsys):
+    """Under --target the progress line counts the pairs the first stage planned, not only the blocks
+    of the order run so far, and keeps the boot times of earlier extensions."""
+    from rig.compare import run as compare_run
+    from rig.compare.arms import parse_arm
+    from rig.compare.model import ComparePlan
+
+    monkeypatch.setattr(compare_run, "run_boot", lambda plan, index, block, arm, *a, **k: BootEntry(
+        index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1, burn_in=False, rounds=[]))
+    monkeypatch.setattr(compare_run, "check_scoring_tokenizer", lambda *a: None)
+    plan = ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:X=0"), parse_arm("b:X=1")], control=None, boots=2, rounds=1,
+                       scenarios=["prose-c1"], small=True, target_pct=0.5, max_boots=4, first_stage=2)
+    plan.planned_pairs = 4
+    monkeypatch.setattr(compare_run, "time_left", lambda seconds, left: f" [{len(seconds)} timed, {left} left]")
+    compare_run.run_compare(plan, tmp_path, progress=True)
+    progress = [line for line in capsys.readouterr().out.splitlines() if line.startswith("compare: boot")]
+    assert progress[0].endswith("[0 timed, 8 left]") and progress[2].endswith("[2 timed, 6 left]"), progress
+    assert progress[4].endswith("[4 timed, 4 left]") and progress[-1].endswith("[7 timed, 1 left]"), progress

@@ -16,6 +16,7 @@ from rig.compare.conditions import normalize
 from rig.compare.identity import greedy_report
 from rig.compare.model import COMPARE_SCHEMA, BootEntry, ComparePlan, RunResult
 from rig.compare.stats import compare_boots, noise_components, pairs_needed
+from rig.deploy.recipe import load
 from rig.errors import RigError
 
 
@@ -87,6 +88,20 @@ def _record(tmp_path, log: str, manifests: list[dict]) -> BootRecord:
     (tmp_path / "log").write_text(log)
     return BootRecord(boot_id="b", ref="mia-tp4", recipe="mia-tp4", variant="host", driver="compose", base_url="",
                       boot_dir=str(tmp_path), log_path=str(tmp_path / "log"), manifest_dir=str(tmp_path / "m"))
+
+
+def test_a_variable_the_engine_says_it_does_not_know_voids_the_boot(tmp_path):
+    """vLLM 0.24 warns "Unknown vLLM environment variable detected: VLLM_X" (envs.py validate_environ)
+    and goes on: an arm made of a misspelt VLLM_ name would compare a configuration with itself."""
+    log = ("(APIServer pid=9) WARNING 12-03 08:37:00 [envs.py:2004] Unknown vLLM environment variable detected: VLLM_ATTENTON_BACKEND\n"
+           "(APIServer pid=9) WARNING 12-03 08:37:00 [envs.py:2004] Unknown vLLM environment variable detected: VLLM_HOSTS_OWN\n")
+    record = _record(tmp_path, log, [])
+    typo = parse_arm("typo:VLLM_ATTENTON_BACKEND=TRITON_ATTN").resolve("llama8b-h200")
+    problems = check_boot(record, typo, {"VLLM_ATTENTON_BACKEND": "TRITON_ATTN"}).problems
+    assert problems == ["VLLM_ATTENTON_BACKEND: vllm says it knows no such variable (its boot log), so setting it changes "
+                        "nothing; fix the name (the engine's own list of variables) or drop it"], problems
+    # Only what the recipe or the arm set: the host's own VLLM_HOSTS_OWN is not this comparison's doing.
+    assert check_boot(record, load("llama8b-h200"), {}).problems == []
 
 
 def test_boot_checks_follow_the_gates_and_demand_evidence(tmp_path):
@@ -206,6 +221,42 @@ def test_resume_redoes_exactly_the_missing_boots(tmp_path, monkeypatch):
     with pytest.raises(RigError, match="different comparison") as caught:
         compare_run.run_compare(other, tmp_path, progress=False)
     assert caught.value.field == "arms" and "its arms 'a:X=0 b:X=1', this command's 'a:X=0 c:X=2'" in caught.value.problem
+    # Resumed with another recipe: that is what the user hears, before that recipe's arms are resolved
+    # or its checkpoint checked (an SGLang recipe's scoring check used to speak first).
+    def unasked(*_):
+        raise AssertionError("the other recipe was checked before the saved plan")
+
+    monkeypatch.setattr(compare_run, "check_scoring_tokenizer", unasked)
+    monkeypatch.setattr(compare_run, "ResolvedArms", unasked)
+    another = ComparePlan(recipe="llama8b-sglang-h200", arms=[parse_arm("a:X=0"), parse_arm("b:X=1")], control=None,
+                          boots=2, rounds=1, scenarios=["prose-c1"], small=True)
+    with pytest.raises(RigError, match="different comparison") as caught:
+        compare_run.run_compare(another, tmp_path, progress=False)
+    assert caught.value.field == "recipe" and "'tiny-cpu', this command's 'llama8b-sglang-h200'" in caught.value.problem
+
+
+def test_every_arms_served_tokenizer_is_checked_before_anything_is_written(tmp_path, monkeypatch):
+    """A variant may serve another tokenizer (--tokenizer-path): each arm's and the control's is checked,
+    not only the baseline's, before the comparison directory exists."""
+    seen = []
+
+    def check(engine, model_dir):
+        seen.append(model_dir())
+        if model_dir() == "dir of bf16":
+            raise RigError("dir of bf16/tokenizer_config.json", "model_max_length", "missing", "set it")
+
+    monkeypatch.setattr(compare_run, "model_dir_for", lambda resolved: f"dir of {resolved.variant}")
+    monkeypatch.setattr(compare_run, "check_scoring_tokenizer", check)
+    plan = ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:X=0"), parse_arm("b:@bf16")], control=parse_arm("c:@serial"),
+                       boots=2, rounds=1, scenarios=["prose-c1"], small=True)
+    with pytest.raises(RigError, match="missing"):
+        compare_run.run_compare(plan, tmp_path / "new", progress=False)
+    assert seen == ["dir of cb", "dir of bf16"] and not (tmp_path / "new").exists()
+    plan.arms[1] = parse_arm("b:X=1")
+    seen.clear()
+    monkeypatch.setattr(compare_run, "_run_order", lambda *args: [])
+    compare_run.run_compare(plan, tmp_path / "new", progress=False)
+    assert seen == ["dir of cb", "dir of cb", "dir of serial"]
 
 
 def test_target_adds_pairs_until_met_or_limit(tmp_path, monkeypatch):

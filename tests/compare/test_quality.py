@@ -286,6 +286,19 @@ def test_an_sglang_checkpoint_whose_tokenize_would_fail_is_refused_before_any_bo
     assert refused in error.value.problem and "max_position_embeddings" in error.value.fix
 
 
+def test_an_sglang_tokenizer_directory_without_tokenizer_config_is_refused(tmp_path):
+    """tokenizer.json alone: transformers reads model_max_length as int(1e30), and /v1/tokenize answers 500.
+    A directory this host does not have is left to the boots."""
+    from rig.compare.scoring import check_scoring_tokenizer
+    from rig.errors import RigError
+
+    (tmp_path / "tokenizer.json").write_text("{}")
+    with pytest.raises(RigError) as error:
+        check_scoring_tokenizer("sglang", lambda: str(tmp_path))
+    assert error.value.field == "model_max_length" and "no tokenizer_config.json" in error.value.problem
+    check_scoring_tokenizer("sglang", lambda: str(tmp_path / "absent"))
+
+
 def test_generated_tokenizers_carry_their_context_as_model_max_length():
     """rig's generated checkpoints pass the check: their tokenizer_config.json holds the preset's context."""
     import json
