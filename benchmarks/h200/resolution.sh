@@ -8,7 +8,7 @@
 #   call 3+: bash benchmarks/h200/resolution.sh wait 540  (no carry)
 #   last, if the budget has ~4 minutes left: bash benchmarks/h200/resolution.sh gputest
 #     or (~5 minutes) bash benchmarks/h200/resolution.sh c3000 [S]: rig's c3000 on real vLLM (issue 27)
-#     or (~4 minutes) bash benchmarks/h200/resolution.sh bimodal: the within-boot bimodality experiment on
+#     or (~4 minutes, at most ~8) bash benchmarks/h200/resolution.sh bimodal: the within-boot bimodality experiment on
 #     llama-h200 (issue 25 item 4: API server and EngineCore pinned apart; benchmarks/h200/bimodal.py)
 #
 # part1 (52 MiB) and the tree (12 MiB, counted as the transfer counts it: a 512-byte header and
@@ -119,16 +119,24 @@ bimodal)  # issue 25 item 4, in the call (~4 min): prose-c1 on llama-h200 as boo
     RECIPE=llama-h200 SIZE=--full PY=python3 PORT=8341 ENGINE_CORES=2,3 API_CORES=6,7 CLIENT_CORES=12-15 ALL_CORES=0-15
   fi
   export RIG_RESULTS_DIR=$RESULTS/bimodal
-  mkdir -p $RIG_RESULTS_DIR
+  rm -rf "$RIG_RESULTS_DIR" /tmp/cores.log && mkdir -p "$RIG_RESULTS_DIR"  # a second call on this host starts afresh
   step() { echo "=== $(date +%T) $*"; "$@"; local rc=$?; echo "=== $(date +%T) exit $rc"; return $rc; }
+  # One deadline for the whole call (600 s at most): what is left of it, less what down and the pack
+  # need (~90 s), caps each step; a run that would get under 40 s is skipped.
+  deadline=$((SECONDS + ${RIG_BIMODAL_BUDGET_S:-470}))
+  cap() { local left=$((deadline - SECONDS - 90)); [ "$left" -lt "$1" ] && echo "$left" || echo "$1"; }
   # One boot for all three runs: a run that finds nothing up would boot (and stop) one of its own, so
   # the runs go only while this boot is up; SIGINT at the limit keeps what a run measured.
-  run() { step timeout -s INT -k 30 "${RIG_BIMODAL_RUN_S:-90}" taskset -c "$CLIENT_CORES" \
-            $PY -m rig loadtest "$RECIPE" --scenario prose-c1 $SIZE --duration "${RIG_BIMODAL_DURATION:-20}"; }
+  run() {
+    local limit; limit=$(cap 75)
+    if [ "$limit" -lt 40 ]; then echo "!!! $limit s left for a run: skipped"; return 1; fi
+    step timeout -s INT -k 10 "$limit" taskset -c "$CLIENT_CORES" \
+      $PY -m rig loadtest "$RECIPE" --scenario prose-c1 $SIZE --duration "${RIG_BIMODAL_DURATION:-20}"
+  }
   sampler=
   trap '[ -z "$sampler" ] || kill "$sampler" 2>/dev/null' EXIT
   {
-    if step timeout -k 30 300 $PY -m rig up "$RECIPE"; then
+    if step timeout -k 20 "$(cap 240)" $PY -m rig up "$RECIPE"; then
       api=$(pgrep -o -f -- "--port $PORT")  # the server the native driver started (its group's leader)
       engine=$([ -z "$api" ] || ps --ppid "$api" -o pid=,rss= --sort=-rss | awk 'NR == 1 {print $1}')  # EngineCore: the CUDA context
       echo "API server pid ${api:-none}, EngineCore pid ${engine:-none} (the API server's largest child)"
@@ -153,7 +161,7 @@ bimodal)  # issue 25 item 4, in the call (~4 min): prose-c1 on llama-h200 as boo
         echo "!!! no process listens with --port $PORT: no run (they would boot their own)"
       fi
     fi
-    step timeout -k 10 120 $PY -m rig down "$RECIPE"
+    step timeout -k 10 50 $PY -m rig down "$RECIPE"
     $PY benchmarks/h200/bimodal.py "$RIG_RESULTS_DIR" --cores /tmp/cores.log
   } > /tmp/bimodal.log 2>&1
   touch /tmp/cores.log

@@ -33,10 +33,11 @@ def in_progress_place(compare_dir: Path, stem: str, marker: dict, plan: dict) ->
         return None
     record = compare_dir.parent.parent / "boots" / str(marker.get("boot_id")) / "boot.json"
     log = json.loads(record.read_text()).get("compile_cache", {}).get("log") if record.is_file() else None
-    if log != "reused":
-        print(f"{stem}: in progress, and its engine log {'says it compiled' if log else 'is not here to say what it did'}: left out")
+    if log == "compiled" and not plan.get("cold_caches") and plan.get("boot_state_control", True):
+        print(f"{stem}: in progress, and its engine log says it compiled (rig would have booted it again): left out")
         return None
-    print(f"{stem}: in progress when the session ended, its caches reused (its rounds so far are counted)")
+    said = {"reused": "its caches reused", "compiled": "compiled, as every boot of this plan does"}.get(log, "its engine log cannot say what it compiled")
+    print(f"{stem}: in progress when the session ended, {said} (its rounds so far are counted)")
     return block, arm
 
 

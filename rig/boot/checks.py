@@ -44,6 +44,9 @@ class BootCheck(Typed):
     expected: dict[str, str] = Field(default_factory=dict)  # adapter -> "on" | "off"
     problems: list[str] = Field(default_factory=list)
     manifests: int = 0
+    # Variables the recipe or the arm set that the engine says it does not know (also in problems):
+    # every boot of that configuration would be voided the same way, so a comparison stops at the first.
+    unknown_settings: list[str] = Field(default_factory=list)
 
 
 MANIFEST_MAX_BYTES = 4 << 20  # an adapter manifest is a few kB
@@ -129,7 +132,7 @@ def unknown_settings(log_text: str, resolved: Resolved, overlay: dict[str, str] 
     line = ENGINES[resolved.recipe.engine.name].unknown_env_line
     if line is None:
         return []
-    ours = {*resolved.env, *(overlay or {})}
+    ours = {*resolved.env, *resolved.host_env(), *(overlay or {})}
     named = {match.group(1) for match in compile_regex(line, multiline=True).finditer(log_text)}
     return [f"{name}: {resolved.recipe.engine.name} says it knows no such variable (its boot log), so setting it "
             "changes nothing; fix the name (the engine's own list of variables) or drop it" for name in sorted(named & ours)]
@@ -151,7 +154,8 @@ def check_boot(record: BootRecord, resolved: Resolved, overlay: dict[str, str] |
             states.setdefault(name, set()).add(entry.get("state", "?"))
     problems = [f"pattern {p!r} never appeared in the boot log" for p in missing]
     problems += [f"forbidden line: {line}" for line in forbidden]
-    problems += unknown_settings(text, resolved, overlay if overlay is not None else record.overlay)
+    unknown = unknown_settings(text, resolved, overlay if overlay is not None else record.overlay)
+    problems += unknown
     for name, on in expectations.items():
         seen = states.get(name, set())
         if on and "refused" in seen:
@@ -166,5 +170,5 @@ def check_boot(record: BootRecord, resolved: Resolved, overlay: dict[str, str] |
         boot_id=record.boot_id, ok=not problems, healthy_after_s=record.healthy_after_s, missing=missing,
         forbidden=forbidden, adapters={name: sorted(s) for name, s in states.items()},
         expected={name: "on" if on else "off" for name, on in expectations.items()}, problems=problems,
-        manifests=len(manifests),
+        manifests=len(manifests), unknown_settings=unknown,
     )

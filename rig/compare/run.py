@@ -451,6 +451,11 @@ def _run_order(plan: ComparePlan, out: Path, progress: bool, arms: ResolvedArms,
         entry.write(out)
         entries.append(entry)
         boot_seconds.append(time.monotonic() - started)
+        if entry.check is not None and entry.check.unknown_settings:
+            # A setting the engine does not know voids every boot of this arm alike: stop here (the
+            # entry is kept) rather than spend the rest of the order on it.
+            raise RigError(f"--arm {arm.spec}", "env", f"boot {index + 1} ({entry.boot_id}): {entry.check.unknown_settings[0]}",
+                           "correct the variable's name in the arm (or the recipe's env) and start a new comparison")
     return entries
 
 

@@ -6,6 +6,7 @@ with `return_logprob` and `logprob_start_len`; an engine without logprobs: the t
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,10 +118,9 @@ def check_scoring_tokenizer(engine: str, model_dir: Callable[[], str | None]) ->
     except OSError:  # a directory this user may not enter (the server may): the boots say so
         return
     if present:
-        try:
-            config = read_tokenizer_config(path)
-        except OSError:  # a file this user may not read: the boots say so
+        if not os.access(path, os.R_OK):  # a file this user may not read (the server may): the boots say so
             return
+        config = read_tokenizer_config(path)
         if not isinstance(config, dict):
             return  # not a tokenizer config rig can judge: the boots say whether SGLang read it
         length = config.get("model_max_length")

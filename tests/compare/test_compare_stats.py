@@ -235,6 +235,29 @@ def test_resume_redoes_exactly_the_missing_boots(tmp_path, monkeypatch):
     assert caught.value.field == "recipe" and "'tiny-cpu', this command's 'llama8b-sglang-h200'" in caught.value.problem
 
 
+def test_a_setting_the_engine_does_not_know_stops_the_comparison_at_its_first_boot(tmp_path, monkeypatch):
+    """Every boot of that arm would be voided alike: the comparison stops after the first, keeping it."""
+    from rig.boot.checks import BootCheck
+
+    calls = []
+
+    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False, port=None):
+        calls.append(index)
+        unknown = ["VLLM_ATTENTON_BACKEND: vllm says it knows no such variable"] if arm.name == "b" else []
+        return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1, burn_in=burn_in,
+                         voided=bool(unknown), problems=unknown, boot_id=f"boot-{index}",
+                         check=BootCheck(boot_id=f"boot-{index}", ok=not unknown, healthy_after_s=1.0, problems=unknown,
+                                         unknown_settings=unknown), rounds=[])
+
+    monkeypatch.setattr(compare_run, "run_boot", fake_boot)
+    plan = ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:X=0"), parse_arm("b:VLLM_ATTENTON_BACKEND=X")], control=None,
+                       boots=4, rounds=1, scenarios=["prose-c1"], small=True)
+    with pytest.raises(RigError) as caught:
+        compare_run.run_compare(plan, tmp_path, progress=False)
+    assert calls == [0, 1] and sorted(p.name for p in (tmp_path / "boots").iterdir()) == ["00-a.json", "01-b.json"]
+    assert caught.value.where == "--arm b:VLLM_ATTENTON_BACKEND=X" and "boot 2 (boot-1): VLLM_ATTENTON_BACKEND" in caught.value.problem
+
+
 def test_every_arms_served_tokenizer_is_checked_before_anything_is_written(tmp_path, monkeypatch):
     """A variant may serve another tokenizer (--tokenizer-path): each arm's and the control's is checked,
     not only the baseline's, before the comparison directory exists."""
