@@ -64,6 +64,19 @@ first)
   ;;
 start)
   [ -f "$MARK" ] || exit 42
+  # The comparison's length from the measured per-boot costs (2026-12-01..03: ~115 s per boot with one
+  # scenario, ~45 s more per further scenario, a control's boot without rounds ~100 s, the compiled
+  # burn-in ~60 s more, install and the gpu_delay test ~110 s): with RIG_SESSION_BUDGET_S (what the
+  # lease has left, less the calls' overhead) a plan that cannot end inside it is refused before
+  # anything installs (2026-12-03: two scenarios outran the budget in the comparison's last boot).
+  scenarios=$(grep -o -- "--scenario" <<< "${RIG_SESSION_FLAGS:-}" | wc -l); [ "$scenarios" -ge 1 ] || scenarios=1
+  controls=$(grep -o -- "--control" <<< "${RIG_SESSION_FLAGS:-}" | wc -l)
+  estimate=$((110 + 60 + 9 * (115 + 45 * (scenarios - 1)) + 100 * controls))
+  echo "the session's estimate: ~${estimate} s (${scenarios} scenario(s), ${controls} control(s), 9 boots)"
+  if [ -n "${RIG_SESSION_BUDGET_S:-}" ] && [ "$estimate" -gt "$RIG_SESSION_BUDGET_S" ]; then
+    echo "!!! it needs ~${estimate} s, more than RIG_SESSION_BUDGET_S=${RIG_SESSION_BUDGET_S}: not started (fewer scenarios?)"
+    exit 5
+  fi
   if [ -z "${RIG_REHEARSAL:-}" ]; then  # a rehearsal here goes straight to the detached session
     cat $PARTS/core-sm90.half.0 .gpu/parts/part1b/core-sm90.half.1 > $PARTS/part1/core-sm90.tar.xz || exit 3
     cp .gpu/parts/part1b/SHA256SUMS $PARTS/part1/ && rm $PARTS/core-sm90.half.0
