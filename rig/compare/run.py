@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -402,9 +403,7 @@ def time_left(boot_seconds: list[float], boots_left: int) -> str:
     times the boots not yet run. Printed with every boot's progress line, never stored."""
     if not boot_seconds or boots_left <= 0:
         return ""
-    ordered = sorted(boot_seconds)
-    middle = len(ordered) // 2
-    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    median = statistics.median(boot_seconds)
     return f"; about {max(1, round(median * boots_left / 60))} min left ({boots_left} boot(s) at the median {median:.0f} s so far)"
 
 

@@ -478,7 +478,7 @@ def check_semantics(recipe: Recipe, where: str) -> None:
 
 
 def _draws_dummy_weights(args: list[str]) -> bool:
-    return "--load-format=dummy" in args or any(a == "--load-format" and b == "dummy" for a, b in zip(args, args[1:]))
+    return grammar.flag_value(args, ("--load-format",)) == "dummy"
 
 
 def recipe_path(name_or_file: str) -> Path:
