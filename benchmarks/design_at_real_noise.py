@@ -7,7 +7,8 @@ Noise settings (benchmarks/RESULTS.md, "Real engine" and "Resolution"): vLLM 0.2
 prose-c1 at c=1. The GPU-bound configuration (llama8b-h200: 8B widths, TP1, CUDA graphs, 2026-12-01)
 is what the default design (rig/compare/design.py) is derived from: boot sd 0.01%, round sd 0.02%
 over 8 warm boots (code-c1 and the loaded decode-c32, 32 users, 2026-12-03: read from the rounds of
-an identical-arm comparison, benchmarks/h200-2026-12-03/rounds-stats.txt); the row at ten times that noise (0.1%, the spread the issue saw between warm boots
+an identical-arm comparison, benchmarks/h200-2026-12-03/rounds-stats.txt;
+prose-c1's identical arms again on 2026-12-04, benchmarks/h200-2026-12-04/); the row at ten times that noise (0.1%, the spread the issue saw between warm boots
 of two machines) shows the margin. The CPU-launch-bound TP2 eager rows (2026-11-30) and the
 calibration table's own settings are beside them for scale.
 """
@@ -30,6 +31,8 @@ SETTINGS = {
                                                                                       drift_sd=0.001, rounds=2),
     "H200 8B TP1 graphs, 2026-12-03 decode-c32 (8 boots): boot 0.27%, round 0.64%": Noise(boot_sd=0.0027, round_sd=0.0064,
                                                                                         drift_sd=0.001, rounds=2),
+    "H200 8B TP1 graphs, 2026-12-04 prose-c1, identical arms (8 boots): boot 0.016%, round 0.033%": Noise(
+        boot_sd=0.00016, round_sd=0.00033, drift_sd=0.001, rounds=2),
     "  2026-12-03 decode-c32 with 6 rounds per boot": Noise(boot_sd=0.0027, round_sd=0.0064, drift_sd=0.001, rounds=6),
     "  ten times that: boot 0.1%, round 0.2%": Noise(boot_sd=0.001, round_sd=0.002, drift_sd=0.001, rounds=2),
     "H200 session B (3 boots): boot 12%, round 8%": Noise(boot_sd=0.12, round_sd=0.08, rounds=2),

@@ -397,14 +397,21 @@ def _read_entry(path: Path, index: int | None = None, block: int | None = None, 
         return None
 
 
-def time_left(boot_seconds: list[float], boots_left: int) -> str:
+def time_left(boot_seconds: list[float], boots_left: int, burn_in_seconds: tuple[float, ...] = (),
+              arms_not_booted: int = 0) -> str:
     """What is left of the planned order, from the boots this process has measured so far: their
-    median wall time (a boot that compiled and was booted again counts once, both boots together)
-    times the boots not yet run. Printed with every boot's progress line, never stored."""
+    median wall time times the boots not yet run. A compiled boot kept as a burn-in is timed apart (it
+    is a one-off: the boot after it reused the caches), and comes back only as what it could add if an
+    arm not booted yet compiles too (2026-12-04 on the H200: counting it inside its boot printed 20 min
+    left where 11 were). Printed with every boot's progress line, never stored."""
     if not boot_seconds or boots_left <= 0:
         return ""
     median = statistics.median(boot_seconds)
-    return f"; about {max(1, round(median * boots_left / 60))} min left ({boots_left} boot(s) at the median {median:.0f} s so far)"
+    text = f"; about {max(1, round(median * boots_left / 60))} min left ({boots_left} boot(s) at the median {median:.0f} s so far"
+    if burn_in_seconds and arms_not_booted:
+        more = statistics.median(burn_in_seconds) * arms_not_booted
+        text += f"; up to {max(1, round(more / 60))} min more if the {arms_not_booted} arm(s) not booted yet compile"
+    return text + ")"
 
 
 def _run_order(plan: ComparePlan, out: Path, progress: bool, arms: ResolvedArms, port: int | None,
@@ -414,6 +421,8 @@ def _run_order(plan: ComparePlan, out: Path, progress: bool, arms: ResolvedArms,
     # --target's later blocks: the pairs its first stage planned (or, before that, the first stage only)
     later = max(0, (plan.planned_pairs or plan.boots) - plan.boots) * len(plan.arms)
     keeps_compiling = False  # a boot compiled again right after its burn-in: the caches do not persist
+    burn_in_seconds: list[float] = []  # compiled boots kept as burn-ins, timed apart from the boot after them
+    booted: set[str] = set()  # arms this process has booted (for what a further burn-in could add)
     for index, (block, arm) in enumerate(order):
         burn_in = block == BURN_IN_BLOCK
         compiled_first = None if burn_in else _read_entry(BootEntry.path(out, index, arm.name, burn_in=True), index, block, arm)
@@ -422,12 +431,15 @@ def _run_order(plan: ComparePlan, out: Path, progress: bool, arms: ResolvedArms,
         if done is not None:
             keeps_compiling = keeps_compiling or (compiled_first is not None and done.compiled)
             entries.append(done)
+            booted.add(arm.name)
             continue
         leftover = stop_leftover(out, index, arm, plan.recipe)
         if progress:
             role = "burn-in, paired with nothing" if burn_in else f"block {block}"
             print(f"compare: boot {index + 1}/{len(order)}: {arm.name} ({arm.spec}), {role}"
-                  + (f" ({leftover})" if leftover else "") + time_left(boot_seconds, len(order) - index + later))
+                  + (f" ({leftover})" if leftover else "")
+                  + time_left(boot_seconds, len(order) - index + later, tuple(burn_in_seconds),
+                              len({a.name for _, a in order[index:]} - booted - {plan.control.name if plan.control else ""})))
         started = time.monotonic()
         # The control is measured for its outputs only (no rounds): a compile changes its speed, not the
         # code it runs, so a control boot that compiled is kept, not booted again.
@@ -443,12 +455,15 @@ def _run_order(plan: ComparePlan, out: Path, progress: bool, arms: ResolvedArms,
                 if progress:
                     print(f"compare: boot {index + 1} compiled (its caches did not hold {arm.name}'s configuration): "
                           "kept as a burn-in, booting it again")
+                burn_in_seconds.append(time.monotonic() - started)
+                started = time.monotonic()
                 entry = run_boot(plan, index, block, arm, out, progress, arms=arms, port=port)
                 keeps_compiling = entry.compiled
         except Interrupted:
             raise KeyboardInterrupt from None  # nothing written for this boot: a resume redoes it
         entry.write(out)
         entries.append(entry)
+        booted.add(arm.name)
         boot_seconds.append(time.monotonic() - started)
         if entry.check is not None and entry.check.unknown_settings:
             # A setting the engine does not know voids every boot of this arm alike: stop here (the

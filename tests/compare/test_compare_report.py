@@ -491,6 +491,46 @@ def test_the_time_left_is_the_median_boot_times_the_boots_not_run():
     assert time_left([400.0, 150.0, 160.0], 6) == "; about 16 min left (6 boot(s) at the median 160 s so far)"
     assert time_left([150.0, 160.0], 1) == "; about 3 min left (1 boot(s) at the median 155 s so far)"
     assert time_left([20.0], 1) == "; about 1 min left (1 boot(s) at the median 20 s so far)"
+    # A burn-in timed apart adds only what it could cost the arms not booted yet.
+    assert time_left([100.0], 3, (300.0,), 1) == ("; about 5 min left (3 boot(s) at the median 100 s so far;"
+                                                 " up to 5 min more if the 1 arm(s) not booted yet compile)")
+    assert time_left([100.0, 110.0], 2, (300.0,), 0) == "; about 4 min left (2 boot(s) at the median 105 s so far)"
+
+
+def test_a_compiled_boot_kept_as_a_burn_in_is_timed_apart_from_the_boot_after_it(monkeypatch, tmp_path, capsys):
+    """2026-12-04 on the H200: the compiled burn-in and its second boot counted as one 299 s boot, and
+    the line after the next boot said 20 min left where 11 were. The burn-in is timed apart; it comes
+    back only for an arm that has not booted yet (its configuration may compile too). A fake clock:
+    no wall time is read."""
+    import types
+
+    from rig.compare import run as compare_run
+    from rig.compare.arms import parse_arm
+    from rig.compare.model import ComparePlan
+
+    clock = [0.0]
+    calls = []
+
+    def fake_boot(plan, index, block, arm, *a, **k):
+        calls.append(arm.name)
+        compiled = len(calls) == 1  # the comparison's first boot compiles: kept as a burn-in, booted again
+        clock[0] += 300.0 if compiled else 100.0
+        return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1, burn_in=compiled,
+                         rounds=[])
+
+    monkeypatch.setattr(compare_run, "run_boot", fake_boot)
+    monkeypatch.setattr(compare_run, "check_scoring_tokenizer", lambda *a: None)
+    import time as real_time
+    monkeypatch.setattr(compare_run, "time", types.SimpleNamespace(monotonic=lambda: clock[0], time=real_time.time,
+                                                                   strftime=real_time.strftime))
+    plan = ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:X=0"), parse_arm("b:X=1")], control=None, boots=2, rounds=1,
+                       scenarios=["prose-c1"], small=True)
+    compare_run.run_compare(plan, tmp_path, progress=True)
+    progress = [line for line in capsys.readouterr().out.splitlines() if line.startswith("compare: boot") and "left" in line]
+    assert calls == ["a", "a", "b", "b", "a"], calls
+    assert progress[0].endswith("about 5 min left (3 boot(s) at the median 100 s so far;"
+                                " up to 5 min more if the 1 arm(s) not booted yet compile)"), progress
+    assert progress[1].endswith("about 3 min left (2 boot(s) at the median 100 s so far)"), progress
 
 
 def test_the_time_left_counts_the_pairs_target_planned(monkeypatch, tmp_path, capsys):
@@ -506,7 +546,7 @@ def test_the_time_left_counts_the_pairs_target_planned(monkeypatch, tmp_path, ca
     plan = ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:X=0"), parse_arm("b:X=1")], control=None, boots=2, rounds=1,
                        scenarios=["prose-c1"], small=True, target_pct=0.5, max_boots=4, first_stage=2)
     plan.planned_pairs = 4
-    monkeypatch.setattr(compare_run, "time_left", lambda seconds, left: f" [{len(seconds)} timed, {left} left]")
+    monkeypatch.setattr(compare_run, "time_left", lambda seconds, left, *more: f" [{len(seconds)} timed, {left} left]")
     compare_run.run_compare(plan, tmp_path, progress=True)
     progress = [line for line in capsys.readouterr().out.splitlines() if line.startswith("compare: boot")]
     assert progress[0].endswith("[0 timed, 8 left]") and progress[2].endswith("[2 timed, 6 left]"), progress
