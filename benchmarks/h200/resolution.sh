@@ -8,6 +8,8 @@
 #   call 3+: bash benchmarks/h200/resolution.sh wait 540  (no carry)
 #   last, if the budget has ~4 minutes left: bash benchmarks/h200/resolution.sh gputest
 #     or (~5 minutes) bash benchmarks/h200/resolution.sh c3000 [S]: rig's c3000 on real vLLM (issue 27)
+#     or (~4 minutes, no GPU) bash benchmarks/h200/resolution.sh capacity  carry .gpu/parts/part-aiperf: rig's client
+#       and AIPerf side by side at 1000 and 3000 streams on this host's cores (issue 27; benchmarks/h200/aiperf-part.sh)
 #     or (~4 minutes, at most ~8) bash benchmarks/h200/resolution.sh bimodal: the within-boot bimodality experiment on
 #     llama-h200 (issue 25 item 4: API server and EngineCore pinned apart; benchmarks/h200/bimodal.py)
 #
@@ -119,6 +121,37 @@ c3000)  # issue 27's real-vLLM run: 3000 users on 12 Locust workers of this host
   } > /tmp/c3000.log 2>&1
   cp /tmp/c3000.log "$OUT/"
   grep -v "requests done" /tmp/c3000.log | tail -40
+  pack
+  ;;
+capacity)  # issue 27, in the call (~4 min, no GPU): rig's client and AIPerf side by side on this host's cores, after `start`
+  [ -f "$MARK" ] || exit 42
+  # The timed server (its timing known exactly) on 4 processes; rig's Locust on 12 worker processes, then
+  # AIPerf 0.13.0 (.gpu/parts/part-aiperf: benchmarks/h200/aiperf-part.sh) on the same server, load and
+  # cores (benchmarks/client_capacity.py --aiperf), at 1000 and 3000 streams of 20 tok/s.
+  if [ -n "${RIG_REHEARSAL:-}" ]; then  # here: a 3.11 AIPerf (RIG_AIPERF) stands in for the 3.12 part
+    PY=.venv/bin/python USERS=${RIG_CAPACITY_USERS:-50} WORKERS=1 SERVERS=1 DURATION=20 AIPERF=${RIG_AIPERF:?RIG_AIPERF: an aiperf executable}
+  else
+    source benchmarks/h200/env.sh || exit 3
+    PY=python3 USERS=${RIG_CAPACITY_USERS:-1000 3000} WORKERS=12 SERVERS=4 DURATION=30 AIPERF=/tmp/aiperf-bin/aiperf
+    python3 -m pip install -q --no-index --no-deps --disable-pip-version-check --target /tmp/aiperf-site --upgrade \
+      .gpu/parts/part-aiperf/*.whl > /tmp/aiperf-install.log 2>&1 || { tail -5 /tmp/aiperf-install.log; exit 3; }
+    mkdir -p /tmp/aiperf-bin
+    # Its own path only: vLLM's /tmp/site must not shadow the versions AIPerf pins (the image's numpy
+    # and transformers stay visible, as the lock assumes).
+    printf '#!/bin/sh\nexec env PYTHONPATH=/tmp/aiperf-site python3 -m aiperf "$@"\n' > $AIPERF && chmod +x $AIPERF
+  fi
+  "$AIPERF" --version || { echo "AIPerf does not start (benchmarks/h200/aiperf.lock)"; exit 3; }
+  tokenizer=$($PY -c "from pathlib import Path; from rig.tinymodel import ensure_tiny_model; print(ensure_tiny_model(Path('/tmp/rig-models')))") || exit 3
+  mkdir -p $RESULTS/capacity
+  for users in $USERS; do
+    echo "=== $(date +%T) $users streams"
+    timeout -k 10 240 $PY benchmarks/client_capacity.py --users "$users" --workers $WORKERS --server-processes $SERVERS \
+      --duration $DURATION --max-tokens 64 --aiperf "$AIPERF" --tokenizer "$tokenizer" --out $RESULTS/capacity/$users \
+      > $RESULTS/capacity/$users.log 2>&1
+    echo "=== $(date +%T) exit $?"
+    grep -v "socket.send() raised" $RESULTS/capacity/$users.log | tail -4
+    cp $RESULTS/capacity/$users/capacity.json "$OUT/capacity-$users.json" 2>/dev/null
+  done
   pack
   ;;
 bimodal)  # issue 25 item 4, in the call (~4 min): prose-c1 on llama-h200 as booted, pinned, unpinned again
