@@ -125,9 +125,10 @@ c3000)  # issue 27's real-vLLM run: 3000 users on 12 Locust workers of this host
   ;;
 capacity)  # issue 27, in the call (~4 min, no GPU): rig's client and AIPerf side by side on this host's cores, after `start`
   [ -f "$MARK" ] || exit 42
-  # The timed server (its timing known exactly) on 4 processes; rig's Locust on 12 worker processes, then
-  # AIPerf 0.13.0 (.gpu/parts/part-aiperf: benchmarks/h200/aiperf-part.sh) on the same server, load and
-  # cores (benchmarks/client_capacity.py --aiperf), at 1000 and 3000 streams of 20 tok/s.
+  # The timed server (its timing known exactly) on 4 processes, engine-like (a chunk for every running
+  # stream each 50 ms step, up to 1024 running per process: none queue); rig's Locust on 12 worker
+  # processes, then AIPerf 0.13.0 (.gpu/parts/part-aiperf: benchmarks/h200/aiperf-part.sh) on the same
+  # server, load and cores (benchmarks/client_capacity.py --aiperf), at 1000 and 3000 streams of 20 tok/s.
   if [ -n "${RIG_REHEARSAL:-}" ]; then  # here: a 3.11 AIPerf (RIG_AIPERF) stands in for the 3.12 part
     PY=.venv/bin/python USERS=${RIG_CAPACITY_USERS:-50} WORKERS=1 SERVERS=1 DURATION=20 AIPERF=${RIG_AIPERF:?RIG_AIPERF: an aiperf executable}
   else
@@ -146,7 +147,7 @@ capacity)  # issue 27, in the call (~4 min, no GPU): rig's client and AIPerf sid
   for users in $USERS; do
     echo "=== $(date +%T) $users streams"
     timeout -k 10 240 $PY benchmarks/client_capacity.py --users "$users" --workers $WORKERS --server-processes $SERVERS \
-      --duration $DURATION --max-tokens 64 --aiperf "$AIPERF" --tokenizer "$tokenizer" --out $RESULTS/capacity/$users \
+      --step 0.05 --max-num-seqs 1024 --duration $DURATION --max-tokens 64 --aiperf "$AIPERF" --tokenizer "$tokenizer" --out $RESULTS/capacity/$users \
       > $RESULTS/capacity/$users.log 2>&1
     echo "=== $(date +%T) exit $?"
     grep -v "socket.send() raised" $RESULTS/capacity/$users.log | tail -4
