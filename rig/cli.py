@@ -45,10 +45,23 @@ class Terminated(KeyboardInterrupt):
         super().__init__(signal.Signals(signum).name)
 
 
+# The termination signal rig received, once: a load run catches the interrupt to write what it
+# measured, and its callers report "interrupted"; the exit status still says which signal stopped rig
+# (a scheduler's preemption is not a Ctrl-C).
+_received: list[int] = []
+
+
 def _terminate(signum: int, frame: FrameType | None) -> None:
     for other in (signal.SIGTERM, signal.SIGHUP):  # the cleanup runs once; SIGKILL still ends rig
         signal.signal(other, signal.SIG_IGN)
+    _received.append(signum)
     raise Terminated(signum)
+
+
+def _stopped_by_signal() -> int:
+    signum = _received[0]
+    print(f"rig: stopped by {signal.Signals(signum).name}", file=sys.stderr)
+    return SIGNALLED + signum
 
 
 def _handle_termination() -> None:
@@ -203,9 +216,9 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from rig import paths as rig_paths
-    from rig.boot import BootFailed, driver_named
     from rig.boot.health import unhealthy
     from rig.boot.record import BootRecord
+    from rig.load.session import boot_gone
 
     paths = sorted(rig_paths.state_dir().glob("*.json"))
     if not paths:
@@ -218,10 +231,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"BROKEN {error}")
             broken += 1
             continue
-        try:
-            gone = driver_named(record.driver).alive(record)
-        except (BootFailed, RigError) as error:  # e.g. a compose record whose container was removed
-            gone = str(error.problem if isinstance(error, RigError) else error)
+        gone = boot_gone(record)
         sick = None
         if not gone and record.status != "booting":  # a boot still starting has no health yet: `rig up` waits for it
             try:
@@ -661,6 +671,7 @@ def installation_problem() -> str | None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _received.clear()
     _handle_termination()
     problem = installation_problem()
     if problem:
@@ -669,7 +680,9 @@ def main(argv: list[str] | None = None) -> int:
     from rig.boot.base import BootFailed
 
     try:
-        return args.func(args)
+        code = args.func(args)
+        # an interrupt a load run caught and wrote up (its command returns INTERRUPTED): which signal
+        return _stopped_by_signal() if code == Exit.INTERRUPTED and _received else code
     except StepFailed as error:
         print(f"rig: {error}", file=sys.stderr)
         return Exit.FAILED
@@ -679,10 +692,9 @@ def main(argv: list[str] | None = None) -> int:
     except BootFailed as error:  # already one line: what failed and where its log is
         print(f"rig: {error}", file=sys.stderr)
         return Exit.FAILED
-    except Terminated as stop:
-        print(f"rig: stopped by {stop}", file=sys.stderr)
-        return SIGNALLED + stop.signum
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Terminated, or an interrupt re-raised after a load run caught it
+        if _received:
+            return _stopped_by_signal()
         print("rig: interrupted", file=sys.stderr)
         return Exit.INTERRUPTED
     except OSError as error:  # a full disk, a permission, a path that is a file, a connection: one line, no traceback

@@ -322,6 +322,10 @@ def run_compare(plan: ComparePlan, out: Path, progress: bool = True, port: int |
         # The same arms by their recorded specs; a secret's value is never stored, so the arms
         # (with the values the server needs) are this command line's.
         saved.arms, saved.control = plan.arms, plan.control
+        kept = kept_design(saved, plan)
+        if kept and progress:
+            print(f"compare: resuming with the saved plan's {kept} (a plan does not change on resume; "
+                  "start a new comparison for another design)")
         plan = saved
     else:
         plan.write(out)
@@ -343,6 +347,20 @@ def run_compare(plan: ComparePlan, out: Path, progress: bool = True, port: int |
             return plan, entries
         plan.boots += 1
         plan.write(out)
+
+
+def kept_design(saved: ComparePlan, command: ComparePlan) -> str:
+    """The design settings a resume keeps from its saved plan where the command line (or its
+    defaults) says otherwise, as the flags would spell them; "" when they agree (2026-12-04: a
+    resume with --boots 3 --duration 12 ran the saved 2 pairs of 6 s rounds without a word)."""
+    def shown(value: object) -> str:
+        return "the scenario's" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+    pairs = [(flag, getattr(saved, field), getattr(command, field)) for flag, field in (
+        ("--boots", "boots"), ("--duration", "duration_s"), ("--small", "small"), ("--workers", "workers"),
+        ("--target", "target_pct"), ("--max-boots", "max_boots"), ("--cold-caches", "cold_caches"))]
+    return ", ".join(f"{flag} {shown(was)} (this command: {shown(now)})" for flag, was, now in pairs
+                     if was != now and not (flag == "--boots" and saved.target_pct is not None))
 
 
 def _saved_plan_of_the_same_comparison(plan: ComparePlan, out: Path) -> ComparePlan | None:
@@ -422,7 +440,11 @@ def _run_order(plan: ComparePlan, out: Path, progress: bool, arms: ResolvedArms,
     later = max(0, (plan.planned_pairs or plan.boots) - plan.boots) * len(plan.arms)
     keeps_compiling = False  # a boot compiled again right after its burn-in: the caches do not persist
     burn_in_seconds: list[float] = []  # compiled boots kept as burn-ins, timed apart from the boot after them
-    booted: set[str] = set()  # arms this process has booted (for what a further burn-in could add)
+    # a compiled boot can be booted again (not where the engine's log cannot say: a burn-in opens instead)
+    redoes = plan.boot_state_control and not plan.cold_caches and not plan.burn_in_first
+    # Arms this process has booted: any other may still compile (a resumed comparison on a fresh host
+    # compiles again), which is what a further burn-in could add to the time left.
+    booted: set[str] = set()
     for index, (block, arm) in enumerate(order):
         burn_in = block == BURN_IN_BLOCK
         compiled_first = None if burn_in else _read_entry(BootEntry.path(out, index, arm.name, burn_in=True), index, block, arm)
@@ -431,7 +453,6 @@ def _run_order(plan: ComparePlan, out: Path, progress: bool, arms: ResolvedArms,
         if done is not None:
             keeps_compiling = keeps_compiling or (compiled_first is not None and done.compiled)
             entries.append(done)
-            booted.add(arm.name)
             continue
         leftover = stop_leftover(out, index, arm, plan.recipe)
         if progress:
@@ -439,6 +460,7 @@ def _run_order(plan: ComparePlan, out: Path, progress: bool, arms: ResolvedArms,
             print(f"compare: boot {index + 1}/{len(order)}: {arm.name} ({arm.spec}), {role}"
                   + (f" ({leftover})" if leftover else "")
                   + time_left(boot_seconds, len(order) - index + later, tuple(burn_in_seconds),
+                              0 if keeps_compiling or not redoes else
                               len({a.name for _, a in order[index:]} - booted - {plan.control.name if plan.control else ""})))
         started = time.monotonic()
         # The control is measured for its outputs only (no rounds): a compile changes its speed, not the
@@ -464,7 +486,8 @@ def _run_order(plan: ComparePlan, out: Path, progress: bool, arms: ResolvedArms,
         entry.write(out)
         entries.append(entry)
         booted.add(arm.name)
-        boot_seconds.append(time.monotonic() - started)
+        # a burn-in boot of its own (an engine whose log cannot say it compiled): a one-off like a redo's
+        (burn_in_seconds if burn_in else boot_seconds).append(time.monotonic() - started)
         if entry.check is not None and entry.check.unknown_settings:
             # A setting the engine does not know voids every boot of this arm alike: stop here (the
             # entry is kept) rather than spend the rest of the order on it.

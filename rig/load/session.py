@@ -174,12 +174,27 @@ def acquire_target(ref: str | None, url: str | None = None, model: str | None = 
             record = driver.up(resolved, port=port)
         else:
             record = current
+            gone = boot_gone(record)
+            if gone:  # its process exited: every request would fail, and the run would say only that
+                raise RigError(f"boot {record.boot_id}", "state", f"{record.ref} is down ({gone}): there is no server to measure",
+                               f"`rig down {resolved.recipe.name}` clears its state; then `rig loadtest {ref}` boots it again")
             if port is not None and urllib.parse.urlsplit(record.base_url).port != port:
                 raise RigError("command line", "--port", f"{record.ref} is already up at {record.base_url}; --port only "
                                "places a boot that loadtest starts", f"drop --port, or `rig down {resolved.recipe.name}` first")
             if record.ref != resolved.ref and ":" in ref:
                 print(f"note: {record.ref} is up (boot {record.boot_id}); measuring it, not {resolved.ref}")
     return LoadTarget(resolved, record, model_dir_for(resolved), engine_name), driver
+
+
+def boot_gone(record: BootRecord) -> str | None:
+    """Why the recorded boot's server is no longer running (its driver's own check, as `rig status`
+    reads it), or None while it runs or still boots."""
+    from rig.boot.base import BootFailed, driver_named
+
+    try:
+        return driver_named(record.driver).alive(record)
+    except (BootFailed, RigError) as error:  # e.g. a compose record whose container was removed
+        return str(error.problem if isinstance(error, RigError) else error)
 
 
 def boot_runs(record: BootRecord) -> list[RunNote]:

@@ -343,3 +343,19 @@ def test_planted_key_reaches_no_argv_log_result_or_state_through_boot_load_and_c
     assert {path: path.read_bytes() for path in _files(REPO / "docker", REPO / "compose")} == before
     records = [json.loads(path.read_text()) for path in (root / "results" / "boots").glob("*/boot.json")]
     assert sorted(record["status"] for record in records) == ["failed", "stopped", "stopped", "stopped"], records
+
+
+def test_loadtest_refuses_a_boot_whose_server_is_gone(rig_dirs):
+    """A recorded boot whose process no longer runs (`rig status`: DOWN): loadtest says so in one line
+    before any load, instead of a warmup and a run of connection errors (2026-12-04, a new user's
+    trial: ~3,000 failed requests per run, the client at 99% CPU, exit 4)."""
+    env, root = rig_dirs
+    victim = _victim()
+    victim.kill()
+    victim.wait()  # its pid is free: the recorded server is gone
+    _stale_state(root, victim.pid, None)
+    load = rig_cli("loadtest", "tiny-cpu", "--scenario", "prose-c1", "--small", "--duration", "2", env=env)
+    assert load.returncode == 2, load.stdout[-1000:] + load.stderr[-1000:]
+    lines = load.stderr.strip().splitlines()
+    assert len(lines) == 1 and "is down (" in lines[0] and "rig down tiny-cpu" in lines[0], lines
+    assert not list((root / "results").glob("**/records-*.jsonl"))

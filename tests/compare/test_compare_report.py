@@ -514,6 +514,8 @@ def test_a_compiled_boot_kept_as_a_burn_in_is_timed_apart_from_the_boot_after_it
     def fake_boot(plan, index, block, arm, *a, **k):
         calls.append(arm.name)
         compiled = len(calls) == 1  # the comparison's first boot compiles: kept as a burn-in, booted again
+        if compiled:
+            assert k["redo_if_compiled"], "the first boot must be one that is booted again if it compiled"
         clock[0] += 300.0 if compiled else 100.0
         return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1, burn_in=compiled,
                          rounds=[])
@@ -531,6 +533,35 @@ def test_a_compiled_boot_kept_as_a_burn_in_is_timed_apart_from_the_boot_after_it
     assert progress[0].endswith("about 5 min left (3 boot(s) at the median 100 s so far;"
                                 " up to 5 min more if the 1 arm(s) not booted yet compile)"), progress
     assert progress[1].endswith("about 3 min left (2 boot(s) at the median 100 s so far)"), progress
+
+
+def test_a_burn_in_boot_that_opens_the_comparison_is_timed_apart_too(monkeypatch, tmp_path, capsys):
+    """An engine whose log cannot say it compiled gets a burn-in boot first (burn_in_first): a one-off,
+    left out of the median, and no boot is redone, so no "up to" for arms not booted yet."""
+    import time as real_time
+    import types
+
+    from rig.compare import run as compare_run
+    from rig.compare.arms import parse_arm
+    from rig.compare.model import ComparePlan
+
+    clock = [0.0]
+
+    def fake_boot(plan, index, block, arm, *a, **k):
+        clock[0] += 300.0 if k["burn_in"] else 100.0
+        return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1,
+                         burn_in=k["burn_in"], rounds=[])
+
+    monkeypatch.setattr(compare_run, "run_boot", fake_boot)
+    monkeypatch.setattr(compare_run, "check_scoring_tokenizer", lambda *a: None)
+    monkeypatch.setattr(compare_run, "time", types.SimpleNamespace(monotonic=lambda: clock[0], time=real_time.time,
+                                                                   strftime=real_time.strftime))
+    plan = ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:X=0"), parse_arm("b:X=1")], control=None, boots=2, rounds=1,
+                       scenarios=["prose-c1"], small=True, burn_in_first=True)
+    compare_run.run_compare(plan, tmp_path, progress=True)
+    progress = [line for line in capsys.readouterr().out.splitlines() if line.startswith("compare: boot")]
+    assert len(progress) == 5 and not any("left" in line for line in progress[:2]), progress
+    assert progress[2].endswith("about 5 min left (3 boot(s) at the median 100 s so far)"), progress
 
 
 def test_the_time_left_counts_the_pairs_target_planned(monkeypatch, tmp_path, capsys):

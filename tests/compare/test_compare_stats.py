@@ -235,6 +235,27 @@ def test_resume_redoes_exactly_the_missing_boots(tmp_path, monkeypatch):
     assert caught.value.field == "recipe" and "'tiny-cpu', this command's 'llama8b-sglang-h200'" in caught.value.problem
 
 
+def test_a_resume_says_which_design_settings_it_keeps_from_the_saved_plan(tmp_path, monkeypatch, capsys):
+    """A resume runs the saved design; a command line (or its defaults) that asks for another is told
+    which settings were kept, flag by flag, instead of silently running the old ones."""
+    monkeypatch.setattr(compare_run, "run_boot", lambda plan, index, block, arm, *a, **k: BootEntry(
+        index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1, burn_in=False, rounds=[]))
+    monkeypatch.setattr(compare_run, "check_scoring_tokenizer", lambda *a: None)
+
+    def plan_of(**design):
+        return ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:X=0"), parse_arm("b:X=1")], control=None, rounds=1,
+                           scenarios=["prose-c1"], small=True, **design)
+
+    compare_run.run_compare(plan_of(boots=2, duration_s=6.0), tmp_path, progress=False)
+    plan, _ = compare_run.run_compare(plan_of(boots=3, duration_s=12.0), tmp_path, progress=True)
+    notes = [line for line in capsys.readouterr().out.splitlines() if "saved plan" in line]
+    assert plan.boots == 2 and plan.duration_s == 6.0
+    assert notes == ["compare: resuming with the saved plan's --boots 2 (this command: 3), --duration 6 (this command: 12) "
+                     "(a plan does not change on resume; start a new comparison for another design)"], notes
+    compare_run.run_compare(plan_of(boots=2, duration_s=6.0), tmp_path, progress=True)
+    assert "saved plan" not in capsys.readouterr().out
+
+
 def test_a_setting_the_engine_does_not_know_stops_the_comparison_at_its_first_boot(tmp_path, monkeypatch):
     """Every boot of that arm would be voided alike: the comparison stops after the first, keeping it."""
     from rig.boot.checks import BootCheck

@@ -119,6 +119,37 @@ def test_interrupt_writes_the_summary_of_what_was_measured(tiny, monkeypatch, tm
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["interrupted"]
 
 
+def test_sigterm_during_a_load_run_writes_it_up_and_exits_128_plus_the_signal(tiny, tmp_path):
+    """A scheduler's preemption (SIGTERM) while Locust runs: the run is written up like a Ctrl-C, and
+    the exit status still names the signal (2026-12-04: the load run caught the interrupt, and rig
+    exited 130, "interrupted", where its help promises 128+N)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import REPO
+
+    target, _ = tiny
+    results = tmp_path / "results"
+    env = {**os.environ, "RIG_RESULTS_DIR": str(results), "RIG_STATE_DIR": str(tmp_path / "state"),
+           "RIG_MODEL_DIR": target.model_dir or ""}
+    load = subprocess.Popen([sys.executable, "-m", "rig", "loadtest", "--url", target.record.base_url, "--scenario", "prose-c1",
+                             "--small", "--duration", "60", "--workers", "1"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
+    deadline = time.monotonic() + 120
+    while not any(path.stat().st_size for path in results.glob("**/records-*.jsonl")):  # Locust is streaming
+        assert load.poll() is None and time.monotonic() < deadline, load.communicate()
+        time.sleep(0.2)
+    load.send_signal(signal.SIGTERM)
+    stdout, stderr = load.communicate(timeout=120)
+    assert load.returncode == 128 + signal.SIGTERM, stderr[-2000:]
+    assert "rig: stopped by SIGTERM" in stderr and "Traceback" not in stderr, stderr[-2000:]
+    assert list(results.glob("**/summary.json")), stdout[-2000:]
+
+
 def test_attach_mode_measures_a_server_rig_did_not_start(tiny, tmp_path):
     """`rig loadtest --url`: the boot identity comes from the process listening on the port, so the
     first run against it is the warmup and a second invocation measures at once."""
