@@ -487,8 +487,18 @@ def recipe_path(name_or_file: str) -> Path:
         return candidate
     if not grammar.is_recipe_name(name_or_file):  # a name never walks out of recipes/
         raise RigError("command line", "recipe", f"{name_or_file!r} is not a recipe name",
-                       "pass a name from `rig validate` (lowercase letters, digits, -) or a path to a .yaml file")
+                       _respelled(name_or_file) or "pass a name from `rig validate` (lowercase letters, digits, -) "
+                       "or a path to a .yaml file")
     return RECIPES_DIR / f"{name_or_file}.yaml"
+
+
+def _respelled(text: str) -> str | None:
+    """'did you mean tiny-cpu?' for a recipe's name written with capitals or underscores (tiny_cpu),
+    where that spelling is a recipe of recipes/; None otherwise."""
+    name = text.strip().lower().replace("_", "-")
+    if grammar.is_recipe_name(name) and (RECIPES_DIR / f"{name}.yaml").is_file():
+        return f"did you mean {name}? (recipe names are lowercase letters, digits and -)"
+    return None
 
 
 def split_ref(ref: str) -> tuple[str, str | None]:

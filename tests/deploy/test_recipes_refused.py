@@ -253,3 +253,18 @@ def test_a_recipe_name_never_walks_out_of_recipes():
         # validate reports it as one more FAIL line (exit 1, like a recipe that does not parse); the others refuse (exit 2)
         assert result.returncode == (1 if command[0] == "validate" else 2), output
         assert "is not a recipe name" in output and "Traceback" not in output, output
+
+
+def test_a_recipe_name_written_with_underscores_or_capitals_is_respelled():
+    """tiny_cpu and Tiny-CPU are refused like any name outside the grammar, with the recipe they
+    spell as the fix (a new user's trial, 2026-12-04: tiny-cpuu got a suggestion, tiny_cpu none)."""
+    from rig.deploy.recipe import recipe_path
+    from rig.errors import RigError
+
+    for typed in ("tiny_cpu", "Tiny-CPU"):
+        with pytest.raises(RigError) as refused:
+            recipe_path(typed)
+        assert refused.value.fix.startswith("did you mean tiny-cpu?"), refused.value.fix
+    with pytest.raises(RigError) as refused:
+        recipe_path("no_such_recipe")
+    assert "did you mean" not in refused.value.fix
