@@ -218,7 +218,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from rig import paths as rig_paths
     from rig.boot.health import unhealthy
     from rig.boot.record import BootRecord
-    from rig.load.session import boot_gone
+    from rig.boot.state import boot_gone
 
     paths = sorted(rig_paths.state_dir().glob("*.json"))
     if not paths:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rig import grammar, paths
 from rig.atomic import write_text_atomic
-from rig.boot.base import driver_named
+from rig.boot.base import BootFailed, driver_named
 from rig.boot.record import BOOT_ID, BootRecord
 from rig.deploy.recipe import Resolved, check_overlay
 from rig.errors import RigError
@@ -59,6 +59,15 @@ def claim(record: BootRecord) -> None:
                        f"wait for it (`rig status`), or stop it with `rig down {record.recipe}`") from None
     finally:
         staging.unlink(missing_ok=True)
+
+
+def boot_gone(record: BootRecord) -> str | None:
+    """Why the recorded boot's server is no longer running (its driver's own check), or None while it
+    runs or still boots: what `rig status` shows and `rig loadtest` refuses to measure."""
+    try:
+        return driver_named(record.driver).alive(record)
+    except (BootFailed, RigError) as error:  # e.g. a compose record whose container was removed
+        return str(error.problem if isinstance(error, RigError) else error)
 
 
 def refuse_if_up(recipe_name: str) -> None:

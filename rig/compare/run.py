@@ -457,11 +457,11 @@ def _run_order(plan: ComparePlan, out: Path, progress: bool, arms: ResolvedArms,
         leftover = stop_leftover(out, index, arm, plan.recipe)
         if progress:
             role = "burn-in, paired with nothing" if burn_in else f"block {block}"
+            # arms that may still compile and be booted again (never the control: its compile is kept)
+            may_compile = {a.name for _, a in order[index:] if a is not plan.control} - booted if redoes and not keeps_compiling else set()
             print(f"compare: boot {index + 1}/{len(order)}: {arm.name} ({arm.spec}), {role}"
                   + (f" ({leftover})" if leftover else "")
-                  + time_left(boot_seconds, len(order) - index + later, tuple(burn_in_seconds),
-                              0 if keeps_compiling or not redoes else
-                              len({a.name for _, a in order[index:]} - booted - {plan.control.name if plan.control else ""})))
+                  + time_left(boot_seconds, len(order) - index + later, tuple(burn_in_seconds), len(may_compile)))
         started = time.monotonic()
         # The control is measured for its outputs only (no rounds): a compile changes its speed, not the
         # code it runs, so a control boot that compiled is kept, not booted again.

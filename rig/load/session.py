@@ -15,6 +15,7 @@ from rig import paths
 from rig.boot import BootRecord, current_boot, driver_for
 from rig.boot.base import BootDriver
 from rig.boot.native import NativeDriver
+from rig.boot.state import boot_gone
 from rig.deploy.recipe import Resolved, load
 from rig.engines import CACHE_RESET_WAIT_S, engine
 from rig.errors import RigError
@@ -184,17 +185,6 @@ def acquire_target(ref: str | None, url: str | None = None, model: str | None = 
             if record.ref != resolved.ref and ":" in ref:
                 print(f"note: {record.ref} is up (boot {record.boot_id}); measuring it, not {resolved.ref}")
     return LoadTarget(resolved, record, model_dir_for(resolved), engine_name), driver
-
-
-def boot_gone(record: BootRecord) -> str | None:
-    """Why the recorded boot's server is no longer running (its driver's own check, as `rig status`
-    reads it), or None while it runs or still boots."""
-    from rig.boot.base import BootFailed, driver_named
-
-    try:
-        return driver_named(record.driver).alive(record)
-    except (BootFailed, RigError) as error:  # e.g. a compose record whose container was removed
-        return str(error.problem if isinstance(error, RigError) else error)
 
 
 def boot_runs(record: BootRecord) -> list[RunNote]:
