@@ -125,45 +125,8 @@ c3000)  # issue 27's real-vLLM run: 3000 users on 12 Locust workers of this host
   ;;
 capacity)  # issue 27, in the call (~4 min, no GPU): rig's client and AIPerf side by side on this host's cores, after `start`
   [ -f "$MARK" ] || exit 42
-  # The timed server (its timing known exactly) on 4 processes, engine-like (a chunk for every running
-  # stream each 50 ms step, up to 1024 running per process: none queue); rig's Locust on 12 worker
-  # processes, then AIPerf 0.13.0 (.gpu/parts/part-aiperf: benchmarks/h200/aiperf-part.sh) on the same
-  # server, load and cores (benchmarks/client_capacity.py --aiperf), at 1000 and 3000 streams of 20 tok/s.
-  # Everything inside RIG_CAPACITY_BUDGET_S (default 540 s of the call's 600): each size gets what is left,
-  # and what came back is packed apart from the session's results (capacity.tar.xz.N; raw records too).
-  deadline=$((SECONDS + ${RIG_CAPACITY_BUDGET_S:-540}))
-  if [ -n "${RIG_REHEARSAL:-}" ]; then  # here: a 3.11 AIPerf (RIG_AIPERF) stands in for the 3.12 part
-    PY=.venv/bin/python USERS=${RIG_CAPACITY_USERS:-50} WORKERS=1 SERVERS=1 DURATION=20 AIPERF=${RIG_AIPERF:?RIG_AIPERF: an aiperf executable}
-  else
-    source benchmarks/h200/env.sh || exit 3
-    PY=python3 USERS=${RIG_CAPACITY_USERS:-1000 3000} WORKERS=12 SERVERS=4 DURATION=30 AIPERF=/tmp/aiperf-bin/aiperf
-    timeout -k 5 120 python3 -m pip install -q --no-index --no-deps --disable-pip-version-check --target /tmp/aiperf-site \
-      --upgrade .gpu/parts/part-aiperf/*.whl > /tmp/aiperf-install.log 2>&1 || { tail -5 /tmp/aiperf-install.log; exit 3; }
-    mkdir -p /tmp/aiperf-bin
-    # Its own path only: vLLM's /tmp/site must not shadow the versions AIPerf pins (the image's numpy
-    # and transformers stay visible, as the lock assumes).
-    printf '#!/bin/sh\nexec env PYTHONPATH=/tmp/aiperf-site python3 -m aiperf "$@"\n' > $AIPERF && chmod +x $AIPERF
-  fi
-  timeout -k 5 60 "$AIPERF" --version || { echo "AIPerf does not start (benchmarks/h200/aiperf.lock)"; exit 3; }
-  tokenizer=$(timeout -k 5 120 $PY -c "from pathlib import Path; from rig.tinymodel import ensure_tiny_model
-print(ensure_tiny_model(Path('/tmp/rig-models')))") || { echo "no tokenizer for AIPerf (rig.tinymodel)"; exit 3; }
-  CAPACITY=/tmp/capacity
-  mkdir -p $CAPACITY
-  for users in $USERS; do
-    left=$((deadline - SECONDS - 30))  # 30 s to pack
-    if [ "$left" -lt 90 ]; then echo "!!! $users streams: ${left} s left, not started"; continue; fi
-    [ "$left" -gt 250 ] && left=250
-    echo "=== $(date +%T) $users streams (at most ${left} s)"
-    timeout -k 10 "$left" $PY benchmarks/client_capacity.py --users "$users" --workers $WORKERS --server-processes $SERVERS \
-      --step 0.05 --max-num-seqs 1024 --duration $DURATION --max-tokens 64 --aiperf "$AIPERF" --tokenizer "$tokenizer" \
-      --out $CAPACITY/$users > $CAPACITY/$users.log 2>&1
-    rc=$?
-    echo "=== $(date +%T) exit $rc"
-    grep -v "socket.send() raised" $CAPACITY/$users.log | grep -A1 -E "^[0-9]+ streams on|^note:|^rig: |^AIPerf: |Error" | tail -6
-  done
-  rm -f "$OUT"/capacity.tar.xz*
-  tar -C /tmp -cf - capacity | xz -T0 -6 | split -b 15M -d -a 1 - "$OUT/capacity.tar.xz."
-  ls -la "$OUT"
+  if [ -z "${RIG_REHEARSAL:-}" ]; then source benchmarks/h200/env.sh || exit 3; fi
+  capacity_call
   ;;
 bimodal)  # issue 25 item 4, in the call (~4 min): prose-c1 on llama-h200 as booted, pinned, unpinned again
   [ -f "$MARK" ] || exit 42

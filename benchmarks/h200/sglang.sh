@@ -8,6 +8,8 @@
 #   call 2: bash benchmarks/h200/sglang.sh start     carry .gpu/sgl-parts/sgl-part3 .gpu/sgl-parts/sgl-part4
 #                                                    .gpu/parts/part-client .gpu/parts/rig-wheels .gpu/tools
 #   call 3+: bash benchmarks/h200/sglang.sh wait 540 (no carry)
+#   last, with ~6 minutes left: bash benchmarks/h200/sglang.sh capacity  carry .gpu/parts/part-aiperf (issue 27's
+#     rig-vs-AIPerf table on this host's cores, no GPU: calls.sh's capacity_call; RIG_CAPACITY_BUDGET_S, RIG_CAPACITY_USERS)
 #
 # Two SITEs: SGLang and its pinned transformers 5.12.1 in /tmp/sgl-site (the recipe's native.pythonpath);
 # the load client (Locust, from offline-vllm's part-client) and rig's own wheels in /tmp/site. rig runs
@@ -84,6 +86,14 @@ wait)
   wait_done "${2:-540}"
   pack
   ;;
+capacity)  # issue 27 after the session (~4 min, no GPU; carry .gpu/parts/part-aiperf): benchmarks/h200/calls.sh
+  [ -f "$MARK" ] || exit 42
+  if [ -z "${RIG_REHEARSAL:-}" ]; then
+    export PYTHONPATH=/tmp/site:$SITE:$PWD:$PWD/adapter
+    python3 -c "import locust, re2, rig.cli" || exit 3
+  fi
+  capacity_call
+  ;;
 session)
   if [ -n "${RIG_REHEARSAL:-}" ]; then
     rig() { .venv/bin/rig "$@"; }
@@ -159,7 +169,7 @@ headers={'content-type': 'application/json'}), timeout=60); print(r.read().decod
   echo "SESSION DONE $(date +%T)"
   ;;
 *)
-  echo "usage: sglang.sh first | start [S] | scoring-check | wait [S] | session" >&2
+  echo "usage: sglang.sh first | start [S] | scoring-check | wait [S] | capacity | session" >&2
   exit 2
   ;;
 esac
