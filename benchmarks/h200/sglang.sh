@@ -8,6 +8,12 @@
 #   call 2: bash benchmarks/h200/sglang.sh start     carry .gpu/sgl-parts/sgl-part3 .gpu/sgl-parts/sgl-part4
 #                                                    .gpu/parts/part-client .gpu/parts/rig-wheels .gpu/tools
 #   call 3+: bash benchmarks/h200/sglang.sh wait 540 (no carry)
+#   or, for vLLM's row of the engines' table on the same host and GPU (issue 26 item 6): call 3 is
+#     `wait 540` carrying .gpu/parts/part1a (vLLM's part1, first half: `resolution.sh prepare` cut it), and the
+#     last is `vllm-row [S]` carrying .gpu/parts/part1b .gpu/tools: it waits up to S s for the session, then
+#     installs vLLM 0.24.0 and runs the vLLM GPU test on llama8b-h200 (~250 s with its cold compile), packed
+#     apart. Exit 6: not enough of the call was left (the session still ran, or the test would not fit);
+#     send `vllm-row` again at once (no carry: the halves wait in /tmp/vllm-parts).
 #   last, with ~6 minutes left: bash benchmarks/h200/sglang.sh capacity  carry .gpu/parts/part-aiperf (issue 27's
 #     rig-vs-AIPerf table on this host's cores, no GPU: calls.sh's capacity_call; RIG_CAPACITY_BUDGET_S, RIG_CAPACITY_USERS)
 #
@@ -40,6 +46,16 @@ install_rest() {
   PYTHONPATH=$SITE bash .gpu/tools/install.sh .gpu/parts /tmp/site > /tmp/install.log 2>&1 || { cat /tmp/install.log; return 3; }
   python3 -m pip install -q --no-index --no-deps --disable-pip-version-check --target /tmp/site --upgrade \
     .gpu/parts/rig-wheels/*.whl >> /tmp/install.log 2>&1 || { cat /tmp/install.log; return 3; }
+}
+
+# vLLM 0.24.0 beside SGLang on this host: part1's two halves ride in calls that carry nothing else
+# and wait in /tmp/vllm-parts (a carried path is gone in the next call that does not name it).
+VPARTS=/tmp/vllm-parts
+stash_vllm_half() {
+  mkdir -p $VPARTS/part1
+  if [ -f .gpu/parts/part1a/core-sm90.half.0 ]; then cp .gpu/parts/part1a/core-sm90.half.0 $VPARTS/ || return 3; fi
+  if [ -f .gpu/parts/part1b/core-sm90.half.1 ]; then cp .gpu/parts/part1b/core-sm90.half.1 .gpu/parts/part1b/SHA256SUMS $VPARTS/ || return 3; fi
+  return 0
 }
 
 case "${1:-}" in
@@ -83,7 +99,43 @@ PY
   ;;
 wait)
   [ -f "$MARK" ] || exit 42
+  stash_vllm_half || exit 3
   wait_done "${2:-540}"
+  pack
+  ;;
+vllm-row)  # after the session, in the call: vLLM's GPU test on llama8b-h200, the same host and GPU as SGLang's
+  [ -f "$MARK" ] || exit 42
+  deadline=$((SECONDS + ${RIG_VLLM_ROW_BUDGET_S:-560}))  # of the call's 600 s
+  stash_vllm_half || exit 3
+  wait_done "${2:-300}"
+  if ! grep -q "^SESSION DONE" "$LOG" 2>/dev/null && pgrep -f "$SESSION" > /dev/null; then
+    echo "!!! the SGLang session still runs: no vLLM yet (send vllm-row again)"; pack; exit 6
+  fi
+  if [ -n "${RIG_REHEARSAL:-}" ]; then
+    PY=.venv/bin/python
+  else
+    if [ ! -f $VPARTS/part1/core-sm90.tar.xz ]; then
+      [ -f $VPARTS/core-sm90.half.0 ] && [ -f $VPARTS/core-sm90.half.1 ] \
+        || { echo "!!! part1's halves: $(ls $VPARTS | tr '\n' ' ')(carry part1a in a wait, part1b here)"; pack; exit 3; }
+      cat $VPARTS/core-sm90.half.0 $VPARTS/core-sm90.half.1 > $VPARTS/part1/core-sm90.tar.xz && cp $VPARTS/SHA256SUMS $VPARTS/part1/ || exit 3
+    fi
+    # install.sh checks part1 against its SHA256SUMS (a damaged half is refused) and skips it once installed
+    bash .gpu/tools/install.sh $VPARTS /tmp/site > /tmp/vllm-install.log 2>&1 || { tail -5 /tmp/vllm-install.log; pack; exit 3; }
+    tail -n 2 /tmp/vllm-install.log
+    export PYTHONPATH=/tmp/site:$PWD:$PWD/adapter  # vLLM's path, without SGLang's SITE (env.sh's)
+    python3 -c "import vllm, locust, re2, pydantic, rig.cli" || { pack; exit 3; }
+    PY=python3
+  fi
+  left=$((deadline - SECONDS - 40))  # 40 s to pack
+  if [ "$left" -lt "${RIG_VLLM_ROW_MIN_S:-220}" ]; then
+    echo "!!! ${left} s left in this call; the vLLM row needs ~250 s: send vllm-row again (vLLM stays installed)"; pack; exit 6
+  fi
+  echo "=== $(date +%T) vLLM GPU test on llama8b-h200 (at most ${left} s)"
+  # basetemp and raw results beside SGLang's, not over them (pytest empties its basetemp)
+  RIG_GPU_TEST_RESULTS=$RESULTS/gpu-test timeout -k 5 "$left" $PY -m pytest -q -s -rs -p no:cacheprovider -m gpu \
+    --basetemp="$RESULTS/pytest-vllm" tests/gpu/test_engines_gpu.py -k "llama8b-h200 and not sglang" > "$RESULTS/vllm-gpu-test.txt" 2>&1
+  echo "=== $(date +%T) exit $?"
+  tail -n 30 "$RESULTS/vllm-gpu-test.txt"
   pack
   ;;
 capacity)  # issue 27 after the session (~4 min, no GPU; carry .gpu/parts/part-aiperf): benchmarks/h200/calls.sh
@@ -169,7 +221,7 @@ headers={'content-type': 'application/json'}), timeout=60); print(r.read().decod
   echo "SESSION DONE $(date +%T)"
   ;;
 *)
-  echo "usage: sglang.sh first | start [S] | scoring-check | wait [S] | capacity | session" >&2
+  echo "usage: sglang.sh first | start [S] | scoring-check | wait [S] | vllm-row [S] | capacity | session" >&2
   exit 2
   ;;
 esac
