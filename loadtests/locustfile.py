@@ -32,13 +32,27 @@ import psutil
 import requests
 import urllib3
 from gevent.event import Event
+from gevent.socket import wait_read
 from locust import HttpUser, events, task
 from locust.runners import MasterRunner, WorkerRunner
 
 from rig.client import auth_headers
+from rig.load.kernel_timer import KernelTimer, TimerUnavailable
 from rig.load.records import RequestRecord
 from rig.load.sse import StreamScan
-from rig.load.wire import WINDOW_FILE, ClientStats, LoadConfig, Prompt, WindowEvent, WindowEventName, client_file
+from rig.load.wire import (
+    LAG_PERIOD_S,
+    LAG_PROBE_KERNEL,
+    LAG_PROBE_SLEEP,
+    WINDOW_FILE,
+    ClientStats,
+    LagProbe,
+    LoadConfig,
+    Prompt,
+    WindowEvent,
+    WindowEventName,
+    client_file,
+)
 from rig.load.workload import OutputLengths, gamma_offsets
 
 _CONFIG_PATH = os.environ.get("RIG_LOAD_CONFIG")
@@ -52,7 +66,6 @@ def config() -> LoadConfig:
     return CONFIGURED
 
 PROCESS_ID = f"{socket.gethostname()}-{os.getpid()}"
-LAG_PERIOD_S = 0.01
 
 
 class RecordWriter:
@@ -97,6 +110,7 @@ class RecordWriter:
 
 WRITER = RecordWriter()
 LAG: list[tuple[float, float]] = []  # (wall time, lag seconds)
+LAG_PROBE = [LAG_PROBE_KERNEL]  # which event the monitor times (set when it starts)
 CPU: list[float] = []
 CPU_TIME: list[tuple[float, float]] = []  # (wall time, this process's user + system CPU seconds)
 REQUEST_IDS = count()
@@ -104,15 +118,34 @@ USER_IDS = count()
 ROLE: dict[str, Any] = {"environment": None}
 
 
+def _lag_probe() -> KernelTimer | None:
+    try:
+        return KernelTimer()
+    except TimerUnavailable:
+        return None
+
+
 def _lag_monitor() -> None:
-    """Event-loop lag: how late a 10 ms sleep wakes up. High lag means the client distorts timings."""
+    """Event-loop lag: how late the loop runs an event due 10 ms after the last one. High lag means
+    the client distorts timings. The event is a kernel timer the loop waits on as on a socket, so it
+    is late exactly as a chunk's read is (rig.load.kernel_timer says why a gevent sleep is not);
+    without one (not Linux), a gevent sleep, whose lag overstates a socket's by up to 1 ms."""
     process = psutil.Process()
     process.cpu_percent(None)
     last_cpu = time.monotonic()
+    timer = _lag_probe()
+    LAG_PROBE[0] = LAG_PROBE_KERNEL if timer is not None else LAG_PROBE_SLEEP
     while True:
-        start = time.perf_counter()
-        gevent.sleep(LAG_PERIOD_S)
-        LAG.append((time.time(), time.perf_counter() - start - LAG_PERIOD_S))
+        due = time.monotonic() + LAG_PERIOD_S
+        if timer is not None:
+            timer.arm(due)
+            wait_read(timer.fileno())
+            woke = time.monotonic()
+            timer.consume()
+        else:
+            gevent.sleep(LAG_PERIOD_S)
+            woke = time.monotonic()
+        LAG.append((time.time(), woke - due))
         if time.monotonic() - last_cpu >= 1.0:
             CPU.append(process.cpu_percent(None))
             times = process.cpu_times()
@@ -280,9 +313,10 @@ def _on_stopping(environment: Any, **_: Any) -> None:
         _write_window("stopping")
 
 
-def _client_stats(process: str, lag: list, cpu: list[float], cpu_time: list, gc_pauses: list | None = None) -> ClientStats:
+def _client_stats(process: str, lag: list, cpu: list[float], cpu_time: list, gc_pauses: list | None = None,
+                  lag_probe: LagProbe = LAG_PROBE_KERNEL) -> ClientStats:
     # Raw samples: rig computes percentiles over the measurement window (spawning bursts excluded).
-    return ClientStats(process=process, lag=[(round(t, 4), round(value, 6)) for t, value in lag],
+    return ClientStats(process=process, lag=[(round(t, 4), round(value, 6)) for t, value in lag], lag_probe=lag_probe,
                        gc_pauses=[(t, seconds) for t, seconds in gc_pauses or []],
                        cpu_percent_mean=sum(cpu) / len(cpu) if cpu else None, cpu_percent_max=max(cpu) if cpu else None,
                        cpu_time=[(round(t, 3), round(seconds, 3)) for t, seconds in cpu_time])
@@ -292,7 +326,7 @@ def _client_stats(process: str, lag: list, cpu: list[float], cpu_time: list, gc_
 def _ship(client_id: str, data: dict[str, Any], **_: Any) -> None:
     if WRITER.shipping:
         data["rig"] = {"process": PROCESS_ID, "records": WRITER.outbox[:], "lag": LAG[:], "cpu": CPU[:], "cpu_time": CPU_TIME[:],
-                       "gc_pauses": GC_PAUSES[:]}
+                       "gc_pauses": GC_PAUSES[:], "lag_probe": LAG_PROBE[0]}
         WRITER.outbox.clear()
         GC_PAUSES.clear()
         LAG.clear()
@@ -312,7 +346,8 @@ def _receive(client_id: str, data: dict[str, Any], **_: Any) -> None:
     if shipped["records"]:
         with open(os.path.join(OUT_DIR, f"records-{process}.jsonl"), "a") as handle:
             handle.write("".join(line + "\n" for line in shipped["records"]))
-    remote = REMOTE.setdefault(process, {"lag": [], "cpu": [], "cpu_time": [], "gc_pauses": []})
+    remote = REMOTE.setdefault(process, {"lag": [], "cpu": [], "cpu_time": [], "gc_pauses": [], "lag_probe": LAG_PROBE_SLEEP})
+    remote["lag_probe"] = shipped.get("lag_probe", LAG_PROBE_SLEEP)
     remote["lag"] += shipped["lag"]
     remote["cpu"] += shipped["cpu"]
     remote["cpu_time"] += shipped.get("cpu_time", [])
@@ -323,9 +358,10 @@ def _receive(client_id: str, data: dict[str, Any], **_: Any) -> None:
 def _on_quit(environment: Any, **_: Any) -> None:
     _stop_profile()
     WRITER.flush()
-    clients = {process: _client_stats(process, v["lag"], v["cpu"], v["cpu_time"], v["gc_pauses"]) for process, v in REMOTE.items()}
+    clients = {process: _client_stats(process, v["lag"], v["cpu"], v["cpu_time"], v["gc_pauses"], v["lag_probe"])
+               for process, v in REMOTE.items()}
     if not isinstance(environment.runner, MasterRunner) and not WRITER.shipping:
-        clients[PROCESS_ID] = _client_stats(PROCESS_ID, LAG, CPU, CPU_TIME, GC_PAUSES)
+        clients[PROCESS_ID] = _client_stats(PROCESS_ID, LAG, CPU, CPU_TIME, GC_PAUSES, LAG_PROBE[0])
     for process, client in clients.items():  # each file whole or absent: the runner reads them after the run
         path = os.path.join(OUT_DIR, client_file(process))
         with open(path + ".tmp", "w") as handle:

@@ -6,6 +6,8 @@
 #   call 1: bash benchmarks/h200/resolution.sh first      carry .gpu/parts/part1a .gpu/tools
 #   call 2: bash benchmarks/h200/resolution.sh start      carry .gpu/parts/part1b .gpu/parts/part-client .gpu/parts/rig-wheels .gpu/tools
 #   call 3+: bash benchmarks/h200/resolution.sh wait 540  (no carry)
+#   or, for a sitting without a comparison (issue 27: c3000, capacity, gputest), call 2 is
+#     bash benchmarks/h200/resolution.sh install  (carry as start: vLLM and the client, and the lag probe's benchmark)
 #   last, if the budget has ~4 minutes left: bash benchmarks/h200/resolution.sh gputest
 #     or (~5 minutes) bash benchmarks/h200/resolution.sh c3000 [S]: rig's c3000 on real vLLM (issue 27)
 #     or (~4 minutes, no GPU) bash benchmarks/h200/resolution.sh capacity  carry .gpu/parts/part-aiperf: rig's client
@@ -47,6 +49,17 @@ SESSION="resolution.sh session"
 # shellcheck source=benchmarks/h200/calls.sh
 source benchmarks/h200/calls.sh
 
+# part1's halves joined (checked against its SHA256SUMS by install.sh), vLLM, the load client and
+# rig's wheels installed, the imports checked (env.sh)
+install_vllm() {
+  if [ ! -f $PARTS/part1/core-sm90.tar.xz ]; then
+    cat $PARTS/core-sm90.half.0 .gpu/parts/part1b/core-sm90.half.1 > $PARTS/part1/core-sm90.tar.xz || return 3
+    cp .gpu/parts/part1b/SHA256SUMS $PARTS/part1/ && rm $PARTS/core-sm90.half.0
+  fi
+  bash .gpu/tools/install.sh $PARTS /tmp/site > /tmp/install.log 2>&1 || { cat /tmp/install.log; return 3; }
+  source benchmarks/h200/env.sh || return 3  # part-client and rig's wheels from .gpu/parts; checks the imports
+}
+
 case "${1:-}" in
 prepare)  # here: part1 in two halves, each small enough to travel beside the tree
   [ -f .gpu/parts/part1/core-sm90.tar.xz ] || { echo "no .gpu/parts/part1 (benchmarks/h200/README.md: build it first)" >&2; exit 2; }
@@ -80,10 +93,7 @@ start)
     exit 5
   fi
   if [ -z "${RIG_REHEARSAL:-}" ]; then  # a rehearsal here goes straight to the detached session
-    cat $PARTS/core-sm90.half.0 .gpu/parts/part1b/core-sm90.half.1 > $PARTS/part1/core-sm90.tar.xz || exit 3
-    cp .gpu/parts/part1b/SHA256SUMS $PARTS/part1/ && rm $PARTS/core-sm90.half.0
-    bash .gpu/tools/install.sh $PARTS /tmp/site > /tmp/install.log 2>&1 || { cat /tmp/install.log; exit 3; }
-    source benchmarks/h200/env.sh || exit 3  # part-client and rig's wheels from .gpu/parts; checks the imports
+    install_vllm || exit 3
     python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_gpu_delay_gpu.py > "$OUT/gpu-delay-test.txt" 2>&1
     tail -15 "$OUT/gpu-delay-test.txt"
     nproc
@@ -100,6 +110,15 @@ wait)
   [ -f "$MARK" ] || exit 42
   wait_done "${2:-540}"
   pack
+  ;;
+install)  # carry as `start`: vLLM and the client installed, no comparison (for the calls that follow:
+  # c3000, capacity, gputest); then the lag monitor's probe against real socket events on this host's
+  # cores (benchmarks/lag_probe.py, ~70 s: a gevent sleep against the kernel timer the client now uses)
+  [ -f "$MARK" ] || exit 42
+  if [ -z "${RIG_REHEARSAL:-}" ]; then install_vllm || exit 3; PY=python3; else PY=.venv/bin/python; fi
+  nproc
+  timeout -k 5 150 $PY benchmarks/lag_probe.py > "$OUT/lag-probe.txt" 2>&1; echo "lag probe exit $?"
+  cat "$OUT/lag-probe.txt"
   ;;
 c3000)  # issue 27's real-vLLM run: 3000 users on 12 Locust workers of this host's 16 cores, in the call (~4 min)
   [ -f "$MARK" ] || exit 42
@@ -193,8 +212,11 @@ gputest)
   [ -f "$MARK" ] || exit 42
   source benchmarks/h200/env.sh || exit 3
   # RIG_GPUTEST_K picks the recipe: "llama8b-h200" for the 8B row of the engines' table (~4 min with a cold compile)
-  timeout -k 5 400 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_engines_gpu.py -k "${RIG_GPUTEST_K:-llama-h200 and tp1}" > "$OUT/vllm-gpu-test.txt" 2>&1
+  # its raw results (boots, runs) come back in the pack, beside the session's
+  RIG_GPU_TEST_RESULTS=$RESULTS/gpu-test timeout -k 5 400 python3 -m pytest -q -p no:cacheprovider -m gpu \
+    tests/gpu/test_engines_gpu.py -k "${RIG_GPUTEST_K:-llama-h200 and tp1}" > "$OUT/vllm-gpu-test.txt" 2>&1
   tail -30 "$OUT/vllm-gpu-test.txt"
+  pack
   ;;
 session)
   if [ -n "${RIG_REHEARSAL:-}" ]; then
@@ -224,7 +246,7 @@ session)
   echo "SESSION DONE $(date +%T)"
   ;;
 *)
-  echo "usage: resolution.sh prepare | first | start [S] | wait [S] | gputest | c3000 [S] | bimodal | session" >&2
+  echo "usage: resolution.sh prepare | first | start [S] | install | wait [S] | gputest | c3000 [S] | capacity | bimodal | session" >&2
   exit 2
   ;;
 esac

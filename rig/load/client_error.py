@@ -2,8 +2,9 @@
 
 Every time the client records (a chunk's arrival, a request's end) is late by however long its
 event loop took to get to the socket: an event's delay. The lag monitor (loadtests/locustfile.py)
-is itself such an event, a timer that wakes up late by exactly that delay, so its samples inside
-the window are the delay distribution of that process. From it, per Locust process:
+is itself such an event, a kernel timer the loop waits on as on a socket (rig.load.kernel_timer),
+read late by exactly that delay, so its samples inside the window are the delay distribution of
+that process. From it, per Locust process:
 
 - `level` L: a delay that few events exceed (candidates: the monitor's p90, p99, p99.9 and max);
 - the events later than L: short stretches (under the monitor's 10 ms period) in the share the
@@ -50,11 +51,10 @@ import numpy as np
 from scipy.stats import binom
 
 from rig.load import request_metrics
-from rig.load.metrics import LAG_PERIOD_S
 from rig.load.records import RequestRecord
 from rig.load.request_metrics import Done, decode_time, done_in_window, e2e, itl, tpot, ttft
 from rig.load.summary import HEADLINE, LATENCY, ClientBound, Window
-from rig.load.wire import ClientStats
+from rig.load.wire import LAG_PERIOD_S, ClientStats
 
 CLOCK_RESOLUTION_S = time.get_clock_info("time").resolution  # the records' clock (time.time())
 SAMPLE_EVENTS = 2  # a latency sample is the difference of two recorded times: either may be late

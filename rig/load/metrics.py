@@ -45,7 +45,7 @@ from rig.load.summary import (
     TurnStats,
     Window,
 )
-from rig.load.wire import ClientStats
+from rig.load.wire import LAG_PERIOD_S, ClientStats
 
 TOKEN_MISMATCH_TOLERANCE = 0.02  # usage vs chunk count, as a fraction
 STALL_THRESHOLD_S = 0.020  # an event-loop wake-up later than this blocked every stream the process reads
@@ -71,7 +71,6 @@ def describe_rate(values: list[float], token_weighted: float | None) -> RateDist
     return RateDistribution(**_percentiles(values), token_weighted=token_weighted)
 
 
-LAG_PERIOD_S = 0.01  # the locustfile's lag monitor sleeps this long between samples
 
 
 def responsive_end(clients: list[ClientStats], stopping: float) -> float:
@@ -81,7 +80,7 @@ def responsive_end(clients: list[ClientStats], stopping: float) -> float:
     end = stopping
     for client in clients:
         for wake, lag in client.lag:
-            free = wake - lag - LAG_PERIOD_S  # when the sleep that woke late began
+            free = wake - lag - LAG_PERIOD_S  # when the wait that ended late began
             if wake >= stopping and free < stopping:
                 end = min(end, free)
     return end
@@ -251,7 +250,8 @@ def client_lag(client: ClientStats, window: Window) -> ClientLag:
     inside = sorted(lag for t, lag in client.lag if window.start <= t <= window.end)
     stats = describe(inside)
     stalls = [lag for lag in inside if lag > STALL_THRESHOLD_S]
-    return ClientLag(process=client.process, lag_samples=len(inside), cpu_s=cpu_seconds(client.cpu_time, window),
+    return ClientLag(process=client.process, lag_samples=len(inside), lag_probe=client.lag_probe,
+                     cpu_s=cpu_seconds(client.cpu_time, window),
                      lag_p50_ms=None if stats.p50 is None else 1000 * stats.p50,
                      lag_p99_ms=None if stats.p99 is None else 1000 * stats.p99,
                      lag_max_ms=1000 * inside[-1] if inside else None,
@@ -294,6 +294,7 @@ def client_verdict(clients: list[ClientLag], bounds: dict[str, ClientBound], hea
                          lag_p99_ms=max(c.lag_p99_ms or 0.0 for c in clients),
                          lag_p50_ms=max(c.lag_p50_ms or 0.0 for c in clients),
                          lag_max_ms=max(c.lag_max_ms or 0.0 for c in clients),
+                         lag_probes=sorted({c.lag_probe for c in clients}),
                          stalled_fraction=worst_stall.stalled_fraction or 0.0,
                          cpu_percent_mean_max=worst_cpu,
                          server_clock="unavailable (OpenAI streams carry only whole-second timestamps)")

@@ -11,6 +11,7 @@ from typing import Any
 from rig.atomic import write_text_atomic
 from rig.load.client_error import share_text
 from rig.load.summary import RunSummary
+from rig.load.wire import LAG_PROBE_SLEEP
 
 COLUMNS: list[tuple[str, Callable[[RunSummary], Any]]] = [
     ("scenario", lambda s: s.name + (" (warmup)" if s.warmup else "")),
@@ -147,7 +148,11 @@ def client_note(summary: RunSummary, name: str | None = None) -> str:
         amount = "unbounded" if bound.bound is None else f"+/- {share_text(bound.bound, bound.limit)}"
         parts.append(f"{figure} {amount}" + ("" if bound.holds else " NOT USABLE"))
     limit = next(iter(summary.client.figures.values())).limit
-    return f"{name or summary.name}: client timing (limit {share_text(limit)}): " + ", ".join(parts)
+    text = f"{name or summary.name}: client timing (limit {share_text(limit)}): " + ", ".join(parts)
+    if LAG_PROBE_SLEEP in summary.client.lag_probes:  # no kernel timer where the client ran (not Linux)
+        text += (f" (lag timed on a {LAG_PROBE_SLEEP}, up to 1 ms later than a socket event: these bounds are wider than the "
+                 "client's own delays at low event rates)")
+    return text
 
 
 def write_run(out_dir: Path, summary: RunSummary) -> None:

@@ -22,7 +22,7 @@ from pydantic import Field, model_validator
 from rig.atomic import write_text_atomic
 from rig.boot.record import BootImage
 from rig.load.scenarios import Arrivals, Conversation, Kind, Prefix, Scenario, Trace
-from rig.load.wire import TraceReplay
+from rig.load.wire import LAG_PROBE_SLEEP, LagProbe, TraceReplay
 from rig.load.workload import OutputLengthSpec
 from rig.observe.gpu import GpuSummary
 from rig.observe.server_metrics import ServerMetrics
@@ -175,6 +175,7 @@ class ClientLag(Typed):
 
     process: str | None
     lag_samples: int
+    lag_probe: LagProbe = LAG_PROBE_SLEEP  # the event its lag was timed on (rig.load.wire)
     cpu_s: float | None
     lag_p50_ms: float | None
     lag_p99_ms: float | None
@@ -211,6 +212,7 @@ class ClientVerdict(Typed):
     lag_p99_ms: float | None = None
     lag_p50_ms: float | None = None
     lag_max_ms: float | None = None
+    lag_probes: list[LagProbe] = Field(default_factory=list)  # the events the processes' lag was timed on
     stalled_fraction: float | None = None
     cpu_percent_mean_max: float | None = None
     lag_limit_ms: float | None = None

@@ -143,12 +143,22 @@ class WindowEvent(Versioned):
     time: float
 
 
+# The event the client's lag monitor times (loadtests/locustfile.py): a kernel timer the loop waits on
+# as on a socket (rig.load.kernel_timer), or, where there is none, a gevent sleep, late by up to 1 ms
+# more than a socket event is (files written before the kernel timer existed say nothing: a sleep).
+LAG_PERIOD_S = 0.01  # the monitor's event is due this long after the last one ran
+LagProbe = Literal["kernel timer", "gevent sleep"]
+LAG_PROBE_KERNEL: LagProbe = "kernel timer"
+LAG_PROBE_SLEEP: LagProbe = "gevent sleep"
+
+
 class ClientStats(Versioned):
     """One Locust process's raw samples; rig computes percentiles over the measurement window."""
 
     schema_version: int = Field(WIRE_SCHEMA, alias="schema")
     process: str
-    lag: list[tuple[float, float]]  # (wall time, seconds a 10 ms sleep woke up late)
+    lag: list[tuple[float, float]]  # (wall time, seconds the lag probe's event ran after it was due)
+    lag_probe: LagProbe = LAG_PROBE_SLEEP
     gc_pauses: list[tuple[float, float]] = Field(default_factory=list)  # (wall time, seconds)
     cpu_percent_mean: float | None = None
     cpu_percent_max: float | None = None

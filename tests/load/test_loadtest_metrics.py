@@ -21,7 +21,7 @@ from rig.load.prompts import FixedPrompts, TokenCounter
 from rig.load.runner import LoadTarget, run_scenario
 from rig.load.scenarios import Scenario
 from rig.load.summary import SUMMARY_SCHEMA
-from rig.load.wire import Prompt
+from rig.load.wire import LAG_PROBE_KERNEL, Prompt
 
 pytestmark = pytest.mark.timed  # Locust against the timed server, held to its known timing
 
@@ -84,6 +84,7 @@ def test_c1_metrics_match_the_known_timing(timed_target, tmp_path):
     target, _ = timed_target
     summary = run_scenario(target, scenario(duration_s=7.0), tmp_path / "run", counter=FixedPrompts("fixed test prompts"), prompts=PROMPTS, progress=False,
                            settle_s=2.5)
+    assert summary.client.lag_probes == [LAG_PROBE_KERNEL]  # the lag is a socket-like event's (rig.load.kernel_timer)
     if not summary.client.valid:  # a busy box: the run must say so and why; its figures are not held to the truth
         assert summary.client.reasons and any("client INVALID" in p for p in summary.problems()), summary.client
         return
@@ -229,6 +230,7 @@ def test_distributed_run_master_and_workers(timed_target, tmp_path):
     assert summary.provenance.client.workers == 2 and summary.provenance.client.distributed
     assert len(list((tmp_path / "run").glob("records-*.jsonl"))) == 2
     assert summary.client.processes == 2
+    assert summary.client.lag_probes == [LAG_PROBE_KERNEL]  # each worker says which event its lag was timed on
     itl_p50_is_the_truth_or_named_unusable(summary)
 
 
