@@ -299,6 +299,36 @@ def test_rig_up_refuses_a_hostile_overlay_before_anything_starts(tmp_path, flag,
 
 
 @pytest.mark.parametrize("command", ["up", "compare"])
+@pytest.mark.parametrize("name,value", [("RIG_TOKEN_DELAY_MS", "abc"), ("RIG_TOKEN_DELAY_MS", "5"), ("DSV41_SHARED_PAD_BUF_ROWS", "64")])
+def test_an_adapter_gate_in_rigs_own_environment_is_refused_for_a_native_boot(tmp_path, command, name, value):
+    """A native server inherits rig's environment: a gate or setting exported in the shell would reach
+    the engine without the boot check expecting its adapter ARMED (RIG_TOKEN_DELAY_MS=abc booted with
+    exit 0 and token_delay REFUSED in the log). Refused in one line naming it, before anything is written."""
+    env = {"RIG_RESULTS_DIR": str(tmp_path / "results"), "RIG_STATE_DIR": str(tmp_path / "state"), name: value}
+    arms = ["--arm", "a:OMP_NUM_THREADS=1", "--arm", "b:OMP_NUM_THREADS=2"] if command == "compare" else []
+    result = rig_cli(command, "tiny-cpu", *arms, env=env)
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    last = result.stderr.strip().splitlines()[-1]  # (the adapter runtime in rig's own interpreter may say it refuses too)
+    assert last.startswith(f"rig: environment: {name}: ") and f"rig up --env {name}=VALUE" in last, result.stderr
+    assert value not in last and "Traceback" not in result.stderr
+    assert not (tmp_path / "results").exists() and not (tmp_path / "state").exists()
+
+
+def test_a_gate_given_in_the_overlay_is_not_an_inherited_one():
+    from rig.compare.arms import parse_arm
+    from rig.deploy.recipe import load, refuse_inherited_gates
+
+    resolved = load("tiny-cpu")
+    refuse_inherited_gates(resolved, {"RIG_TOKEN_DELAY_MS": "5"}, {"RIG_TOKEN_DELAY_MS": "5", "HOME": "/root"})
+    refuse_inherited_gates(parse_arm("a:RIG_TOKEN_DELAY_MS=5").resolve("tiny-cpu"), {}, {"RIG_TOKEN_DELAY_MS": "5"})
+    with pytest.raises(RigError) as refused:
+        refuse_inherited_gates(resolved, {}, {"RIG_TOKEN_DELAY_MS": "5"})
+    assert refused.value.field == "RIG_TOKEN_DELAY_MS"
+    compose = load("tiny-cpu-docker")  # a container gets only what its compose file names
+    refuse_inherited_gates(compose, {}, {"RIG_TOKEN_DELAY_MS": "5"})
+
+
+@pytest.mark.parametrize("command", ["up", "compare"])
 def test_a_port_something_else_listens_on_is_refused_before_anything_is_written(tmp_path, command):
     """Another server on the port (say a tiny-cpu of the user's own): `rig up` and `rig compare`
     name the port and the way out in one line, and write no boot, state or comparison."""

@@ -7,6 +7,7 @@ problem into one RigError line: file, field, fix.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -625,9 +626,32 @@ def check_rig_owned(recipe: Recipe, where: str) -> None:
                 refuse_env_name(name, engine, where, f"{prefix}adapters.{use.name}.gates.{name}")
 
 
+def refuse_inherited_gates(resolved: Resolved, overlay: dict[str, str], environ: dict[str, str] | os._Environ[str]) -> None:
+    """A native server inherits rig's own environment (rig/boot/native.py). An adapter's gate or
+    setting there would reach the engine unseen: not in the boot's record, its adapter not expected
+    ARMED by the boot check, so one that refuses (sm_90 for a Blackwell-only adapter, a value it
+    rejects) would leave a server without it that rig calls up (measured: RIG_TOKEN_DELAY_MS=abc in
+    the shell, `rig up tiny-cpu` exited 0 with token_delay REFUSED in its log). A gate reaches a boot
+    through the recipe or an overlay only, where both checks see it."""
+    if resolved.recipe.driver != "native":
+        return  # a container gets only the environment its compose file names
+    from rig_adapters.registry import REGISTRY
+
+    names = {spec.gate for spec in REGISTRY} | {setting for spec in REGISTRY for setting in spec.settings}
+    given = {**resolved.full_env(), **overlay}
+    inherited = sorted(name for name in environ if name in names and name not in given)
+    if inherited:
+        first = inherited[0]
+        raise RigError("environment", first, f"{', '.join(inherited)} set in rig's own environment would reach the native server "
+                       "unchecked (its adapter not expected ARMED, the boot's record not naming it)",
+                       f"unset {first}, and pass it as `rig up --env {first}=VALUE` or in an arm, where rig checks it")
+
+
 def check_overlay(resolved: Resolved, env: dict[str, str], where: str, field: str) -> None:
     """An environment overlay (rig up --env, an arm): no rig-owned name, no hook; secrets are allowed
-    (they reach the server through the environment and are recorded redacted)."""
+    (they reach the server through the environment and are recorded redacted). A native boot takes
+    no adapter gate from rig's own environment (refuse_inherited_gates)."""
+    refuse_inherited_gates(resolved, env, os.environ)
     for name, value in env.items():
         if name == grammar.IMAGE_TAG_VARIABLE:  # compose's image selector: the tag grammar `image=` gets
             try:
