@@ -58,6 +58,34 @@ stash_vllm_half() {
   return 0
 }
 
+# SGLang by hand, without rig (its own failure told from rig's driving of it; the adapters' refusals
+# in its own processes): a small generated Llama, the recipe's flags; waits until healthy (at most
+# 300 s) and prints the server's process group leader. Extra environment comes from the caller.
+HAND_MODEL=/tmp/sgl-diag-model
+http_get() {  # URL [JSON body]; no curl assumed on the host: the standard library's urllib
+  python3 -c "import sys, urllib.request as u; r = u.urlopen(u.Request(sys.argv[1], data=sys.argv[2].encode() or None,
+headers={'content-type': 'application/json'}), timeout=60); print(r.read().decode()[:2000])" "$1" "${2:-}"
+}
+launch_by_hand() {  # LOG
+  local log=$1 pid deadline
+  [ -d $HAND_MODEL ] || python3 .gpu/tools/make_model.py $HAND_MODEL > /dev/null || return 3
+  PYTHONPATH=${HAND_PYTHONPATH:-$SITE} setsid python3 -m sglang.launch_server --model-path $HAND_MODEL --load-format dummy \
+    --attention-backend triton --sampling-backend pytorch --tp-size 1 --host 127.0.0.1 --port 30000 \
+    --mem-fraction-static 0.5 --enable-metrics --enable-cache-report > "$log" 2>&1 < /dev/null &
+  pid=$!
+  deadline=$((SECONDS + 300))
+  until http_get http://127.0.0.1:30000/health > /dev/null 2>&1; do
+    kill -0 $pid 2>/dev/null || { echo "SGLang exited: $(tail -n 5 "$log")" >&2; echo $pid; return 1; }
+    [ $SECONDS -lt $deadline ] || { echo "not healthy in 300 s" >&2; break; }
+    sleep 3
+  done
+  echo $pid
+}
+stop_by_hand() {  # PID (its process group)
+  kill -TERM -- -"$1" 2>/dev/null; sleep 10; kill -KILL -- -"$1" 2>/dev/null
+  nvidia-smi --query-compute-apps=pid,used_memory --format=csv
+}
+
 case "${1:-}" in
 first)
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,temperature.gpu --format=csv
@@ -96,6 +124,38 @@ PY
   timeout -k 5 120 python3 -m rig down llama8b-sglang-h200 > /tmp/down.log 2>&1; echo "down exit $?"
   nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l
   grep -n "Traceback" -A3 "$RESULTS"/boots/*/server.log | head -20
+  ;;
+refusals)  # carry as `start` (~3 min): SGLang by hand with both Blackwell-only gates set, rig's adapters
+  # loaded through SGLang's own plugin group (sglang.srt.plugins) in every process that loads plugins:
+  # on sm_90 each refuses with its reason in the scheduler's log, and the server serves without them.
+  # (rig itself refuses these gates for llama8b-sglang-h200 before a boot: the adapters are scoped
+  # to mia-tp4; this is the engine-side refusal the issue asks to see in every scheduler process.)
+  [ -f "$MARK" ] || exit 42
+  install_rest || exit 3
+  mkdir -p $RESULTS/refusals
+  # first rig's own flow on a live SGLang boot: up, status, logs, down (nothing left), and the gate refused up front
+  (
+    export PYTHONPATH=/tmp/site:$SITE:$PWD:$PWD/adapter RIG_RESULTS_DIR=$RESULTS/refusals/rig RIG_STATE_DIR=/tmp/rig-state
+    python3 -m rig up llama8b-sglang-h200 --env RIG_MXFP8_B12X=1 2>&1 | tail -n 1; echo "up with the gate: exit ${PIPESTATUS[0]} (2 expected)"
+    timeout -k 5 300 python3 -m rig up llama8b-sglang-h200 > /tmp/refusals-up.log 2>&1; echo "up exit $?"; tail -n 1 /tmp/refusals-up.log
+    python3 -m rig status; echo "status exit $?"
+    python3 -m rig logs llama8b-sglang-h200 > $RESULTS/refusals/rig-logs.txt; echo "logs exit $?: $(wc -l < $RESULTS/refusals/rig-logs.txt) lines"
+    timeout -k 5 120 python3 -m rig down llama8b-sglang-h200; echo "down exit $?"
+    echo "GPU contexts left: $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l)"
+  ) 2>&1 | tee $RESULTS/refusals/rig-flow.txt
+  overlay=$(PYTHONPATH=/tmp/site:$SITE:$PWD python3 -c "from rig import paths; from rig.boot.engine_env import adapter_overlay
+print(adapter_overlay(paths.cache_dir()))") || { echo "no adapter overlay (rig.boot.engine_env)"; exit 3; }
+  log=$RESULTS/refusals/server.log
+  pid=$(HAND_PYTHONPATH=$overlay:$SITE RIG_ENGINE=sglang RIG_MXFP8_B12X=1 DSV41_SHARED_PAD_K=1 \
+        RIG_ADAPTER_MANIFEST_DIR=$RESULTS/refusals launch_by_hand "$log")
+  echo "launched (group $pid); its processes:"
+  ps -o pid,ppid,args -g "$pid" | cut -c1-120 | tee $RESULTS/refusals/processes.txt
+  http_get http://127.0.0.1:30000/v1/completions '{"model":"'"$HAND_MODEL"'","prompt":"Hello","max_tokens":8}' | cut -c1-300
+  stop_by_hand "$pid"
+  echo "--- the adapters' lines, by process (none: no process imported a target module; the manifests say what each process saw):"
+  grep -h "rig_adapters\[" "$log" | cut -c1-400 | tee $RESULTS/refusals/adapter-lines.txt
+  ls $RESULTS/refusals
+  pack
   ;;
 wait)
   [ -f "$MARK" ] || exit 42
@@ -183,25 +243,11 @@ session)
     # Only if the GPU test failed: SGLang launched by hand with the recipe's flags on a small generated
     # Llama, without rig, so the pack tells SGLang's own failure from rig's driving of it.
     sglang_by_hand() {
-      local model=/tmp/sgl-diag-model log=$RESULTS/sglang-by-hand.log deadline
-      python3 .gpu/tools/make_model.py "$model" > /dev/null || return 3
-      PYTHONPATH=$SITE setsid python3 -m sglang.launch_server --model-path "$model" --load-format dummy \
-        --attention-backend triton --sampling-backend pytorch --tp-size 1 --host 127.0.0.1 --port 30000 \
-        --mem-fraction-static 0.5 --enable-metrics --enable-cache-report > "$log" 2>&1 < /dev/null &
-      local pid=$!
-      # (no curl assumed on the host: the standard library's urllib)
-      fetch() { python3 -c "import sys, urllib.request as u; r = u.urlopen(u.Request(sys.argv[1], data=sys.argv[2].encode() or None,
-headers={'content-type': 'application/json'}), timeout=60); print(r.read().decode()[:2000])" "$1" "${2:-}"; }
-      deadline=$((SECONDS + 300))
-      until fetch http://127.0.0.1:30000/health > /dev/null 2>&1; do
-        kill -0 $pid 2>/dev/null || { echo "SGLang exited: $(tail -n 5 "$log")"; return 1; }
-        [ $SECONDS -lt $deadline ] || { echo "not healthy in 300 s"; break; }
-        sleep 3
-      done
-      fetch http://127.0.0.1:30000/v1/completions '{"model":"'"$model"'","prompt":"Hello","max_tokens":8}'
-      fetch http://127.0.0.1:30000/metrics | grep -c '^sglang'
-      kill -TERM -- -$pid 2>/dev/null; sleep 10; kill -KILL -- -$pid 2>/dev/null
-      nvidia-smi --query-compute-apps=pid,used_memory --format=csv
+      local pid
+      pid=$(launch_by_hand "$RESULTS/sglang-by-hand.log") || return $?
+      http_get http://127.0.0.1:30000/v1/completions '{"model":"'"$HAND_MODEL"'","prompt":"Hello","max_tokens":8}'
+      http_get http://127.0.0.1:30000/metrics | grep -c '^sglang'
+      stop_by_hand "$pid"
     }
   fi
   export RIG_RESULTS_DIR=$RESULTS
@@ -221,7 +267,7 @@ headers={'content-type': 'application/json'}), timeout=60); print(r.read().decod
   echo "SESSION DONE $(date +%T)"
   ;;
 *)
-  echo "usage: sglang.sh first | start [S] | scoring-check | wait [S] | vllm-row [S] | capacity | session" >&2
+  echo "usage: sglang.sh first | start [S] | scoring-check | refusals | wait [S] | vllm-row [S] | capacity | session" >&2
   exit 2
   ;;
 esac

@@ -87,6 +87,13 @@ def test_rig_up_loadtest_down_on_a_real_engine(tmp_path, recipe, variant, gpus, 
             with pytest.raises(urllib.error.HTTPError) as refused:
                 urllib.request.urlopen(record["base_url"] + "/v1/models", timeout=10)  # noqa: S310
             assert refused.value.code == 401
+        # rig status probes the live server's health endpoint; rig logs prints the boot's log
+        status = rig_cli("status", env=env, timeout=60)
+        assert status.returncode == 0 and f" up  boot {record['boot_id']}" in status.stdout, status.stdout + status.stderr
+        logs = rig_cli("logs", ref, env=env, timeout=60)
+        whole_lines = logs.stdout[:logs.stdout.rfind("\n") + 1]  # the server may write on meanwhile, even mid-character
+        assert logs.returncode == 0 and whole_lines.strip(), logs.stderr
+        assert Path(record["log_path"]).read_text(errors="replace").startswith(whole_lines)
         chosen = [arg for name in scenarios for arg in ("--scenario", name)]
         load = rig_cli("loadtest", ref, *chosen, "--full", "--duration", "8", env=env, timeout=1200)
         print(load.stdout[-6000:])
