@@ -1,16 +1,19 @@
-"""Which event tells how late the client reads a chunk: a gevent sleep or a kernel timer (timerfd)?
+"""Does the client's lag probe tell how late its chunks are read? A gevent sleep against a kernel timer.
 
 The client bounds its figures by its event loop's lag (rig.load.client_error), measured by the
 locustfile's lag monitor. The figures are built from socket reads; this measures, side by side, the
-lag each monitor reports and the lateness of real socket events in the same loop: a forked sender
-writes its send time (time.monotonic(), one clock for both processes) over a socketpair at a fixed
-period, as an engine streams chunks, and the loop records the read time of each. A monitor is faithful
-when its lag is at least the chunks' (a bound must not understate) and not much more.
+lag each probe reports and the real lateness of socket events in the same loop: a forked sender
+writes its send time (time.monotonic(), one clock for both processes) over socketpairs at a fixed
+period, one chunk to every stream at once (as an engine's step sends one to every running request),
+and the loop reads each stream in a greenlet of its own, doing `--work-us` of work per chunk (what
+parsing and recording cost). A probe is faithful when its lag is at least the chunks' (a bound must
+not understate) and not much more. Each probe waits as the locustfile's monitor does (a kernel timer,
+a wait drawn between half and all of LAG_PERIOD_S; or a gevent sleep of LAG_PERIOD_S, as before).
 
-    python3 benchmarks/lag_probe.py [--seconds 8] [--periods-ms 8.9 4.4 270 0.5]
+    python3 benchmarks/lag_probe.py [--seconds 8] [--case STREAMS:PERIOD_MS:WORK_US ...]
 
-Each period runs twice, once per monitor, in fresh processes (two monitors in one loop wake each
-other). Prints one row per period and monitor.
+Each case runs once per probe, in fresh processes (two probes in one loop wake each other). Prints
+one row per case and probe, with the sample counts.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import socket
 import struct
 import subprocess
@@ -29,6 +33,9 @@ from rig.load.wire import LAG_PERIOD_S
 
 REPO = Path(__file__).resolve().parents[1]
 STAMP = struct.Struct("d")
+# one stream at prose-c1's chunk cadence (two tokens every 8.9 ms), at half of it, at prefill-8k's,
+# and engine-like bursts: 32 and 16 streams per step of about the monitor's period
+CASES = ["1:8.9:20", "1:4.4:20", "1:270:20", "32:10:60", "16:9.7:80"]
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -36,86 +43,99 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[round(q * (len(ordered) - 1))] if ordered else float("nan")
 
 
-def _send(sock: socket.socket, period: float, seconds: float) -> None:
+def _send(ends: list[socket.socket], period: float, seconds: float) -> None:
     start = time.monotonic()
     for i in range(int(seconds / period)):
         wait = start + (i + 1) * period - time.monotonic()
         if wait > 0:
             time.sleep(wait)
         try:
-            sock.sendall(STAMP.pack(time.monotonic()))
+            for end in ends:
+                end.sendall(STAMP.pack(time.monotonic()))
         except BrokenPipeError:
             break
 
 
-def measure(monitor: str, period: float, seconds: float) -> dict[str, float]:
-    """One run in this process (call it in a fresh one): the monitor's lag and the chunks' lateness."""
+def _work(seconds: float) -> None:
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        pass
+
+
+def measure(probe: str, streams: int, period: float, work: float, seconds: float) -> dict[str, float]:
+    """One case in this process (call it in a fresh one): the probe's lag and the chunks' lateness."""
     import gevent
     from gevent import socket as gsocket
     from gevent.socket import wait_read
 
     from rig.load.kernel_timer import KernelTimer
 
-    ours, theirs = socket.socketpair()
+    pairs = [socket.socketpair() for _ in range(streams)]
     sender = os.fork()
     if sender == 0:
-        ours.close()
-        _send(theirs, period, seconds)
+        for ours, _ in pairs:
+            ours.close()
+        _send([theirs for _, theirs in pairs], period, seconds)
         os._exit(0)
-    theirs.close()
-    stream = gsocket.socket(fileno=ours.detach())
     chunk_lateness: list[float] = []
-    monitor_lag: list[float] = []
+    probe_lag: list[float] = []
 
-    def read_chunks() -> None:
-        pending = b""
+    def read_chunks(ours: socket.socket) -> None:
+        stream, pending = gsocket.socket(fileno=ours.detach()), b""
         while data := stream.recv(65536):
             now = time.monotonic()
             pending += data
             whole = len(pending) - len(pending) % STAMP.size
             chunk_lateness.extend(now - sent for (sent,) in STAMP.iter_unpack(pending[:whole]))
             pending = pending[whole:]
+            _work(work)
 
-    def sleep_monitor() -> None:
+    def sleep_probe() -> None:
         while True:
             due = time.monotonic() + LAG_PERIOD_S
             gevent.sleep(LAG_PERIOD_S)
-            monitor_lag.append(time.monotonic() - due)
+            probe_lag.append(time.monotonic() - due)
 
-    def kernel_monitor() -> None:
-        timer = KernelTimer()
+    def kernel_probe() -> None:
+        timer, phases = KernelTimer(), random.Random(os.getpid())
         while True:
-            due = time.monotonic() + LAG_PERIOD_S
+            due = time.monotonic() + phases.uniform(LAG_PERIOD_S / 2, LAG_PERIOD_S)
             timer.arm(due)
             wait_read(timer.fileno())
-            monitor_lag.append(time.monotonic() - due)
+            probe_lag.append(time.monotonic() - due)
             timer.consume()
 
-    gevent.spawn(sleep_monitor if monitor == "gevent sleep" else kernel_monitor)
-    gevent.spawn(read_chunks).join()
+    for _, theirs in pairs:
+        theirs.close()
+    gevent.spawn(sleep_probe if probe == "gevent sleep" else kernel_probe)
+    gevent.joinall([gevent.spawn(read_chunks, ours) for ours, _ in pairs])
     os.waitpid(sender, 0)
-    return {"chunks": len(chunk_lateness), "monitor_p50_ms": 1e3 * _quantile(monitor_lag, 0.5),
-            "monitor_p99_ms": 1e3 * _quantile(monitor_lag, 0.99), "chunk_p50_ms": 1e3 * _quantile(chunk_lateness, 0.5),
-            "chunk_p99_ms": 1e3 * _quantile(chunk_lateness, 0.99)}
+    return {"probe_samples": len(probe_lag), "chunks": len(chunk_lateness),
+            "probe_p50_ms": 1e3 * _quantile(probe_lag, 0.5), "probe_p99_ms": 1e3 * _quantile(probe_lag, 0.99),
+            "chunk_p50_ms": 1e3 * _quantile(chunk_lateness, 0.5), "chunk_p99_ms": 1e3 * _quantile(chunk_lateness, 0.99)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=8.0)
-    parser.add_argument("--periods-ms", type=float, nargs="+", default=[8.9, 4.4, 270.0, 0.5])
-    parser.add_argument("--one", nargs=2, metavar=("MONITOR", "PERIOD_MS"), help=argparse.SUPPRESS)
+    parser.add_argument("--case", nargs="+", default=CASES, help="STREAMS:PERIOD_MS:WORK_US (default: %(default)s)")
+    parser.add_argument("--one", nargs=2, metavar=("PROBE", "CASE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(measure(args.one[0], float(args.one[1]) / 1e3, args.seconds)))
+        streams, period_ms, work_us = args.one[1].split(":")
+        print(json.dumps(measure(args.one[0], int(streams), float(period_ms) / 1e3, float(work_us) / 1e6, args.seconds)))
         return
-    print(f"{'chunk period':>12} | {'monitor':12} | monitor lag p50 / p99 | chunks' lateness p50 / p99 | chunks")
-    for period_ms in args.periods_ms:
-        for monitor in ("gevent sleep", "kernel timer"):
-            run = subprocess.run([sys.executable, __file__, "--seconds", str(args.seconds), "--one", monitor, str(period_ms)],
-                                 capture_output=True, text=True, check=True, cwd=REPO, env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))})
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    print("streams x period, work/chunk | probe        | probe's lag p50 / p99 (samples) | chunks' lateness p50 / p99 (chunks)")
+    for case in args.case:
+        streams, period_ms, work_us = case.split(":")
+        for probe in ("gevent sleep", "kernel timer"):
+            run = subprocess.run([sys.executable, __file__, "--seconds", str(args.seconds), "--one", probe, case],
+                                 capture_output=True, text=True, check=True, cwd=REPO, env=environment)
             row = json.loads(run.stdout)
-            print(f"{period_ms:9.1f} ms | {monitor:12} | {row['monitor_p50_ms']:7.3f} / {row['monitor_p99_ms']:6.3f} ms    | "
-                  f"{row['chunk_p50_ms']:7.3f} / {row['chunk_p99_ms']:6.3f} ms        | {row['chunks']}")
+            print(f"{int(streams):4d} x {float(period_ms):6.1f} ms, {float(work_us):4.0f} us | {probe:12} | "
+                  f"{row['probe_p50_ms']:6.3f} / {row['probe_p99_ms']:6.3f} ms ({row['probe_samples']:5d}) | "
+                  f"{row['chunk_p50_ms']:6.3f} / {row['chunk_p99_ms']:6.3f} ms ({row['chunks']})")
 
 
 if __name__ == "__main__":

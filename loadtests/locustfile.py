@@ -126,32 +126,37 @@ def _lag_probe() -> KernelTimer | None:
 
 
 def _lag_monitor() -> None:
-    """Event-loop lag: how late the loop runs an event due 10 ms after the last one. High lag means
-    the client distorts timings. The event is a kernel timer the loop waits on as on a socket, so it
-    is late exactly as a chunk's read is (rig.load.kernel_timer says why a gevent sleep is not);
-    without one (not Linux), a gevent sleep, whose lag overstates a socket's by up to 1 ms."""
+    """Event-loop lag: how late the loop runs an event that is due. High lag means the client
+    distorts timings. The event is a kernel timer the loop waits on as on a socket, so it is late
+    exactly as a chunk's read is (rig.load.kernel_timer says why a gevent sleep is not); without one
+    (not Linux), a gevent sleep, whose lag overstates a socket's by up to 1 ms. Each wait is drawn
+    between half and all of LAG_PERIOD_S: a fixed period locks onto an engine whose step is near it
+    (or a divisor of it) and then samples only the quiet part of every step. The once-a-second work
+    (CPU samples, a collection past its budget) runs after the next event is due, so a pause it
+    causes is in the next sample like any other stall."""
     process = psutil.Process()
     process.cpu_percent(None)
     last_cpu = time.monotonic()
     timer = _lag_probe()
     LAG_PROBE[0] = LAG_PROBE_KERNEL if timer is not None else LAG_PROBE_SLEEP
+    phases = random.Random(os.getpid())
     while True:
-        due = time.monotonic() + LAG_PERIOD_S
-        if timer is not None:
-            timer.arm(due)
-            wait_read(timer.fileno())
-            woke = time.monotonic()
-            timer.consume()
-        else:
-            gevent.sleep(LAG_PERIOD_S)
-            woke = time.monotonic()
-        LAG.append((time.time(), woke - due))
+        due = time.monotonic() + phases.uniform(LAG_PERIOD_S / 2, LAG_PERIOD_S)
         if time.monotonic() - last_cpu >= 1.0:
             CPU.append(process.cpu_percent(None))
             times = process.cpu_times()
             CPU_TIME.append((time.time(), times.user + times.system))
             last_cpu = time.monotonic()
             _collect_if_over_budget()
+        if timer is not None:
+            timer.arm(due)
+            wait_read(timer.fileno())
+            woke = time.monotonic()
+            timer.consume()
+        else:
+            gevent.sleep(max(0.0, due - time.monotonic()))
+            woke = time.monotonic()
+        LAG.append((time.time(), woke - due))
 
 
 # With the collector off, the reference cycles requests/urllib3 leave per request (measured: ~45

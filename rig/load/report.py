@@ -149,7 +149,8 @@ def client_note(summary: RunSummary, name: str | None = None) -> str:
         parts.append(f"{figure} {amount}" + ("" if bound.holds else " NOT USABLE"))
     limit = next(iter(summary.client.figures.values())).limit
     text = f"{name or summary.name}: client timing (limit {share_text(limit)}): " + ", ".join(parts)
-    if LAG_PROBE_SLEEP in summary.client.lag_probes:  # no kernel timer where the client ran (not Linux)
+    # a gevent sleep: no kernel timer where the client ran (not Linux), or a run recorded before there was one
+    if summary.client.processes and (not summary.client.lag_probes or LAG_PROBE_SLEEP in summary.client.lag_probes):
         text += (f" (lag timed on a {LAG_PROBE_SLEEP}, up to 1 ms later than a socket event: these bounds are wider than the "
                  "client's own delays at low event rates)")
     return text

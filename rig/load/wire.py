@@ -146,7 +146,7 @@ class WindowEvent(Versioned):
 # The event the client's lag monitor times (loadtests/locustfile.py): a kernel timer the loop waits on
 # as on a socket (rig.load.kernel_timer), or, where there is none, a gevent sleep, late by up to 1 ms
 # more than a socket event is (files written before the kernel timer existed say nothing: a sleep).
-LAG_PERIOD_S = 0.01  # the monitor's event is due this long after the last one ran
+LAG_PERIOD_S = 0.01  # the monitor's event is due at most this long after the last one ran (drawn from half of it up)
 LagProbe = Literal["kernel timer", "gevent sleep"]
 LAG_PROBE_KERNEL: LagProbe = "kernel timer"
 LAG_PROBE_SLEEP: LagProbe = "gevent sleep"

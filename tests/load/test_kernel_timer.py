@@ -58,3 +58,24 @@ def test_a_monotonic_clock_other_than_clock_monotonic_is_refused(monkeypatch):
     monkeypatch.setattr(kernel_timer.time, "get_clock_info", lambda name: types.SimpleNamespace(implementation="mach_absolute_time()"))
     with pytest.raises(TimerUnavailable, match="CLOCK_MONOTONIC"):
         KernelTimer()
+
+
+def test_the_report_names_a_sleep_probe_and_a_run_that_recorded_none():
+    """A gevent sleep overstates a socket read's lag by up to 1 ms: the client line says so, for a
+    run that used one and for one recorded before the probe was named (its verdict lists none)."""
+    import numpy as np
+    from simulated_runs import round_result, simulate_round
+
+    from rig.load.report import client_note
+    from rig.load.summary import ClientBound
+    from rig.load.wire import LAG_PROBE_KERNEL, LAG_PROBE_SLEEP
+
+    _, summary = round_result(simulate_round(np.random.default_rng(1), 0.01, 0.05, 10.0), 10.0, None)
+    summary.client.figures = {"user_decode_tok_s": ClientBound(bound=0.001, limit=0.01, holds=True)}
+    notes = {}
+    for probes in ([LAG_PROBE_KERNEL], [LAG_PROBE_SLEEP], [LAG_PROBE_KERNEL, LAG_PROBE_SLEEP], []):
+        summary.client.lag_probes = probes
+        notes[tuple(probes)] = client_note(summary)
+    assert [LAG_PROBE_SLEEP in note for note in notes.values()] == [False, True, True, True]
+    summary.client.processes = 0  # no client statistics at all: nothing to say about a probe
+    assert LAG_PROBE_SLEEP not in client_note(summary)
