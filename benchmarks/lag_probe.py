@@ -9,6 +9,10 @@ and the loop reads each stream in a greenlet of its own, doing `--work-us` of wo
 parsing and recording cost). A probe is faithful when its lag is at least the chunks' (a bound must
 not understate) and not much more. Each probe waits as the locustfile's monitor does (a kernel timer,
 a wait drawn between half and all of LAG_PERIOD_S; or a gevent sleep of LAG_PERIOD_S, as before).
+Each chunk's read also takes, as the locustfile's reads do, how long after its loop pass began it
+came (a check watcher of libev's highest priority): the client's bound puts that wait on each
+recorded time and the probe's delay on top, so what the probe must cover is a chunk's lateness
+beyond its wait in the pass (the last column).
 
     python3 benchmarks/lag_probe.py [--seconds 8] [--case STREAMS:PERIOD_MS:WORK_US ...]
 
@@ -78,15 +82,26 @@ def measure(probe: str, streams: int, period: float, work: float, seconds: float
         _send([theirs for _, theirs in pairs], period, seconds)
         os._exit(0)
     chunk_lateness: list[float] = []
+    beyond_wait: list[float] = []  # each chunk's lateness less its wait in its loop pass
     probe_lag: list[float] = []
+    polled = [time.monotonic()]
+
+    def on_pass() -> None:
+        polled[0] = time.monotonic()
+
+    watcher = gevent.get_hub().loop.check(ref=False, priority=2)
+    watcher.start(on_pass)
 
     def read_chunks(ours: socket.socket) -> None:
         stream, pending = gsocket.socket(fileno=ours.detach()), b""
         while data := stream.recv(65536):
             now = time.monotonic()
+            waited = now - polled[0]
             pending += data
             whole = len(pending) - len(pending) % STAMP.size
-            chunk_lateness.extend(now - sent for (sent,) in STAMP.iter_unpack(pending[:whole]))
+            late = [now - sent for (sent,) in STAMP.iter_unpack(pending[:whole])]
+            chunk_lateness.extend(late)
+            beyond_wait.extend(value - waited for value in late)
             pending = pending[whole:]
             _work(work)
 
@@ -112,7 +127,8 @@ def measure(probe: str, streams: int, period: float, work: float, seconds: float
     os.waitpid(sender, 0)
     return {"probe_samples": len(probe_lag), "chunks": len(chunk_lateness),
             "probe_p50_ms": 1e3 * _quantile(probe_lag, 0.5), "probe_p99_ms": 1e3 * _quantile(probe_lag, 0.99),
-            "chunk_p50_ms": 1e3 * _quantile(chunk_lateness, 0.5), "chunk_p99_ms": 1e3 * _quantile(chunk_lateness, 0.99)}
+            "chunk_p50_ms": 1e3 * _quantile(chunk_lateness, 0.5), "chunk_p99_ms": 1e3 * _quantile(chunk_lateness, 0.99),
+            "beyond_p50_ms": 1e3 * _quantile(beyond_wait, 0.5), "beyond_p99_ms": 1e3 * _quantile(beyond_wait, 0.99)}
 
 
 def main() -> None:
@@ -126,7 +142,8 @@ def main() -> None:
         print(json.dumps(measure(args.one[0], int(streams), float(period_ms) / 1e3, float(work_us) / 1e6, args.seconds)))
         return
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    print("streams x period, work/chunk | probe        | probe's lag p50 / p99 (samples) | chunks' lateness p50 / p99 (chunks)")
+    print("streams x period, work/chunk | probe        | probe's lag p50 / p99 (samples) | chunks' lateness p50 / p99 (chunks) "
+          "| beyond their wait in the pass p50 / p99")
     for case in args.case:
         streams, period_ms, work_us = case.split(":")
         for probe in ("gevent sleep", "kernel timer"):
@@ -135,7 +152,8 @@ def main() -> None:
             row = json.loads(run.stdout)
             print(f"{int(streams):4d} x {float(period_ms):6.1f} ms, {float(work_us):4.0f} us | {probe:12} | "
                   f"{row['probe_p50_ms']:6.3f} / {row['probe_p99_ms']:6.3f} ms ({row['probe_samples']:5d}) | "
-                  f"{row['chunk_p50_ms']:6.3f} / {row['chunk_p99_ms']:6.3f} ms ({row['chunks']})")
+                  f"{row['chunk_p50_ms']:6.3f} / {row['chunk_p99_ms']:6.3f} ms ({row['chunks']}) | "
+                  f"{row['beyond_p50_ms']:6.3f} / {row['beyond_p99_ms']:6.3f} ms")
 
 
 if __name__ == "__main__":

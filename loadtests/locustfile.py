@@ -111,6 +111,26 @@ class RecordWriter:
 WRITER = RecordWriter()
 LAG: list[tuple[float, float]] = []  # (wall time, lag seconds)
 LAG_PROBE = [LAG_PROBE_KERNEL]  # which event the monitor times (set when it starts)
+# When this process's event loop last came back from waiting for the network (wall clock, as the
+# records): set first thing in every loop pass by a libev check watcher of the highest priority,
+# before the pass reads any socket. A read at `now` came now - POLLED[0] after the pass began: the
+# time its chunk waited behind the pass's other reads, which no probe timed on its own event meets
+# (a step's chunks to many streams arrive together and are read one after another).
+POLLED = [time.time()]
+PASS_WATCHER: list[Any] = []  # keeps the watcher alive
+
+
+def _on_pass() -> None:
+    POLLED[0] = time.time()
+
+
+def _watch_passes() -> None:
+    """POLLED kept by a check watcher of libev's highest priority (EV_MAXPRI): it runs right after
+    every wait for the network, before the watchers of the sockets that became ready."""
+    if not PASS_WATCHER:
+        watcher = gevent.get_hub().loop.check(ref=False, priority=2)
+        watcher.start(_on_pass)
+        PASS_WATCHER.append(watcher)
 CPU: list[float] = []
 CPU_TIME: list[tuple[float, float]] = []  # (wall time, this process's user + system CPU seconds)
 REQUEST_IDS = count()
@@ -264,6 +284,7 @@ def _on_init(environment: Any, **_: Any) -> None:
     # until the users exist; during the measured run the collector is off (see _on_spawned).
     gc.freeze()
     gc.set_threshold(100_000, 50, 1000)
+    _watch_passes()
     gevent.spawn(_lag_monitor)
 
 
@@ -468,11 +489,11 @@ CONNECT_TIMEOUT_S = 10.0
 
 def stream_into(response: Any, scan: Any, watch: StallWatch) -> None:
     """Feeds the body to `scan` as it arrives, each read stamped once (the record's time and the
-    stall watch's)."""
+    stall watch's), with how long after its loop pass began it came (POLLED)."""
     for data in _reads(response):
         now = time.time()
         watch.last = now
-        scan.feed(data, now)
+        scan.feed(data, now, max(0, int((now - POLLED[0]) * 1e6)))
 
 
 def _error_kind(error: Exception) -> str:
@@ -560,6 +581,7 @@ class StreamingUser(HttpUser):
             STALLS.release(watch)
             record.t_end = time.time()
             record.chunks = scan.chunks
+            record.chunk_waits_us = scan.waits_us or None
             record.t_first, record.t_last = scan.t_first, scan.t_last
             record.finish_reason = scan.finish_reason
             record.chunk_tokens = scan.chunk_tokens()

@@ -4,7 +4,11 @@ Every time the client records (a chunk's arrival, a request's end) is late by ho
 event loop took to get to the socket: an event's delay. The lag monitor (loadtests/locustfile.py)
 is itself such an event, a kernel timer the loop waits on as on a socket (rig.load.kernel_timer),
 read late by exactly that delay, so its samples inside the window are the delay distribution of
-that process. From it, per Locust process:
+that process. What the monitor cannot meet is the wait a chunk has behind the other reads of the
+same loop pass: an engine's step sends a chunk to every running stream at once, the loop reads them
+one after another, and a probe due at a time of its own meets that queue only as often as the loop
+is busy. So each chunk's read carries how long after its pass began it came (RequestRecord.
+chunk_waits_us, w): a recorded time is late by at most w plus the monitor's delay. From it, per Locust process:
 
 - `level` L: a delay that few events exceed (candidates: the monitor's p90, p99, p99.9 and max);
 - the events later than L: short stretches (under the monitor's 10 ms period) in the share the
@@ -178,38 +182,46 @@ def _share_of_reported(share_of_truth: float) -> float:
     return share_of_truth / (1 - share_of_truth) if share_of_truth < 1 else UNBOUNDED
 
 
-def _duration_sum_bound(spans: list[tuple[float, float]], profile: LagProfile) -> float | None:
+def _duration_sum_bound(spans: list[tuple[float, float, float]], profile: LagProfile) -> float | None:
     """A rate over per-request durations (tokens / their sum). Each duration is the difference of two
     recorded times of one stream, each late by a short-stretch delay (mean mu, sd sigma, the
     monitor's samples under its period) or held up by a long stretch. The sum moves by at most
     a = N*mu (a bias between the two ends, at most the mean delay) + Z*sigma*sqrt(2N) (their
     spread, at the normal 99.9th percentile) + the long stretches where they reached it, so the
     rate by a / (sum - a) of the reported rate. A long stretch counts where it reached one of the
-    recorded times (each of the `spans`' two ends is checked against the stretches in time)."""
-    total = sum(b - a for a, b in spans)
+    recorded times (each of the `spans`' two ends is checked against the stretches in time), and
+    each span's wait in its loop pass (the larger of its two ends') once."""
+    total = sum(b - a for a, b, _ in spans)
     if not spans or total <= 0 or not profile.samples:
         return None
     short, _ = profile.split()
     n = len(spans)
-    reached = sum(profile.late_by(a) + profile.late_by(b) for a, b in spans)
-    moved = n * short.mean + SPREAD_Z * short.sd * math.sqrt(SAMPLE_EVENTS * n) + short.largest + reached
+    reached = sum(profile.late_by(a) + profile.late_by(b) for a, b, _ in spans)
+    in_pass = sum(wait for _, _, wait in spans)
+    moved = n * short.mean + SPREAD_Z * short.sd * math.sqrt(SAMPLE_EVENTS * n) + short.largest + reached + in_pass
     return moved / (total - moved) if moved < total else UNBOUNDED
 
 
-def _quantile_bound(samples: list[float], times: list[tuple[float, float]], quantile: float, sample_error: float,
-                    profile: LagProfile, value: float) -> float | None:
-    """A p-quantile of samples each moved by at most sample_error * L, save a share q of them:
-    (e + spread between the (p-q), p and (p+q) quantiles) / the value, at the best L."""
+def _quantile_bound(samples: list[float], times: list[tuple[float, float]], waits: list[float], quantile: float,
+                    sample_error: float, profile: LagProfile, value: float) -> float | None:
+    """A p-quantile of samples each moved by at most e = sample_error * (L + its wait in its loop
+    pass), save a share q of them that may move anywhere: the truth's p-quantile lies between the
+    (p-q)-quantile of (sample - e) and the (p+q)-quantile of (sample + e); the bound is the farther of
+    the two from the reported value, over the value, at the best L (with no waits: e + the spread
+    between the (p-q), p and (p+q) quantiles)."""
     if not samples or value <= 0:
         return None
-    array = np.asarray(samples)
+    array, slack = np.asarray(samples), np.asarray(waits)
+    mid = float(np.percentile(array, 100 * quantile))
     bounds = []
     for lv in profile.levels():
         q = _late_samples(times, lv, profile) / len(samples)
         if q > 0 and (quantile - q < 0 or quantile + q > 1):
             continue  # as many samples may be late as lie on one side of the quantile: nothing holds it but the top level
-        low, mid, high = np.percentile(array, [100 * max(quantile - q, 0.0), 100 * quantile, 100 * min(quantile + q, 1.0)])
-        bounds.append((sample_error * lv.level + max(high - mid, mid - low)) / value)
+        moved = sample_error * (lv.level + slack)
+        low = float(np.percentile(array - moved, 100 * max(quantile - q, 0.0)))
+        high = float(np.percentile(array + moved, 100 * min(quantile + q, 1.0)))
+        bounds.append(max(high - mid, mid - low) / value)
     return min(bounds, default=UNBOUNDED)  # the top level (no sample late beyond it) is a candidate whenever nothing outlasts it
 
 
@@ -238,13 +250,22 @@ def _aggregate_bound(inputs: FigureInputs) -> float | None:
     short, _ = profile.split()
     times = [a for a, _ in arrivals]
     rate = tokens / window.seconds
+    waits = sorted((t, r.chunk_wait(i)) for r in inputs.records if r.chunk_waits_us for i, t in enumerate(r.chunks))
+    wait_times = [t for t, _ in waits]
+
+    def in_pass_near(edge: float) -> float:
+        """The longest wait in its loop pass of a read within a second of the edge: a token recorded
+        inside the window may have arrived that much earlier, outside it."""
+        near = waits[bisect.bisect_left(wait_times, edge - 1.0):bisect.bisect_right(wait_times, edge + 1.0)]
+        return max((wait for _, wait in near), default=0.0)
 
     def traded(edge: float) -> float:
         finished: dict[str, int] = defaultdict(int)
         for r in inputs.records:
             if r.complete and r.t_end is not None and r.t_end <= edge:
                 finished[r.user] += 1
-        shift = profile.held_before(edge) + max(finished.values(), default=0) * short.mean + short.largest + CLOCK_RESOLUTION_S
+        shift = (profile.held_before(edge) + max(finished.values(), default=0) * short.mean + short.largest + CLOCK_RESOLUTION_S
+                 + in_pass_near(edge))
         near = sum(n for _, n in arrivals[bisect.bisect_left(times, edge - shift):bisect.bisect_right(times, edge + shift)])
         # past the run's end nothing was read: twice the window's mean rate stands in for it
         unread = max(0.0, edge + shift - window.run_end)
@@ -271,15 +292,27 @@ class FigureInputs:
     ratio_known: bool  # some stream of the run finished with its usage (else the ratio is a guess of 1)
 
 
+def _first_wait(d: Done) -> float:
+    return d.record.chunk_wait(0)
+
+
+def _last_wait(d: Done) -> float:
+    return d.record.chunk_wait(len(d.record.chunks) - 1)
+
+
 def _decode(inputs: FigureInputs) -> float | None:
-    return _duration_sum_bound([(d.first, d.last) for d in inputs.done if d.decoded_tokens > 0 and decode_time(d) > 0], inputs.profile)
+    return _duration_sum_bound([(d.first, d.last, max(_first_wait(d), _last_wait(d))) for d in inputs.done
+                                if d.decoded_tokens > 0 and decode_time(d) > 0], inputs.profile)
 
 
 def _prefill(inputs: FigureInputs) -> float | None:
-    return _duration_sum_bound([(d.sent, d.first) for d in inputs.done if d.record.prompt_tokens and ttft(d) > 0], inputs.profile)
+    return _duration_sum_bound([(d.sent, d.first, _first_wait(d)) for d in inputs.done if d.record.prompt_tokens and ttft(d) > 0],
+                               inputs.profile)
 
 
-Spans = Callable[[Done], list[tuple[float, float, float]]]  # a request's samples: (value, first recorded time, second)
+# A request's samples: (value, first recorded time, second, the larger wait in its loop pass of the two
+# reads; the send is no read: it has none)
+Spans = Callable[[Done], list[tuple[float, float, float, float]]]
 
 
 def _percentile(spans_of: Spans, quantile: float, per_token: bool = False) -> Callable[[FigureInputs], float | None]:
@@ -287,27 +320,33 @@ def _percentile(spans_of: Spans, quantile: float, per_token: bool = False) -> Ca
         spans = [span for d in inputs.done for span in spans_of(d)]
         if not spans:
             return None
-        samples = [value for value, _, _ in spans]
+        samples = [value for value, _, _, _ in spans]
         value = float(np.percentile(samples, 100 * quantile))
         # TPOT divides a duration (two recorded times) by the request's decoded tokens
         fewest = min((d.decoded_tokens for d in inputs.done if d.decoded_tokens >= 1), default=1.0)
-        return _quantile_bound(samples, [(a, b) for _, a, b in spans], quantile, 1.0 / fewest if per_token else 1.0,
-                               inputs.profile, value)
+        return _quantile_bound(samples, [(a, b) for _, a, b, _ in spans], [wait for _, _, _, wait in spans], quantile,
+                               1.0 / fewest if per_token else 1.0, inputs.profile, value)
     return bound
 
 
-def _tpot_spans(d: Done) -> list[tuple[float, float, float]]:
+def _tpot_spans(d: Done) -> list[tuple[float, float, float, float]]:
     value = tpot(d)
-    return [] if value is None else [(value, d.first, d.last)]
+    return [] if value is None else [(value, d.first, d.last, max(_first_wait(d), _last_wait(d)))]
+
+
+def _itl_spans(d: Done) -> list[tuple[float, float, float, float]]:
+    chunks = d.record.chunks
+    return [(gap, a, b, max(d.record.chunk_wait(i), d.record.chunk_wait(i + 1)))
+            for i, (gap, a, b) in enumerate(zip(itl(d), chunks, chunks[1:]))]
 
 
 # Each latency sample with the two recorded times it is the difference of (the values from
 # rig.load.request_metrics, the one definition of each).
 _SPANS: dict[str, Spans] = {
-    "ttft": lambda d: [(ttft(d), d.sent, d.first)],
-    "e2e": lambda d: [(e2e(d), d.sent, d.last)],
+    "ttft": lambda d: [(ttft(d), d.sent, d.first, _first_wait(d))],
+    "e2e": lambda d: [(e2e(d), d.sent, d.last, _last_wait(d))],
     "tpot": _tpot_spans,
-    "itl": lambda d: [(gap, a, b) for gap, a, b in zip(itl(d), d.record.chunks, d.record.chunks[1:])],
+    "itl": _itl_spans,
 }
 
 # One bound per reported figure, by the figure's name in HEADLINE and LATENCY (rig.load.summary).

@@ -39,6 +39,12 @@ class RequestRecord(Versioned):
     # Output tokens per chunk, from the server's continuous usage (cumulative completion_tokens per
     # chunk); None when the server reports usage only at the end.
     chunk_tokens: list[int] | None = None
+    # Per chunk, microseconds between the client's event loop coming back from waiting for the
+    # network and the read that stamped the chunk: what it waited behind the loop's other work in
+    # that pass (a step's chunks to many streams are read one after another). A bound, not a
+    # correction: bytes that arrived after the loop came back are read as late but waited less.
+    # None: not measured (records of another tool, or of a rig before it measured them).
+    chunk_waits_us: list[int] | None = None
     usage: dict[str, JsonValue] | None = None  # the server's final usage object, as it sent it
     cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, when reported
     finish_reason: str | None = None
@@ -70,6 +76,8 @@ class RequestRecord(Versioned):
             raise ValueError("t_last is before t_first")
         if self.chunk_tokens is not None and any(n < 0 for n in self.chunk_tokens):
             raise ValueError("a negative token count in chunk_tokens")
+        if self.chunk_waits_us is not None and (len(self.chunk_waits_us) != len(self.chunks) or any(w < 0 for w in self.chunk_waits_us)):
+            raise ValueError("chunk_waits_us is not one wait of 0 us or more per chunk")
         for key in ("completion_tokens", "prompt_tokens"):
             value = (self.usage or {}).get(key)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
@@ -92,6 +100,10 @@ class RequestRecord(Versioned):
     def _usage(self, key: str) -> int | None:
         value = (self.usage or {}).get(key)
         return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    def chunk_wait(self, index: int) -> float:
+        """Seconds the read of chunk `index` came after its loop pass began (0: not measured)."""
+        return self.chunk_waits_us[index] / 1e6 if self.chunk_waits_us else 0.0
 
     @property
     def usage_tokens(self) -> int | None:

@@ -26,13 +26,14 @@ class StreamScan:
     """One response's events, fed as they are read: one timestamp per network read applies to every
     event that read completed (the read, not the parse, is when the client saw them)."""
 
-    __slots__ = ("_output", "_rest", "chunks", "per_chunk", "_pieces", "cumulative", "_attributed", "continuous",
+    __slots__ = ("_output", "_rest", "chunks", "waits_us", "per_chunk", "_pieces", "cumulative", "_attributed", "continuous",
                  "_usage", "finish_reason", "error")
 
     def __init__(self, chat: bool) -> None:
         self._output = CHAT_OUTPUT if chat else COMPLETION_OUTPUT
         self._rest = b""
         self.chunks: list[float] = []  # arrival of every event that carried output
+        self.waits_us: list[int] = []  # how long after its loop pass began each of those was read (RequestRecord.chunk_waits_us)
         self.per_chunk: list[int] = []  # completion tokens each of those carried (continuous usage)
         self._pieces: list[bytes] = []
         self.cumulative = 0  # completion tokens the server reported so far
@@ -42,14 +43,14 @@ class StreamScan:
         self.finish_reason: str | None = None
         self.error: bytes | None = None  # an error event the server sent instead of output
 
-    def feed(self, data: bytes, now: float) -> None:
+    def feed(self, data: bytes, now: float, waited_us: int = 0) -> None:
         lines = (self._rest + data).split(b"\n") if self._rest else data.split(b"\n")
         self._rest = lines.pop()
         for line in lines:
             if line.startswith(b"data:"):
-                self.event(line, now)
+                self.event(line, now, waited_us)
 
-    def event(self, line: bytes, now: float) -> None:
+    def event(self, line: bytes, now: float, waited_us: int = 0) -> None:
         pieces = self._output.findall(line)
         usage = USAGE.search(line) is not None
         if usage:
@@ -65,6 +66,7 @@ class StreamScan:
         if output:
             self._pieces.extend(output)
             self.chunks.append(now)
+            self.waits_us.append(waited_us)
             self.continuous = self.continuous or usage
             self.per_chunk.append(self.cumulative - self._attributed)
             self._attributed = self.cumulative
@@ -74,7 +76,7 @@ class StreamScan:
     def close(self) -> None:
         """The stream ended: an event without its trailing newline still counts."""
         if self._rest.startswith(b"data:"):
-            self.event(self._rest, self.chunks[-1] if self.chunks else 0.0)
+            self.event(self._rest, self.chunks[-1] if self.chunks else 0.0, self.waits_us[-1] if self.waits_us else 0)
         self._rest = b""
 
     @property

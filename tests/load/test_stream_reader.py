@@ -49,10 +49,15 @@ def serve():
         connection.recv(1)
 
 threading.Thread(target=serve, daemon=True).start()
-class Pieces(list):  # what stream_into feeds: each read as it arrived
-    def feed(self, data, now):
+class Pieces(list):  # what stream_into feeds: each read as it arrived, with its wait in its loop pass
+    waits = []
+    def feed(self, data, now, waited_us):
         self.append(data.decode())
+        self.waits.append(waited_us)
 
+locustfile._watch_passes()  # as Locust's init does
+import time
+began = time.time()
 session = HttpSession(f"http://127.0.0.1:{listener.getsockname()[1]}", Events().request, user=None)
 pieces, error = Pieces(), None
 watch = locustfile.STALLS.watch(0.5)  # as StreamingUser.send: no socket read timeout, the watchdog's
@@ -65,7 +70,8 @@ except Exception as caught:
     error = locustfile._error_kind(caught)
 finally:
     locustfile.STALLS.release(watch)
-print(json.dumps({"body": "".join(pieces), "reads": len(pieces), "error": error}))
+print(json.dumps({"body": "".join(pieces), "reads": len(pieces), "error": error, "waits": pieces.waits,
+                  "passes_seen": locustfile.POLLED[0] > began}))
 """
 
 
@@ -81,6 +87,8 @@ def test_the_body_comes_out_whole_one_http_chunk_per_read():
     outcome = read(body)
     assert outcome["body"] == "".join(body) and outcome["error"] is None
     assert outcome["reads"] >= len(body)  # never fewer reads than the chunks sent: no burst stamped late
+    # every read says how long after its loop pass began it came, from the pass watcher's stamp
+    assert outcome["passes_seen"] and len(outcome["waits"]) == outcome["reads"] and all(isinstance(w, int) and w >= 0 for w in outcome["waits"])
 
 
 def test_a_body_cut_mid_chunk_is_a_cut_stream_after_what_arrived():
