@@ -9,12 +9,14 @@ and the loop reads each stream in a greenlet of its own, doing `--work-us` of wo
 parsing and recording cost). A probe is faithful when its lag is at least the chunks' (a bound must
 not understate) and not much more. Each probe waits as the locustfile's monitor does (a kernel timer,
 a wait drawn between half and all of LAG_PERIOD_S; or a gevent sleep of LAG_PERIOD_S, as before).
-Each chunk's read also takes, as the locustfile's reads do, how long after its loop pass began it
-came (a check watcher of libev's highest priority): the client's bound puts that wait on each
-recorded time and the probe's delay on top, so what the probe must cover is a chunk's lateness
-beyond its wait in the pass (the last column).
+Each chunk's read also takes its wait behind the loop's own work as the locustfile's reads do (from
+the start of its pass when the loop really waited for it, else from the previous pass's start: a
+prepare watcher that looks at the loop's epoll, and a check watcher): the client's bound puts that wait on each recorded time and the probe's delay
+on top, so what the probe must cover is a chunk's lateness beyond that wait (the last column). With
+SEND_US, every TOKENS chunks a stream yields once (gevent.sleep(0), as Locust between tasks) and
+works SEND_US, as building its next request does, between two of the loop's passes.
 
-    python3 benchmarks/lag_probe.py [--seconds 8] [--case STREAMS:PERIOD_MS:WORK_US ...]
+    python3 benchmarks/lag_probe.py [--seconds 8] [--case STREAMS:PERIOD_MS:WORK_US[:SEND_US:TOKENS] ...]
 
 Each case runs once per probe, in fresh processes (two probes in one loop wake each other). Prints
 one row per case and probe, with the sample counts.
@@ -33,13 +35,13 @@ import sys
 import time
 from pathlib import Path
 
-from rig.load.wire import LAG_PERIOD_S
+from rig.load.wire import IDLE_WAIT_S, LAG_PERIOD_S
 
 REPO = Path(__file__).resolve().parents[1]
 STAMP = struct.Struct("d")
 # one stream at prose-c1's chunk cadence (two tokens every 8.9 ms), at half of it, at prefill-8k's,
 # and engine-like bursts: 32 and 16 streams per step of about the monitor's period
-CASES = ["1:8.9:20", "1:4.4:20", "1:270:20", "32:10:60", "16:9.7:80"]
+CASES = ["1:8.9:20", "1:4.4:20", "1:270:20", "32:10:60", "16:9.7:80", "32:10:60:600:48"]
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -66,7 +68,8 @@ def _work(seconds: float) -> None:
         pass
 
 
-def measure(probe: str, streams: int, period: float, work: float, seconds: float) -> dict[str, float]:
+def measure(probe: str, streams: int, period: float, work: float, seconds: float, send: float = 0.0,
+            tokens: int = 0) -> dict[str, float]:
     """One case in this process (call it in a fresh one): the probe's lag and the chunks' lateness."""
     import gevent
     from gevent import socket as gsocket
@@ -84,16 +87,28 @@ def measure(probe: str, streams: int, period: float, work: float, seconds: float
     chunk_lateness: list[float] = []
     beyond_wait: list[float] = []  # each chunk's lateness less its wait in its loop pass
     probe_lag: list[float] = []
-    polled = [time.monotonic()]
+    polled, loop_pass = [time.monotonic()], {"start": time.monotonic(), "waiting_since": time.monotonic(), "ready": True}
+    loop = gevent.get_hub().loop
+    import select
 
-    def on_pass() -> None:
-        polled[0] = time.monotonic()
+    look = select.epoll.fromfd(os.dup(loop.fileno()))  # the loop's own interest list (libev's epoll backend)
 
-    watcher = gevent.get_hub().loop.check(ref=False, priority=2)
-    watcher.start(on_pass)
+    def before_wait() -> None:
+        loop_pass["waiting_since"] = time.monotonic()
+        loop_pass["ready"] = bool(look.poll(0, 1))
+
+    def after_wait() -> None:
+        now = time.monotonic()
+        idle = not loop_pass["ready"] and now - loop_pass["waiting_since"] >= IDLE_WAIT_S
+        polled[0] = now if idle else loop_pass["start"]
+        loop_pass["start"] = now
+
+    before, after = loop.prepare(ref=False, priority=-2), loop.check(ref=False, priority=2)
+    before.start(before_wait)
+    after.start(after_wait)
 
     def read_chunks(ours: socket.socket) -> None:
-        stream, pending = gsocket.socket(fileno=ours.detach()), b""
+        stream, pending, count = gsocket.socket(fileno=ours.detach()), b"", 0
         while data := stream.recv(65536):
             now = time.monotonic()
             waited = now - polled[0]
@@ -104,6 +119,11 @@ def measure(probe: str, streams: int, period: float, work: float, seconds: float
             beyond_wait.extend(value - waited for value in late)
             pending = pending[whole:]
             _work(work)
+            count += len(late)
+            if send and count >= tokens:  # a request ended: the next is built between two passes
+                count = 0
+                gevent.sleep(0)
+                _work(send)
 
     def sleep_probe() -> None:
         while True:
@@ -138,19 +158,22 @@ def main() -> None:
     parser.add_argument("--one", nargs=2, metavar=("PROBE", "CASE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        streams, period_ms, work_us = args.one[1].split(":")
-        print(json.dumps(measure(args.one[0], int(streams), float(period_ms) / 1e3, float(work_us) / 1e6, args.seconds)))
+        streams, period_ms, work_us, *sends = args.one[1].split(":")
+        send_us, tokens = sends if sends else ("0", "0")
+        print(json.dumps(measure(args.one[0], int(streams), float(period_ms) / 1e3, float(work_us) / 1e6, args.seconds,
+                                 float(send_us) / 1e6, int(tokens))))
         return
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     print("streams x period, work/chunk | probe        | probe's lag p50 / p99 (samples) | chunks' lateness p50 / p99 (chunks) "
           "| beyond their wait in the pass p50 / p99")
     for case in args.case:
-        streams, period_ms, work_us = case.split(":")
+        streams, period_ms, work_us, *sends = case.split(":")
         for probe in ("gevent sleep", "kernel timer"):
             run = subprocess.run([sys.executable, __file__, "--seconds", str(args.seconds), "--one", probe, case],
                                  capture_output=True, text=True, check=True, cwd=REPO, env=environment)
             row = json.loads(run.stdout)
-            print(f"{int(streams):4d} x {float(period_ms):6.1f} ms, {float(work_us):4.0f} us | {probe:12} | "
+            sent = f", {sends[0]} us/{sends[1]}" if sends else ""
+            print(f"{int(streams):4d} x {float(period_ms):6.1f} ms, {float(work_us):4.0f} us{sent} | {probe:12} | "
                   f"{row['probe_p50_ms']:6.3f} / {row['probe_p99_ms']:6.3f} ms ({row['probe_samples']:5d}) | "
                   f"{row['chunk_p50_ms']:6.3f} / {row['chunk_p99_ms']:6.3f} ms ({row['chunks']}) | "
                   f"{row['beyond_p50_ms']:6.3f} / {row['beyond_p99_ms']:6.3f} ms")

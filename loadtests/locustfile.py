@@ -18,6 +18,7 @@ this process writes for rig is a typed record of rig.load.wire or rig.load.recor
 
 from __future__ import annotations
 
+import functools
 import gc
 import hashlib
 import os
@@ -28,9 +29,11 @@ from itertools import count
 from typing import Any
 
 import gevent
+import gevent.monkey
 import psutil
 import requests
 import urllib3
+import urllib3.connection
 from gevent.event import Event
 from gevent.socket import wait_read
 from locust import HttpUser, events, task
@@ -41,6 +44,8 @@ from rig.load.kernel_timer import KernelTimer, TimerUnavailable
 from rig.load.records import RequestRecord
 from rig.load.sse import StreamScan
 from rig.load.wire import (
+    IDLE_WAIT_S,
+    IDLE_WAIT_UNSEEN_S,
     LAG_PERIOD_S,
     LAG_PROBE_KERNEL,
     LAG_PROBE_SLEEP,
@@ -111,26 +116,47 @@ class RecordWriter:
 WRITER = RecordWriter()
 LAG: list[tuple[float, float]] = []  # (wall time, lag seconds)
 LAG_PROBE = [LAG_PROBE_KERNEL]  # which event the monitor times (set when it starts)
-# When this process's event loop last came back from waiting for the network (wall clock, as the
-# records): set first thing in every loop pass by a libev check watcher of the highest priority,
-# before the pass reads any socket. A read at `now` came now - POLLED[0] after the pass began: the
-# time its chunk waited behind the pass's other reads, which no probe timed on its own event meets
-# (a step's chunks to many streams arrive together and are read one after another).
+# The earliest a byte read now can have become ready (wall clock, as the records): the event loop
+# works in passes, each begun when it comes back from waiting for the network. A pass that began after
+# the loop really waited (idle) read only what arrived during that wait, so no earlier than the pass's
+# start, less the wake-up the lag monitor meets too; a pass that began at once (the loop was busy, its
+# wait returned what was already there) reads what arrived since the previous pass began. A read at
+# `now` waited at most now - POLLED[0] behind the loop's own work: a step's chunks to many streams
+# arrive together and are read one after another, and the next requests are built before the loop
+# waits again, a queue no probe timed on its own event meets (benchmarks/RESULTS.md, "The lag probe").
 POLLED = [time.time()]
-PASS_WATCHER: list[Any] = []  # keeps the watcher alive
+LOOP_PASS: dict[str, Any] = {"start": time.time(), "waiting_since": time.time(), "ready": True}
+PASS_WATCHERS: list[Any] = []  # keeps the watchers (and the look at the loop's epoll) alive
 
 
-def _on_pass() -> None:
-    POLLED[0] = time.time()
+def _before_wait() -> None:
+    LOOP_PASS["waiting_since"] = time.time()
+    LOOP_PASS["ready"] = bool(PASS_WATCHERS[2].poll(0, 1)) if len(PASS_WATCHERS) > 2 else None
+
+
+def _after_wait() -> None:
+    now = time.time()
+    waited, ready = now - LOOP_PASS["waiting_since"], LOOP_PASS["ready"]
+    idle = waited >= IDLE_WAIT_UNSEEN_S if ready is None else not ready and waited >= IDLE_WAIT_S
+    POLLED[0] = now if idle else LOOP_PASS["start"]
+    LOOP_PASS["start"] = now
 
 
 def _watch_passes() -> None:
-    """POLLED kept by a check watcher of libev's highest priority (EV_MAXPRI): it runs right after
-    every wait for the network, before the watchers of the sockets that became ready."""
-    if not PASS_WATCHER:
-        watcher = gevent.get_hub().loop.check(ref=False, priority=2)
-        watcher.start(_on_pass)
-        PASS_WATCHER.append(watcher)
+    """POLLED kept by two libev watchers: a prepare watcher of the lowest priority runs last before
+    each wait for the network (after gevent's own callbacks, which run greenlets there) and looks, at
+    no wait, whether anything on the loop's own epoll is ready already; a check watcher of the highest
+    runs first after the wait, before any socket's watcher. A wait counts as a real one (the pass read
+    only what arrived during it) when nothing was ready and it lasted IDLE_WAIT_S (without an epoll to
+    look at: IDLE_WAIT_UNSEEN_S); any other counts as one that found something ready (the safe side)."""
+    if not PASS_WATCHERS:
+        loop = gevent.get_hub().loop
+        before, after = loop.prepare(ref=False, priority=-2), loop.check(ref=False, priority=2)
+        before.start(_before_wait)
+        after.start(_after_wait)
+        PASS_WATCHERS.extend((before, after))
+        if getattr(loop, "backend", None) == "epoll":  # the same interest list, through a second descriptor
+            PASS_WATCHERS.append(gevent.monkey.get_original("select", "epoll").fromfd(os.dup(loop.fileno())))
 CPU: list[float] = []
 CPU_TIME: list[tuple[float, float]] = []  # (wall time, this process's user + system CPU seconds)
 REQUEST_IDS = count()
@@ -428,6 +454,26 @@ def _reads(response: Any) -> Any:
     return iter(lambda: raw.read1(65536), b"")
 
 
+# When each greenlet's last request was written whole to its socket (wall clock, as the records): the
+# request's send time. Stamped before requests built it, the send time ran ~0.6-0.7 ms early (building
+# the request, and the hub's turn gevent gives others inside urllib3's dropped-connection check), an
+# error that TTFT and E2E carry on top of the read's (an independent review measured it).
+WRITTEN: dict[int, float] = {}
+
+
+def _stamp_when_written(request: Any) -> Any:
+    @functools.wraps(request)
+    def stamped(self: Any, *args: Any, **kwargs: Any) -> None:
+        request(self, *args, **kwargs)
+        WRITTEN[id(gevent.getcurrent())] = time.time()
+    return stamped
+
+
+# urllib3's connection writes the request line, headers and body in request() and returns (requests
+# and Locust's HttpSession send through it; HTTPS connections inherit it).
+urllib3.connection.HTTPConnection.request = _stamp_when_written(urllib3.connection.HTTPConnection.request)
+
+
 class Stalled(Exception):
     """Raised in a stream's greenlet by the stall watchdog: nothing arrived for its read timeout."""
 
@@ -489,7 +535,7 @@ CONNECT_TIMEOUT_S = 10.0
 
 def stream_into(response: Any, scan: Any, watch: StallWatch) -> None:
     """Feeds the body to `scan` as it arrives, each read stamped once (the record's time and the
-    stall watch's), with how long after its loop pass began it came (POLLED)."""
+    stall watch's), with the most it can have waited behind the loop's own work (POLLED)."""
     for data in _reads(response):
         now = time.time()
         watch.last = now
@@ -549,11 +595,14 @@ class StreamingUser(HttpUser):
         path, body = _payload(content, record.max_tokens or LENGTHS.cap)
         scan = StreamScan(settings.endpoint == "chat")
         text = None
-        record.t_send = time.time()
+        record.t_start = record.t_send = time.time()  # t_send until the request is written whole (WRITTEN)
+        me = id(gevent.getcurrent())
+        WRITTEN.pop(me, None)
         watch = STALLS.watch(settings.read_timeout_s)  # the read timeout: no socket timeout per wait
         try:
             with self.client.post(path, json=body, stream=True, catch_response=True, name=settings.scenario,
                                   timeout=(CONNECT_TIMEOUT_S, None)) as response:
+                record.t_send = WRITTEN.pop(me, record.t_send)
                 record.status = response.status_code
                 if response.status_code != 200:
                     # Locust's session reports a refused or reset connection as status 0.
@@ -579,6 +628,7 @@ class StreamingUser(HttpUser):
             record.error_detail = str(error)[:300]
         finally:
             STALLS.release(watch)
+            WRITTEN.pop(me, None)
             record.t_end = time.time()
             record.chunks = scan.chunks
             record.chunk_waits_us = scan.waits_us or None

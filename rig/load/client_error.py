@@ -7,8 +7,9 @@ read late by exactly that delay, so its samples inside the window are the delay 
 that process. What the monitor cannot meet is the wait a chunk has behind the other reads of the
 same loop pass: an engine's step sends a chunk to every running stream at once, the loop reads them
 one after another, and a probe due at a time of its own meets that queue only as often as the loop
-is busy. So each chunk's read carries how long after its pass began it came (RequestRecord.
-chunk_waits_us, w): a recorded time is late by at most w plus the monitor's delay. From it, per Locust process:
+is busy. So each chunk's read carries the most it can have waited behind the loop's own work
+(RequestRecord.chunk_waits_us, w): a recorded time is late by at most w plus the monitor's delay
+(which covers the wake-up from a real wait and what the loop's passes cannot tell). From it, per Locust process:
 
 - `level` L: a delay that few events exceed (candidates: the monitor's p90, p99, p99.9 and max);
 - the events later than L: short stretches (under the monitor's 10 ms period) in the share the

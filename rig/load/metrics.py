@@ -351,9 +351,11 @@ def arrival_stats(records: list[RequestRecord], window: Window, offsets: list[fl
     mine = [r for r in records if r.t_scheduled is not None and start <= r.t_scheduled <= end]
     scheduled = arrivals_in(offsets, epoch, start, end)
     sent = sum(1 for r in records if r.t_scheduled is not None and start <= r.t_send <= end)
-    delays = [r.t_send - wanted for r in mine if (wanted := r.t_scheduled) is not None]
+    # the schedule's own delays run to when the user began the request (building it is the client's
+    # cost per request, not the schedule's; older records have no t_start: their send)
+    delays = [(r.t_start or r.t_send) - wanted for r in mine if (wanted := r.t_scheduled) is not None]
     queued = [r for r in mine if r.queued]
-    dispatch = [r.t_send - wanted for r in mine if not r.queued and (wanted := r.t_scheduled) is not None]
+    dispatch = [(r.t_start or r.t_send) - wanted for r in mine if not r.queued and (wanted := r.t_scheduled) is not None]
     out = ArrivalStats(
         target_rate=rate, scheduled=scheduled, scheduled_rate=scheduled / window.seconds,
         sent=sent, achieved_rate=sent / window.seconds,

@@ -26,7 +26,8 @@ class RequestRecord(Versioned):
     process: str  # the Locust process that sent it (host-pid)
     user: str  # the simulated user (process + user index): the unit of the steady-state window
     prompt: str  # prompt pool entry name
-    t_send: float  # just before the request was sent
+    t_send: float  # when the request was written whole to its socket (rig's client; before: just before it was built)
+    t_start: float | None = None  # the user began the request (before building it): a schedule's dispatch is timed from here
     prompt_tokens_target: int | None = None  # tokens the prompt was built to have (nonce included); None: not fixed (multi-turn)
     prompt_nonce: str | None = None  # the unique leading nonce that keeps prefix caches cold
     status: int | None = None  # HTTP status (0: no response)
@@ -39,11 +40,12 @@ class RequestRecord(Versioned):
     # Output tokens per chunk, from the server's continuous usage (cumulative completion_tokens per
     # chunk); None when the server reports usage only at the end.
     chunk_tokens: list[int] | None = None
-    # Per chunk, microseconds between the client's event loop coming back from waiting for the
-    # network and the read that stamped the chunk: what it waited behind the loop's other work in
-    # that pass (a step's chunks to many streams are read one after another). A bound, not a
-    # correction: bytes that arrived after the loop came back are read as late but waited less.
-    # None: not measured (records of another tool, or of a rig before it measured them).
+    # Per chunk, microseconds between the earliest its bytes can have arrived, as the client's event
+    # loop tells it (the start of the loop pass that read them when the loop waited for them, else of
+    # the pass before), and the read that stamped it: the most it waited behind the loop's own work
+    # (a step's chunks to many streams are read one after another, next requests are built between
+    # passes). A bound, not a correction: bytes that arrived later waited less. None: not measured
+    # (records of another tool, or of a rig before it measured them).
     chunk_waits_us: list[int] | None = None
     usage: dict[str, JsonValue] | None = None  # the server's final usage object, as it sent it
     cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, when reported
@@ -65,11 +67,13 @@ class RequestRecord(Versioned):
         counts counts (a live record is built from the clock itself and not checked here)."""
         if info.context != STORED:
             return self
-        times = [t for t in (self.t_send, self.t_first, self.t_last, self.t_end, self.t_scheduled) if t is not None]
+        times = [t for t in (self.t_start, self.t_send, self.t_first, self.t_last, self.t_end, self.t_scheduled) if t is not None]
         if any(not 0 <= t <= MAX_TIME for t in [*times, *self.chunks]):
             raise ValueError(f"a time outside 0..{MAX_TIME:g} s since the epoch")
         if self.chunks and (any(b < a for a, b in zip(self.chunks, self.chunks[1:])) or self.chunks[0] < self.t_send):
             raise ValueError("chunk arrivals go backwards (or come before the request was sent)")
+        if self.t_start is not None and self.t_start > self.t_send:
+            raise ValueError("t_start is after t_send")
         if self.t_first is not None and self.t_first < self.t_send:
             raise ValueError("t_first is before t_send")
         if self.t_last is not None and self.t_first is not None and self.t_last < self.t_first:
@@ -102,7 +106,7 @@ class RequestRecord(Versioned):
         return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
     def chunk_wait(self, index: int) -> float:
-        """Seconds the read of chunk `index` came after its loop pass began (0: not measured)."""
+        """The most chunk `index` waited behind its event loop's own work, in seconds (0: not measured)."""
         return self.chunk_waits_us[index] / 1e6 if self.chunk_waits_us else 0.0
 
     @property

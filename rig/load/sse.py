@@ -33,7 +33,7 @@ class StreamScan:
         self._output = CHAT_OUTPUT if chat else COMPLETION_OUTPUT
         self._rest = b""
         self.chunks: list[float] = []  # arrival of every event that carried output
-        self.waits_us: list[int] = []  # how long after its loop pass began each of those was read (RequestRecord.chunk_waits_us)
+        self.waits_us: list[int] = []  # the most each of those waited behind the loop's own work (RequestRecord.chunk_waits_us)
         self.per_chunk: list[int] = []  # completion tokens each of those carried (continuous usage)
         self._pieces: list[bytes] = []
         self.cumulative = 0  # completion tokens the server reported so far

@@ -70,8 +70,10 @@ except Exception as caught:
     error = locustfile._error_kind(caught)
 finally:
     locustfile.STALLS.release(watch)
+import gevent
+written = locustfile.WRITTEN.get(id(gevent.getcurrent()))  # the request's send time, once urllib3 wrote it whole
 print(json.dumps({"body": "".join(pieces), "reads": len(pieces), "error": error, "waits": pieces.waits,
-                  "passes_seen": locustfile.POLLED[0] > began}))
+                  "passes_seen": locustfile.POLLED[0] > began, "written": written is not None and written >= began}))
 """
 
 
@@ -89,6 +91,7 @@ def test_the_body_comes_out_whole_one_http_chunk_per_read():
     assert outcome["reads"] >= len(body)  # never fewer reads than the chunks sent: no burst stamped late
     # every read says how long after its loop pass began it came, from the pass watcher's stamp
     assert outcome["passes_seen"] and len(outcome["waits"]) == outcome["reads"] and all(isinstance(w, int) and w >= 0 for w in outcome["waits"])
+    assert outcome["written"]  # urllib3's request() stamped when it had written the request
 
 
 def test_a_body_cut_mid_chunk_is_a_cut_stream_after_what_arrived():
