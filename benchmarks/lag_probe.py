@@ -9,9 +9,8 @@ and the loop reads each stream in a greenlet of its own, doing `--work-us` of wo
 parsing and recording cost). A probe is faithful when its lag is at least the chunks' (a bound must
 not understate) and not much more. Each probe waits as the locustfile's monitor does (a kernel timer,
 a wait drawn between half and all of LAG_PERIOD_S; or a gevent sleep of LAG_PERIOD_S, as before).
-Each chunk's read also takes its wait behind the loop's own work as the locustfile's reads do (from
-the start of its pass when the loop really waited for it, else from the previous pass's start: a
-prepare watcher that looks at the loop's epoll, and a check watcher): the client's bound puts that wait on each recorded time and the probe's delay
+Each chunk's read also takes its wait behind the loop's own work as the locustfile's reads do
+(rig.load.loop_passes): the client's bound puts that wait on each recorded time and the probe's delay
 on top, so what the probe must cover is a chunk's lateness beyond that wait (the last column). With
 SEND_US, every TOKENS chunks a stream yields once (gevent.sleep(0), as Locust between tasks) and
 works SEND_US, as building its next request does, between two of the loop's passes.
@@ -35,7 +34,8 @@ import sys
 import time
 from pathlib import Path
 
-from rig.load.wire import IDLE_WAIT_S, LAG_PERIOD_S
+from rig.load.loop_passes import LoopPasses
+from rig.load.wire import LAG_PERIOD_S
 
 REPO = Path(__file__).resolve().parents[1]
 STAMP = struct.Struct("d")
@@ -87,31 +87,14 @@ def measure(probe: str, streams: int, period: float, work: float, seconds: float
     chunk_lateness: list[float] = []
     beyond_wait: list[float] = []  # each chunk's lateness less its wait in its loop pass
     probe_lag: list[float] = []
-    polled, loop_pass = [time.monotonic()], {"start": time.monotonic(), "waiting_since": time.monotonic(), "ready": True}
-    loop = gevent.get_hub().loop
-    import select
-
-    look = select.epoll.fromfd(os.dup(loop.fileno()))  # the loop's own interest list (libev's epoll backend)
-
-    def before_wait() -> None:
-        loop_pass["waiting_since"] = time.monotonic()
-        loop_pass["ready"] = bool(look.poll(0, 1))
-
-    def after_wait() -> None:
-        now = time.monotonic()
-        idle = not loop_pass["ready"] and now - loop_pass["waiting_since"] >= IDLE_WAIT_S
-        polled[0] = now if idle else loop_pass["start"]
-        loop_pass["start"] = now
-
-    before, after = loop.prepare(ref=False, priority=-2), loop.check(ref=False, priority=2)
-    before.start(before_wait)
-    after.start(after_wait)
+    passes = LoopPasses()  # as the locustfile's reads take their waits
+    passes.watch()
 
     def read_chunks(ours: socket.socket) -> None:
         stream, pending, count = gsocket.socket(fileno=ours.detach()), b"", 0
         while data := stream.recv(65536):
             now = time.monotonic()
-            waited = now - polled[0]
+            waited = passes.waited_us(time.time()) / 1e6
             pending += data
             whole = len(pending) - len(pending) % STAMP.size
             late = [now - sent for (sent,) in STAMP.iter_unpack(pending[:whole])]
@@ -165,7 +148,7 @@ def main() -> None:
         return
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     print("streams x period, work/chunk | probe        | probe's lag p50 / p99 (samples) | chunks' lateness p50 / p99 (chunks) "
-          "| beyond their wait in the pass p50 / p99")
+          "| beyond their wait behind the loop p50 / p99")
     for case in args.case:
         streams, period_ms, work_us, *sends = case.split(":")
         for probe in ("gevent sleep", "kernel timer"):

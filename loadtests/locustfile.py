@@ -29,7 +29,6 @@ from itertools import count
 from typing import Any
 
 import gevent
-import gevent.monkey
 import psutil
 import requests
 import urllib3
@@ -41,11 +40,10 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from rig.client import auth_headers
 from rig.load.kernel_timer import KernelTimer, TimerUnavailable
+from rig.load.loop_passes import LoopPasses
 from rig.load.records import RequestRecord
 from rig.load.sse import StreamScan
 from rig.load.wire import (
-    IDLE_WAIT_S,
-    IDLE_WAIT_UNSEEN_S,
     LAG_PERIOD_S,
     LAG_PROBE_KERNEL,
     LAG_PROBE_SLEEP,
@@ -116,47 +114,8 @@ class RecordWriter:
 WRITER = RecordWriter()
 LAG: list[tuple[float, float]] = []  # (wall time, lag seconds)
 LAG_PROBE = [LAG_PROBE_KERNEL]  # which event the monitor times (set when it starts)
-# The earliest a byte read now can have become ready (wall clock, as the records): the event loop
-# works in passes, each begun when it comes back from waiting for the network. A pass that began after
-# the loop really waited (idle) read only what arrived during that wait, so no earlier than the pass's
-# start, less the wake-up the lag monitor meets too; a pass that began at once (the loop was busy, its
-# wait returned what was already there) reads what arrived since the previous pass began. A read at
-# `now` waited at most now - POLLED[0] behind the loop's own work: a step's chunks to many streams
-# arrive together and are read one after another, and the next requests are built before the loop
-# waits again, a queue no probe timed on its own event meets (benchmarks/RESULTS.md, "The lag probe").
-POLLED = [time.time()]
-LOOP_PASS: dict[str, Any] = {"start": time.time(), "waiting_since": time.time(), "ready": True}
-PASS_WATCHERS: list[Any] = []  # keeps the watchers (and the look at the loop's epoll) alive
-
-
-def _before_wait() -> None:
-    LOOP_PASS["waiting_since"] = time.time()
-    LOOP_PASS["ready"] = bool(PASS_WATCHERS[2].poll(0, 1)) if len(PASS_WATCHERS) > 2 else None
-
-
-def _after_wait() -> None:
-    now = time.time()
-    waited, ready = now - LOOP_PASS["waiting_since"], LOOP_PASS["ready"]
-    idle = waited >= IDLE_WAIT_UNSEEN_S if ready is None else not ready and waited >= IDLE_WAIT_S
-    POLLED[0] = now if idle else LOOP_PASS["start"]
-    LOOP_PASS["start"] = now
-
-
-def _watch_passes() -> None:
-    """POLLED kept by two libev watchers: a prepare watcher of the lowest priority runs last before
-    each wait for the network (after gevent's own callbacks, which run greenlets there) and looks, at
-    no wait, whether anything on the loop's own epoll is ready already; a check watcher of the highest
-    runs first after the wait, before any socket's watcher. A wait counts as a real one (the pass read
-    only what arrived during it) when nothing was ready and it lasted IDLE_WAIT_S (without an epoll to
-    look at: IDLE_WAIT_UNSEEN_S); any other counts as one that found something ready (the safe side)."""
-    if not PASS_WATCHERS:
-        loop = gevent.get_hub().loop
-        before, after = loop.prepare(ref=False, priority=-2), loop.check(ref=False, priority=2)
-        before.start(_before_wait)
-        after.start(_after_wait)
-        PASS_WATCHERS.extend((before, after))
-        if getattr(loop, "backend", None) == "epoll":  # the same interest list, through a second descriptor
-            PASS_WATCHERS.append(gevent.monkey.get_original("select", "epoll").fromfd(os.dup(loop.fileno())))
+# How long each read can have waited behind this process's own event loop (rig.load.loop_passes).
+PASSES = LoopPasses()
 CPU: list[float] = []
 CPU_TIME: list[tuple[float, float]] = []  # (wall time, this process's user + system CPU seconds)
 REQUEST_IDS = count()
@@ -310,7 +269,7 @@ def _on_init(environment: Any, **_: Any) -> None:
     # until the users exist; during the measured run the collector is off (see _on_spawned).
     gc.freeze()
     gc.set_threshold(100_000, 50, 1000)
-    _watch_passes()
+    PASSES.watch()
     gevent.spawn(_lag_monitor)
 
 
@@ -535,11 +494,11 @@ CONNECT_TIMEOUT_S = 10.0
 
 def stream_into(response: Any, scan: Any, watch: StallWatch) -> None:
     """Feeds the body to `scan` as it arrives, each read stamped once (the record's time and the
-    stall watch's), with the most it can have waited behind the loop's own work (POLLED)."""
+    stall watch's), with the most it can have waited behind the loop's own work (PASSES)."""
     for data in _reads(response):
         now = time.time()
         watch.last = now
-        scan.feed(data, now, max(0, int((now - POLLED[0]) * 1e6)))
+        scan.feed(data, now, PASSES.waited_us(now))
 
 
 def _error_kind(error: Exception) -> str:

@@ -8,6 +8,7 @@ problem into one RigError line: file, field, fix.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -543,6 +544,14 @@ OWNED_FIX = "remove it (the API key comes from RIG_API_KEY in rig's environment;
 UNIT_SUFFIXES = ("_NS", "_US", "_MS", "_S")
 
 
+def _adapter_env_names() -> dict[str, tuple[Any, str]]:
+    """Every name an adapter reads from the environment: its spec, and "gate" or "setting"."""
+    from rig_adapters.registry import REGISTRY
+
+    return {spec.gate: (spec, "gate") for spec in REGISTRY} | {
+        setting: (spec, "setting") for spec in REGISTRY for setting in spec.settings}
+
+
 def unread_rig_name(name: str, engine: str) -> tuple[str, str] | None:
     """(problem, fix) for a name in rig's own namespaces (RIG_, and the prefix of every adapter gate,
     such as DSV41_, in any case) that no adapter reads and rig does not set: a misspelled gate
@@ -551,10 +560,7 @@ def unread_rig_name(name: str, engine: str) -> tuple[str, str] | None:
     made. The names rig sets are refused before this (refuse_env_name)."""
     import difflib
 
-    from rig_adapters.registry import REGISTRY
-
-    owner = {spec.gate: (spec, "gate") for spec in REGISTRY} | {
-        setting: (spec, "setting") for spec in REGISTRY for setting in spec.settings}
+    owner = _adapter_env_names()
     namespaces = ("RIG_", *sorted({gate.split("_", 1)[0] + "_" for gate in owner}))
     upper = name.upper()
     if name in owner or not upper.startswith(namespaces):
@@ -626,7 +632,7 @@ def check_rig_owned(recipe: Recipe, where: str) -> None:
                 refuse_env_name(name, engine, where, f"{prefix}adapters.{use.name}.gates.{name}")
 
 
-def refuse_inherited_gates(resolved: Resolved, overlay: dict[str, str], environ: dict[str, str] | os._Environ[str]) -> None:
+def refuse_inherited_gates(resolved: Resolved, overlay: dict[str, str], environ: Mapping[str, str]) -> None:
     """A native server inherits rig's own environment (rig/boot/native.py). An adapter's gate or
     setting there would reach the engine unseen: not in the boot's record, its adapter not expected
     ARMED by the boot check, so one that refuses (sm_90 for a Blackwell-only adapter, a value it
@@ -635,9 +641,7 @@ def refuse_inherited_gates(resolved: Resolved, overlay: dict[str, str], environ:
     through the recipe or an overlay only, where both checks see it."""
     if resolved.recipe.driver != "native":
         return  # a container gets only the environment its compose file names
-    from rig_adapters.registry import REGISTRY
-
-    names = {spec.gate for spec in REGISTRY} | {setting for spec in REGISTRY for setting in spec.settings}
+    names = _adapter_env_names()
     given = {**resolved.full_env(), **overlay}
     inherited = sorted(name for name in environ if name in names and name not in given)
     if inherited:

@@ -143,15 +143,10 @@ class WindowEvent(Versioned):
     time: float
 
 
+LAG_PERIOD_S = 0.01  # the lag monitor's event is due at most this long after the last one ran (drawn from half of it up)
 # The event the client's lag monitor times (loadtests/locustfile.py): a kernel timer the loop waits on
 # as on a socket (rig.load.kernel_timer), or, where there is none, a gevent sleep, late by up to 1 ms
 # more than a socket event is (files written before the kernel timer existed say nothing: a sleep).
-LAG_PERIOD_S = 0.01  # the monitor's event is due at most this long after the last one ran (drawn from half of it up)
-# An event loop's wait for the network was a real one (nothing was ready when it began) when it lasted
-# this long and a look at the loop's own epoll just before it found nothing ready; where the loop has
-# no epoll to look at, when it lasted IDLE_WAIT_UNSEEN_S.
-IDLE_WAIT_S = 50e-6
-IDLE_WAIT_UNSEEN_S = 0.001
 LagProbe = Literal["kernel timer", "gevent sleep"]
 LAG_PROBE_KERNEL: LagProbe = "kernel timer"
 LAG_PROBE_SLEEP: LagProbe = "gevent sleep"

@@ -183,7 +183,8 @@ def cut_at(records: list[RequestRecord], at: float) -> list[RequestRecord]:
             continue
         out.append(r.model_copy(update={"chunks": kept, "t_last": kept[-1] if kept else None, "t_first": kept[0] if kept else None,
                                         "t_end": at, "usage": None, "finish_reason": None, "error": "cut_by_window",
-                                        "chunk_tokens": r.chunk_tokens[: len(kept)] if r.chunk_tokens else None}))
+                                        "chunk_tokens": r.chunk_tokens[: len(kept)] if r.chunk_tokens else None,
+                                        "chunk_waits_us": r.chunk_waits_us[: len(kept)] if r.chunk_waits_us else None}))
     return out
 
 

@@ -55,7 +55,7 @@ class Pieces(list):  # what stream_into feeds: each read as it arrived, with its
         self.append(data.decode())
         self.waits.append(waited_us)
 
-locustfile._watch_passes()  # as Locust's init does
+locustfile.PASSES.watch()  # as Locust's init does
 import time
 began = time.time()
 session = HttpSession(f"http://127.0.0.1:{listener.getsockname()[1]}", Events().request, user=None)
@@ -73,7 +73,7 @@ finally:
 import gevent
 written = locustfile.WRITTEN.get(id(gevent.getcurrent()))  # the request's send time, once urllib3 wrote it whole
 print(json.dumps({"body": "".join(pieces), "reads": len(pieces), "error": error, "waits": pieces.waits,
-                  "passes_seen": locustfile.POLLED[0] > began, "written": written is not None and written >= began}))
+                  "passes_seen": locustfile.PASSES.earliest > began, "written": written is not None and written >= began}))
 """
 
 
