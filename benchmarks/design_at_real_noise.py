@@ -8,7 +8,8 @@ prose-c1 at c=1. The GPU-bound configuration (llama8b-h200: 8B widths, TP1, CUDA
 is what the default design (rig/compare/design.py) is derived from: boot sd 0.01%, round sd 0.02%
 over 8 warm boots (code-c1 and the loaded decode-c32, 32 users, 2026-12-03: read from the rounds of
 an identical-arm comparison, benchmarks/h200-2026-12-03/rounds-stats.txt;
-prose-c1's identical arms again on 2026-12-04, benchmarks/h200-2026-12-04/); the row at ten times that noise (0.1%, the spread the issue saw between warm boots
+prose-c1's identical arms again on 2026-12-04, benchmarks/h200-2026-12-04/; SGLang 0.5.17 on the
+same widths, benchmarks/h200-2026-12-04-sglang/); the row at ten times that noise (0.1%, the spread the issue saw between warm boots
 of two machines) shows the margin. The CPU-launch-bound TP2 eager rows (2026-11-30) and the
 calibration table's own settings are beside them for scale.
 """
@@ -33,6 +34,8 @@ SETTINGS = {
                                                                                         drift_sd=0.001, rounds=2),
     "H200 8B TP1 graphs, 2026-12-04 prose-c1, identical arms (8 boots): boot 0.016%, round 0.033%": Noise(
         boot_sd=0.00016, round_sd=0.00033, drift_sd=0.001, rounds=2),
+    "SGLang 0.5.17 8B TP1, 2026-12-04 prose-c1, gpu_delay off vs on (8 boots): boot 0.051%, round 0.040%": Noise(
+        boot_sd=0.00051, round_sd=0.00040, drift_sd=0.001, rounds=2),
     "  2026-12-03 decode-c32 with 6 rounds per boot": Noise(boot_sd=0.0027, round_sd=0.0064, drift_sd=0.001, rounds=6),
     "  ten times that: boot 0.1%, round 0.2%": Noise(boot_sd=0.001, round_sd=0.002, drift_sd=0.001, rounds=2),
     "H200 session B (3 boots): boot 12%, round 8%": Noise(boot_sd=0.12, round_sd=0.08, rounds=2),
