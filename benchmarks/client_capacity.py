@@ -7,6 +7,7 @@ timing is known exactly; with --aiperf, AIPerf on the same server, load and host
     python benchmarks/client_capacity.py --users 300 --workers 1 --aiperf /path/to/venv/bin/aiperf --tokenizer DIR
     python benchmarks/client_capacity.py --users 300 --workers 1 --profile            # where the time goes
     python benchmarks/client_capacity.py --users 300 --locustfile OLD.py              # another version, same load
+    python benchmarks/client_capacity.py --analyse /tmp/capacity/3000                 # the figures again, from its files
 
 Each stream sends a token every --itl seconds (with --step: every running stream one chunk per
 step, at most --max-num-seqs running per server process, the rest queued), so the offered event
@@ -34,15 +35,21 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "adapter"))
 
+from rig.atomic import write_text_atomic  # noqa: E402
 from rig.boot.base import BootRecord  # noqa: E402
 from rig.deploy.recipe import load  # noqa: E402
 from rig.load import runner, timed_server  # noqa: E402
+from rig.load.client_error import client_bounds  # noqa: E402
+from rig.load.metrics import client_verdict  # noqa: E402
 from rig.load.prompts import FixedPrompts  # noqa: E402
 from rig.load.records import RequestRecord, read_records  # noqa: E402
-from rig.load.runner import LoadTarget, run_scenario  # noqa: E402
+from rig.load.runner import LoadTarget, read_clients, run_scenario  # noqa: E402
 from rig.load.scenarios import Scenario  # noqa: E402
-from rig.load.summary import Window  # noqa: E402
+from rig.load.summary import HEADLINE, RunSummary, Window  # noqa: E402
 from rig.load.wire import Prompt  # noqa: E402
+
+ARGS_FILE = "capacity-args.json"  # the load's options, written before it runs (--analyse reads them)
+AIPERF_CPU_FILE = "aiperf-cpu.json"  # AIPerf's process tree's CPU, sampled while it ran
 
 
 def main() -> int:
@@ -63,11 +70,19 @@ def main() -> int:
     parser.add_argument("--aiperf", help="also run this AIPerf executable (`aiperf profile`) on the same server and load")
     parser.add_argument("--tokenizer", help="with --aiperf: a local tokenizer directory for AIPerf (no hub access)")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--analyse", metavar="DIR", help="compute the figures again from a finished run's directory (its --out), "
+                        "measuring nothing; the load's options come from DIR/capacity-args.json, or from these flags where a run "
+                        "wrote none (before 2026-12-04 evening)")
     args = parser.parse_args()
-    step = args.step or args.itl  # the true ITL
+    if args.analyse:
+        out = Path(args.analyse)
+        if (out / ARGS_FILE).is_file():
+            args = argparse.Namespace(**json.loads((out / ARGS_FILE).read_text()))
+        return analyse(args, out)
 
     out = Path(args.out or tempfile.mkdtemp(prefix="capacity-"))
     out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out / ARGS_FILE, json.dumps({k: v for k, v in vars(args).items() if k != "analyse"}, indent=1))
     if args.locustfile:
         runner.LOCUSTFILE = Path(args.locustfile).resolve()
     if args.profile:
@@ -83,12 +98,23 @@ def main() -> int:
         "duration_s": args.duration, "ramp_s": max(2.0, args.ttft * 5), "spawn_rate": args.spawn_rate,
         "distributed": args.workers > 1})
     try:
-        summary = run_scenario(LoadTarget(load("tiny-cpu"), record, None), scenario, out / "run", workers=args.workers,
-                               counter=FixedPrompts("fixed benchmark prompt"), prompts=[Prompt(name="p", text="hello", tokens=8)], progress=False)
-        peer = run_aiperf(args, base_url, out / "aiperf") if args.aiperf else None
+        run_scenario(LoadTarget(load("tiny-cpu"), record, None), scenario, out / "run", workers=args.workers,
+                     counter=FixedPrompts("fixed benchmark prompt"), prompts=[Prompt(name="p", text="hello", tokens=8)], progress=False)
+        if args.aiperf:
+            run_aiperf(args, base_url, out / "aiperf")
     finally:
         server.terminate()
         server.wait()
+    return analyse(args, out)
+
+
+def analyse(args: argparse.Namespace, out: Path) -> int:
+    """The figures of a finished run, from what it wrote: rig's run directory (out/run) and AIPerf's
+    (out/aiperf, with the CPU samples run_aiperf kept beside its export). Prints them and writes
+    capacity.json; a run measured again gives the same figures."""
+    step = args.step or args.itl  # the true ITL
+    summary = RunSummary.read(out / "run")
+    peer = aiperf_figures(args, out / "aiperf") if (out / "aiperf").is_dir() else None
     metrics = summary.metrics
     start, end = metrics.window.start, metrics.window.end
     span = end - start
@@ -106,8 +132,13 @@ def main() -> int:
     lag_p99 = max(c.lag_p99_ms or 0.0 for c in clients)
     lag_p50 = max(c.lag_p50_ms or 0.0 for c in clients)
     ratio = delivered / offered
-    valid = ratio >= 0.99 and bool(summary.client.valid)
-    bounds = {name: bound.bound for name, bound in summary.client.figures.items()}
+    # the client's bounds by this rig's rules (rig.load.client_error), from the run's records and lag
+    # samples: a run measured before a rule changed reads as that rule now reads it
+    limit = next(iter(summary.client.figures.values())).limit if summary.client.figures else 0.01
+    verdict = client_verdict(summary.clients, client_bounds(read_records(out / "run"), metrics.window, read_clients(out / "run"), limit),
+                             HEADLINE[summary.kind].name)
+    valid = ratio >= 0.99 and bool(verdict.valid)
+    bounds = {name: bound.bound for name, bound in verdict.figures.items()}
     result = {
         "users": args.users, "workers": args.workers, "server_processes": args.server_processes, "window_s": span,
         "locustfile": str(runner.LOCUSTFILE), "offered_events_per_s": offered / span, "delivered_events_per_s": delivered / span,
@@ -121,7 +152,7 @@ def main() -> int:
         "itl_mean_s": metrics.itl_s.mean, "itl_truth_s": step,
         "itl_p50_s": metrics.itl_s.p50, "itl_p50_error": error_of(metrics.itl_s.p50, step),
         "decode_tok_s": metrics.user_decode_tok_s.token_weighted, "decode_error": error_of(metrics.user_decode_tok_s.token_weighted, 1 / step),
-        "client_bounds": bounds, "errors": metrics.requests.errors, "client_verdict": summary.client.reasons, "valid": valid,
+        "client_bounds": bounds, "errors": metrics.requests.errors, "client_verdict": verdict.reasons, "valid": valid,
         "aiperf": peer,
         "host": summary.provenance.host.model_dump() if summary.provenance.host else None, "profiled": args.profile,
     }
@@ -137,14 +168,17 @@ def main() -> int:
               f"capped at {args.max_num_seqs}; connections hash unevenly, so delivered/offered reads ~1-2% low")
     print(f"rig:    ITL p50 {_pct(result['itl_p50_error'])} from the truth (client bound {_pct(bounds.get('itl_p50_ms'))}), "
           f"decode rate {_pct(result['decode_error'])} (bound {_pct(bounds.get('user_decode_tok_s'))})")
-    if peer:
-        print(f"AIPerf: {peer['delivered_events_per_s']:.0f} events/s, "
-              f"{'-' if peer['events_per_cpu_second'] is None else format(peer['events_per_cpu_second'], ',.0f')} per CPU-second "
-              f"inside its steady window ({peer['processes']} processes; "
-              f"{'-' if peer['events_per_cpu_second_whole_run'] is None else format(peer['events_per_cpu_second_whole_run'], ',.0f')} "
-              f"over its whole {peer['wall_s']:.1f} s run, {peer['cpu_s']:.1f} CPU-s, start-up included); ITL p50 "
-              f"{_pct(peer['itl_p50_error'])} from the truth, decode rate {_pct(peer['decode_error'])}")
-    (out / "capacity.json").write_text(json.dumps(result, indent=1))
+    if peer and peer.get("error"):
+        print(f"AIPerf: {peer['error']}")
+    elif peer:
+        def count(value: float | None) -> str:
+            return "-" if value is None else format(value, ",.0f")
+        cost = (f"{count(peer['events_per_cpu_second'])} per CPU-second inside its steady window ({peer['processes']} processes; "
+                f"{count(peer['events_per_cpu_second_whole_run'])} over its whole {peer['wall_s']:.1f} s run, "
+                f"{peer['cpu_s']:.1f} CPU-s, start-up included)" if peer["cpu_kept"] else "its CPU was not kept (a run before 2026-12-04 evening)")
+        print(f"AIPerf: {peer['delivered_events_per_s']:.0f} events/s, {cost}; ITL p50 {_pct(peer['itl_p50_error'])} from the truth, "
+              f"decode rate {_pct(peer['decode_error'])}")
+    write_text_atomic(out / "capacity.json", json.dumps(result, indent=1))
     if args.profile:
         profiles = sorted(out.glob("profile-*.pstats"))
         if profiles:
@@ -163,14 +197,11 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:+.3g}%"
 
 
-def run_aiperf(args: argparse.Namespace, base_url: str, out: Path) -> dict:
+def run_aiperf(args: argparse.Namespace, base_url: str, out: Path) -> None:
     """AIPerf on the same server: the same concurrency, output length and duration, streaming chat;
-    its CPU from its whole process tree, its figures from its own per-request export, read by rig's
-    importer (rig.load.peers) and computed by the same definitions as rig's own."""
+    its CPU from its whole process tree, sampled while it runs and kept in out/AIPERF_CPU_FILE
+    (aiperf_figures reads its figures)."""
     import psutil
-
-    from rig.load.metrics import cpu_seconds
-    from rig.load.peers import import_file
 
     out.mkdir(parents=True, exist_ok=True)
     command = [args.aiperf, "profile", "--model", "timed", "--url", base_url, "--endpoint-type", "chat", "--streaming",
@@ -197,15 +228,34 @@ def run_aiperf(args: argparse.Namespace, base_url: str, out: Path) -> dict:
                     pass
             samples.append((time.time(), sum(cpu.values())))  # AIPerf stamps its records with the wall clock
             time.sleep(0.1)
-    wall = time.monotonic() - started
+    # kept before anything reads the export: a figure computed from it later still has AIPerf's CPU
+    write_text_atomic(out / AIPERF_CPU_FILE, json.dumps({"returncode": process.returncode, "processes": len(cpu),
+                                                          "cpu_s": sum(cpu.values()), "wall_s": time.monotonic() - started,
+                                                          "samples": samples}))
+
+
+def aiperf_figures(args: argparse.Namespace, out: Path) -> dict:
+    """AIPerf's figures from its directory: its export read by rig's importer (rig.load.peers) and
+    computed by the same definitions as rig's own; its CPU from the samples run_aiperf kept (None,
+    said so, for a run that kept none)."""
+    from rig.load.metrics import cpu_seconds
+    from rig.load.peers import import_file
+
+    kept = json.loads((out / AIPERF_CPU_FILE).read_text()) if (out / AIPERF_CPU_FILE).is_file() else None
+    cpu_s = kept["cpu_s"] if kept else None
+    samples = [tuple(sample) for sample in kept["samples"]] if kept else []
     export = next(iter(sorted(out.rglob("profile_export.jsonl"))), None)
-    if process.returncode != 0 or export is None:
-        return {"error": f"aiperf exited {process.returncode}; see {out / 'aiperf.log'}", "processes": len(cpu),
-                "cpu_s": sum(cpu.values()), "wall_s": wall, "delivered_events_per_s": 0.0, "events_per_cpu_second": None,
-                "events_per_cpu_second_whole_run": None, "window_cpu_s": None,
-                "itl_p50_error": None, "decode_error": None}
-    imported = import_file(export, None, out=out / "imported", progress=False)
-    records = read_records(imported.run)
+    if (kept and kept["returncode"] != 0) or export is None:
+        return {"error": f"aiperf exited {kept and kept['returncode']}; see {out / 'aiperf.log'}",
+                "processes": kept and kept["processes"], "cpu_s": cpu_s, "wall_s": kept and kept["wall_s"],
+                "delivered_events_per_s": 0.0, "events_per_cpu_second": None, "events_per_cpu_second_whole_run": None,
+                "window_cpu_s": None, "itl_p50_error": None, "decode_error": None}
+    imported_dir = out / "imported"
+    if imported_dir.is_dir() and (imported_dir / "summary.json").is_file():  # analysed before: its import is kept
+        imported_summary = RunSummary.read(imported_dir)
+    else:
+        imported_summary = import_file(export, None, out=imported_dir, progress=False).summary
+    records = read_records(imported_dir)
     events = sum(len(r.chunks) for r in records)
     first_send = min((r.t_send for r in records), default=0.0)
     span = max((r.t_last or r.t_send for r in records), default=0.0) - first_send
@@ -217,10 +267,11 @@ def run_aiperf(args: argparse.Namespace, base_url: str, out: Path) -> dict:
     window = aiperf_steady_window(records, args.users, first_send + args.duration)
     window_events = sum(1 for r in records for t in r.chunks if window.start <= t <= window.end)
     window_cpu = cpu_seconds(samples, window) if window.steady else None
-    metrics = imported.summary.metrics
-    return {"processes": len(cpu), "cpu_s": sum(cpu.values()), "wall_s": wall, "events": events,
+    metrics = imported_summary.metrics
+    return {"processes": kept and kept["processes"], "cpu_s": cpu_s, "wall_s": kept and kept["wall_s"], "events": events,
+            "cpu_kept": kept is not None,
             "delivered_events_per_s": events / span if span > 0 else 0.0,
-            "events_per_cpu_second_whole_run": events / sum(cpu.values()) if sum(cpu.values()) else None,
+            "events_per_cpu_second_whole_run": events / cpu_s if cpu_s else None,
             "window": window.model_dump(), "window_events": window_events, "window_cpu_s": window_cpu,
             "events_per_cpu_second": window_events / window_cpu if window_cpu else None,
             "itl_p50_s": metrics.itl_s.p50, "itl_p50_error": error_of(metrics.itl_s.p50, args.step or args.itl),

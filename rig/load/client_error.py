@@ -17,8 +17,8 @@ is busy. So each chunk's read carries the most it can have waited behind the loo
   later than the period, taken as a period longer: it may have begun before the timer was due),
   each placed in time (`LagProfile.late_by`: from its earliest start to the monitor's next sample),
   so that it counts only at the recorded times it reached;
-- X: the seconds of the long stretches, for the aggregate rate (each can hold up every user of the
-  process once).
+- the long stretches since the run began, in time, for the aggregate rate (each holds back the
+  users whose request end or send it reached).
 
 A figure's bound follows from how it is computed (rig.load.request_metrics, rig.load.metrics):
 
@@ -27,11 +27,12 @@ A figure's bound follows from how it is computed (rig.load.request_metrics, rig.
   spread of 2N independent delays, Z = 3.09) + the long stretches' delay at each recorded time
   they reached (a stretch is known in time: from its earliest start to the monitor's next sample);
 - the aggregate rate (tokens whose arrival falls in the window, every stream's) moves as the
-  client shifts each user's timeline later by what has held it back so far (long stretches since
-  the run began, the mean short delay per finished request, the largest short delay): each edge
-  trades the tokens that arrived within that shift of it (past the run's end, twice the window's
-  mean rate stands in for what was never read), the start only gaining and the end only losing, so
-  by the larger of the two; plus the hold-back between requests (mu / mean E2E);
+  client shifts each user's timeline later by what has held that user back so far (at each of its
+  requests' ends, the time to its next send and how late that end was read; a stretch that reached
+  no end or send of the user moved none of its phase), plus how late a read at the edge may be:
+  each edge trades the user's tokens that arrived within that shift of it (past the run's end,
+  twice the user's mean rate stands in for what was never read), the start only gaining and the
+  end only losing, so by the larger of the two; plus the hold-back between requests (mu / mean E2E);
 - a percentile of per-request samples, each moved by at most e = L (TTFT, E2E, ITL; TPOT by
   L/(tokens-1)), except q of them that may move anywhere (the short-stretch share at its
   binomial 99.9th percentile, plus every long stretch's reach): the p-quantile stays between the
@@ -96,9 +97,9 @@ class LagProfile:
     # up to `delay`: from the stretch's earliest start (the wake-up, less the lag and a period) to
     # the monitor's next wake-up (by then the loop has read what the stretch held back).
     stretches: tuple[tuple[float, float, float], ...] = ()
-    # Every long stretch since the run began, (earliest start, delay): each held every user of the
-    # process back once, so the users' phases carry them into the window (the aggregate's edges).
-    held: tuple[tuple[float, float], ...] = ()
+    # Every long stretch since the run began, in time as `stretches`: one that reached a user's read of
+    # its last chunk, or its send, held that user's next request back (its phase, into the window).
+    held: tuple[tuple[float, float, float], ...] = ()
 
     @classmethod
     def of(cls, client: ClientStats, start: float, end: float, run_start: float) -> LagProfile:
@@ -108,21 +109,24 @@ class LagProfile:
         stretches, held = [], []
         since = min(run_start, start)
         for i, (wake, lag) in enumerate(timed):
-            if lag > LAG_PERIOD_S and start - 1.0 <= wake <= end + 1.0:
-                after = timed[i + 1][0] if i + 1 < len(timed) else wake + LAG_PERIOD_S + lag
-                stretches.append((wake - lag - LAG_PERIOD_S, after, lag + LAG_PERIOD_S))
-            if lag > LAG_PERIOD_S and since - 1.0 <= wake <= end + 1.0:
-                held.append((wake - lag - LAG_PERIOD_S, lag + LAG_PERIOD_S))
+            if lag <= LAG_PERIOD_S:
+                continue
+            after = timed[i + 1][0] if i + 1 < len(timed) else wake + LAG_PERIOD_S + lag
+            stretch = (wake - lag - LAG_PERIOD_S, after, lag + LAG_PERIOD_S)
+            if start - 1.0 <= wake <= end + 1.0:
+                stretches.append(stretch)
+            if since - 1.0 <= wake <= end + 1.0:
+                held.append(stretch)
         return cls(client.process, tuple(inside), tuple(stretches), tuple(held))
-
-    def held_before(self, t: float) -> float:
-        """Seconds of long stretches begun by t: how far they can have pushed a user's phase."""
-        return sum(delay for begin, delay in self.held if begin <= t)
 
     def late_by(self, t: float) -> float:
         """How late a long stretch may have made an event recorded at t (0: none reached it)."""
-        i = bisect.bisect_right(self.stretches, (t, math.inf, math.inf))
-        return max((delay for begin, until, delay in self.stretches[max(0, i - 2):i] if begin <= t <= until), default=0.0)
+        return _reached(self.stretches, t)
+
+    def held_at(self, t: float) -> float:
+        """`late_by` over the whole run: how long a stretch may have held up what the loop did at t."""
+        return _reached(self.held, t)
+
 
     def split(self) -> tuple[ShortDelays, float]:
         """The short stretches' delay distribution (samples under the monitor's period), and the
@@ -153,6 +157,12 @@ class LagProfile:
             later = stretch > level
             out.append(DelayLevel(level=level + CLOCK_RESOLUTION_S, beyond=float((later & ~long).mean())))
         return out
+
+
+def _reached(stretches: tuple[tuple[float, float, float], ...], t: float) -> float:
+    """The longest delay of the stretches (sorted, each (from, to, delay)) that reached time t."""
+    i = bisect.bisect_right(stretches, (t, math.inf, math.inf))
+    return max((delay for begin, until, delay in stretches[max(0, i - 2):i] if begin <= t <= until), default=0.0)
 
 
 def _late_samples(times: list[tuple[float, float]], lv: DelayLevel, profile: LagProfile) -> int:
@@ -227,50 +237,71 @@ def _quantile_bound(samples: list[float], times: list[tuple[float, float]], wait
 
 
 def _aggregate_bound(inputs: FigureInputs) -> float | None:
-    """Tokens counted at their arrival inside the window, every stream's. A late client shifts each
-    user's timeline later by what has held it back so far: at each edge the figure then trades the
-    tokens that arrived within that shift S of the edge (past the run's end nothing was read: twice
-    the window's mean rate over that span stands in for it). S at an edge is every long
-    stretch begun by then (each held every user once, whenever it was: a stall before the window
-    shifts the phases inside it), the mean short delay once per request a user finished by then (the
-    next request was sent that much later), and the largest short delay (a read late by it). The
-    client also holds each user back between requests inside the window (mu / mean E2E: the server
-    idles). A stream with no per-chunk counts counts at the run's tokens per chunk; a run that gives
-    no such ratio (no stream finished with its usage) leaves the figure unbounded."""
+    """Tokens counted at their arrival inside the window, every stream's. A late client shifts a
+    user's timeline later by what held that user back: at each of its requests' ends, the time from
+    the last chunk's arrival to the next request's send (t_send - t_last as recorded, plus how late
+    that last read may have been: a long stretch that reached it, its wait in its loop pass, the
+    mean short delay), and a long stretch that reached its first send. At each edge the figure then
+    trades the user's tokens that arrived within that shift S_u of the edge, S_u also counting how
+    late a read at the edge may be (a long stretch reaching it, the largest short delay, a read's
+    wait in its loop pass reaching back across it); past the run's end nothing was read: twice the
+    user's mean rate in the window over that span stands in for it. A stretch shifts only the users it reached at a request's end
+    or send: a user mid-stream reads what it held back when it ends, the server's schedule unmoved.
+    The client also holds each user back between requests inside the window (mu / mean E2E: the
+    server idles). A stream with no per-chunk counts counts at the run's tokens per chunk; a run
+    that gives no such ratio (no stream finished with its usage) leaves the figure unbounded."""
     done, window, profile = inputs.done, inputs.window, inputs.profile
     if not profile.samples:
         return None
     if not inputs.ratio_known and any(request_metrics.counted_at_the_run_ratio(r) for r in inputs.records):
         return UNBOUNDED
     per_chunk = {id(r): request_metrics.chunk_token_counts(r, inputs.ratio) for r in inputs.records}
-    arrivals = sorted((arrival, tokens) for r in inputs.records for arrival, tokens in zip(r.chunks, per_chunk[id(r)]))
-    inside = [(a, n) for a, n in arrivals if window.start <= a <= window.end]
-    tokens = sum(n for _, n in inside)
+    tokens = sum(n for r in inputs.records for a, n in zip(r.chunks, per_chunk[id(r)]) if window.start <= a <= window.end)
     if tokens <= 0:
         return None
     short, _ = profile.split()
-    times = [a for a, _ in arrivals]
-    rate = tokens / window.seconds
     waits = sorted((t, r.chunk_wait(i)) for r in inputs.records if r.chunk_waits_us for i, t in enumerate(r.chunks))
     wait_times = [t for t, _ in waits]
+    longest_wait = max((wait for _, wait in waits), default=0.0)
 
-    def in_pass_near(edge: float) -> float:
-        """The longest wait in its loop pass of a read within a second of the edge: a token recorded
-        inside the window may have arrived that much earlier, outside it."""
-        near = waits[bisect.bisect_left(wait_times, edge - 1.0):bisect.bisect_right(wait_times, edge + 1.0)]
-        return max((wait for _, wait in near), default=0.0)
+    def in_pass_across(edge: float) -> float:
+        """How far before the edge the bytes of a read recorded at or after it may have arrived (its
+        wait in its loop pass, less how long after the edge it was read): a token that arrived on
+        one side of the edge recorded on the other. Waits only move a time earlier."""
+        after = waits[bisect.bisect_left(wait_times, edge):bisect.bisect_right(wait_times, edge + longest_wait)]
+        return max((wait - (t - edge) for t, wait in after), default=0.0)
+
+    # Per user: its arrivals (time, tokens) in order, and the hold-backs of its timeline, each (from when, seconds)
+    users: dict[str, list[RequestRecord]] = defaultdict(list)
+    for r in inputs.records:
+        users[r.user].append(r)
+    timelines = []
+    for requests in users.values():
+        requests.sort(key=lambda r: r.t_send)
+        arrivals = sorted((a, n) for r in requests for a, n in zip(r.chunks, per_chunk[id(r)]))
+        first = requests[0]
+        holds = [(first.t_send, profile.held_at(first.t_start if first.t_start is not None else first.t_send))]
+        for previous, following in zip(requests, requests[1:]):
+            # the response's end as read (after the last chunk: the usage, [DONE]), where the next send begins
+            ended = next(t for t in (previous.t_end, previous.t_last, previous.t_send) if t is not None)
+            late_read = profile.held_at(ended) + (previous.chunk_wait(len(previous.chunks) - 1) if previous.chunks else 0.0)
+            # to the next send: the user's turnaround and its building of the request. After a failed
+            # request the pool opens a new connection, whose handshake is the server's (a dropped SYN is
+            # retried after 1 s, 3 s: 2026-12-04, vLLM at 3000 users): then to the user's start only.
+            began = following.t_start if previous.error is not None and following.t_start is not None else following.t_send
+            holds.append((ended, max(0.0, began - ended) + late_read + short.mean))
+        user_rate = sum(n for a, n in arrivals if window.start <= a <= window.end) / window.seconds
+        timelines.append(([a for a, _ in arrivals], [n for _, n in arrivals], holds, user_rate))
 
     def traded(edge: float) -> float:
-        finished: dict[str, int] = defaultdict(int)
-        for r in inputs.records:
-            if r.complete and r.t_end is not None and r.t_end <= edge:
-                finished[r.user] += 1
-        shift = (profile.held_before(edge) + max(finished.values(), default=0) * short.mean + short.largest + CLOCK_RESOLUTION_S
-                 + in_pass_near(edge))
-        near = sum(n for _, n in arrivals[bisect.bisect_left(times, edge - shift):bisect.bisect_right(times, edge + shift)])
-        # past the run's end nothing was read: twice the window's mean rate stands in for it
-        unread = max(0.0, edge + shift - window.run_end)
-        return near + 2 * rate * unread
+        read_late = profile.held_at(edge) + short.largest + CLOCK_RESOLUTION_S + max(0.0, in_pass_across(edge))
+        total = 0.0
+        for times, counts, holds, user_rate in timelines:
+            shift = read_late + sum(seconds for when, seconds in holds if when <= edge)
+            total += sum(counts[bisect.bisect_left(times, edge - shift):bisect.bisect_right(times, edge + shift)])
+            # past the run's end nothing was read: twice the user's mean rate in the window stands in for it
+            total += 2 * user_rate * max(0.0, edge + shift - window.run_end)
+        return total
 
     # No request sent inside the window finished: no user went back for another inside it, so the
     # hold-back between requests happened at most once per window.

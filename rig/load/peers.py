@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 from rig import paths
 from rig.atomic import write_text_atomic
 from rig.errors import Damaged, Invalid, NotFound, RigError
-from rig.load.inputs import MAX_DATA_BYTES, display, read_regular
+from rig.load.inputs import display, read_regular
 from rig.load.metrics import summarize
 from rig.load.records import RequestRecord, read_records
 from rig.load.request_metrics import Done, e2e, itl, run_tokens_per_chunk, ttft
@@ -44,6 +44,9 @@ AIPERF_RECORDS = "profile_export.jsonl"
 AIPERF_AGGREGATE = "profile_export_aiperf.json"
 AIPERF_SCHEMA = "1.5"  # the profile_export_aiperf.json schema version whose fields are written
 NS = 1_000_000_000
+# A peer's per-request export grows with its requests, not like a trace: AIPerf's profile_export.jsonl of
+# 3000 streams over a 33 s benchmark was 91 MB (H200 host, 2026-12-04); this reads ~11 times that.
+MAX_PEER_EXPORT_BYTES = 1 << 30
 
 
 # --- export -----------------------------------------------------------------------------------
@@ -398,7 +401,7 @@ def import_file(path: Path, scenario_ref: str | None, out: Path | None = None, p
     from rig.load.scenarios import load_scenario
 
     where = display(path)
-    data = read_regular(path, where, MAX_DATA_BYTES, "pass a vLLM result JSON or an AIPerf profile_export.jsonl")
+    data = read_regular(path, where, MAX_PEER_EXPORT_BYTES, "pass a vLLM result JSON or an AIPerf profile_export.jsonl")
     tool = _detect(data, where)
     scenario = load_scenario(scenario_ref or "prose-c1")
     records, duration = (_vllm_records if tool == "vllm" else _aiperf_records)(data, where)

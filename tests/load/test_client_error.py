@@ -212,6 +212,45 @@ def test_the_aggregate_is_bounded_over_every_stream_the_window_cuts(profile):
         assert bound.holds or profile != "quiet", (seed, error, bound)
 
 
+def stalls_at(times: list[float], seconds: float) -> Loop:
+    """A quiet loop (0.2 ms stretches, 20 a second) stopped for each (start, length) in `times`."""
+    rng = random.Random(3)
+    spans, t = [(a, a + length) for a, length in times], 0.0
+    while t < seconds:
+        t += rng.expovariate(20.0)
+        spans.append((t, t + 0.0002))
+    spans.sort()
+    starts, ends = [spans[0][0]], [spans[0][1]]
+    for a, b in spans[1:]:
+        if a <= ends[-1]:
+            ends[-1] = max(ends[-1], b)
+        else:
+            starts.append(a)
+            ends.append(b)
+    return Loop(starts, ends)
+
+
+def test_a_stall_moves_the_aggregate_by_the_users_it_held_back():
+    """A stall holds a user's timeline back only where it delays the user's next send: one that
+    reaches a request's end. Ten 200 ms stalls while every stream runs (requests longer than the run)
+    shift no user's phase and move no token across an edge: the aggregate keeps its 1% (it read
+    88% when every stall counted against every user). The same stalls at the users' request
+    ends (short requests) hold them back (11% from the truth): the bound grows to cover it."""
+    seconds, window = 14.0, Window(start=START + 3.0, end=START + 12.0, run_start=START, run_end=START + 14.0, steady=True,
+                                   opened_by="simulated")
+    mid_stream = stalls_at([(3.5 + 0.8 * k, 0.2) for k in range(10)], seconds + 5)
+    bounds, errors = [], []
+    for loop, tokens in ((mid_stream, 2000), (stalls_at([(1.0 + 0.9 * k, 0.2) for k in range(14)], seconds + 5), 16)):
+        records, _ = closed_loop(loop, 8, seconds, tokens, 0.1, 0.02)
+        truth = summarize(closed_loop(None, 8, seconds, tokens, 0.1, 0.02)[0], window).output_tok_s
+        bound = client_bounds(records, window, [ClientStats(process="p", lag=monitor(loop, seconds + 2))], limit=0.01)["output_tok_s"]
+        bounds.append(bound)
+        errors.append(abs(truth / summarize(records, window).output_tok_s - 1))
+        assert bound.bound is not None and errors[-1] <= bound.bound, (tokens, errors[-1], bound)
+    assert bounds[0].holds and bounds[0].bound < 0.01, bounds[0]
+    assert bounds[1].bound > 5 * bounds[0].bound and errors[1] > 0, (bounds, errors)
+
+
 def test_a_quiet_client_keeps_the_headlines_and_a_busy_one_loses_the_tails_first():
     """What the bound is for. A quiet client (stretches under 0.5 ms) at 20 ms ITL keeps every
     headline, ITL p50, TPOT and E2E to 1%; TTFT (200 ms, ~45 samples) it cannot: a stretch as long

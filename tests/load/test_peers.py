@@ -126,6 +126,22 @@ def test_import_of_an_export_gives_the_same_request_figures(measured, tmp_path, 
         export_run(tmp_path / "imported", "vllm", tmp_path / "again")  # an imported run is not re-exported as rig's
 
 
+def test_an_aiperf_export_larger_than_a_trace_file_imports(measured, tmp_path):
+    """AIPerf's export grows with its requests: at 3000 streams for 33 s it was 91 MB, over the
+    64 MiB a trace file may be (rig.load.inputs), and the capacity run stopped there (H200,
+    2026-12-04). Padded past that cap with a blank line (AIPerf's reader, and rig's, skip them), it
+    imports with the same figures."""
+    from rig.load.inputs import MAX_DATA_BYTES
+
+    run, summary = measured
+    export = export_run(run, "aiperf", tmp_path / "export")[0]
+    with export.open("a") as handle:
+        handle.write(" " * (MAX_DATA_BYTES + 1) + "\n")
+    assert export.stat().st_size > MAX_DATA_BYTES
+    imported = import_file(export, "prose-c1", tmp_path / "imported", progress=False)
+    assert imported.summary.headline() == pytest.approx(summary.headline(), rel=1e-6)
+
+
 def _comparison(root: Path) -> Path:
     """A comparison of prose-c1 planned as three ABBA blocks, of which the third block's `before`
     boot never ran (a failed boot, a lost machine): its `after` boot has no pair."""

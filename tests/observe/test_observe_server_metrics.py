@@ -185,4 +185,28 @@ def test_the_name_table_covers_both_engines_with_the_same_headline_metrics():
         for spec in table[engine]["metrics"].values():
             for series in (spec.get("series"), spec.get("numerator"), spec.get("denominator")):
                 name = series if isinstance(series, str) or series is None else series["name"]
-                assert name is None or name.startswith(table[engine]["prefix"])
+                # or prometheus_client's own process collector, in the process that serves the page
+                assert name is None or name.startswith((table[engine]["prefix"], "process_")), name
+
+
+def test_the_api_servers_own_cpu_is_read_from_prometheus_clients_process_collector(tmp_path):
+    """vLLM at 3000 users (H200, 2026-12-04): its API server process at one core, nothing waiting in
+    the engine. The page's process collector (prometheus_client's own, as vLLM's API server exposes
+    it) gives that process's CPU seconds per second."""
+    cpu = {"value": 100.0}
+
+    class Process:  # a collector of the real shape whose clock the test sets
+        def collect(self):
+            from prometheus_client.core import CounterMetricFamily
+            yield CounterMetricFamily("process_cpu_seconds", "Total user and system CPU time spent in seconds.", value=cpu["value"])
+
+    pages = []
+    for second in range(6):
+        registry = CollectorRegistry()
+        registry.register(Process())
+        Counter("vllm:generation_tokens", "", registry=registry).inc(100 * second)
+        pages.append((3000.0 + second, generate_latest(registry)))
+        cpu["value"] += 0.98
+    write_scrapes(tmp_path / "m.jsonl", pages)
+    figure = summarize_server_metrics(tmp_path / "m.jsonl", (3000.0, 3005.0)).metrics["api_server_cpu"]
+    assert figure.unit == "s/s" and figure.rate == pytest.approx(0.98)
