@@ -9,7 +9,8 @@
 #   or, for a sitting without a comparison (issue 27: c3000, capacity, gputest), call 2 is
 #     bash benchmarks/h200/resolution.sh install  (carry as start: vLLM and the client, and the lag probe's benchmark)
 #   last, if the budget has ~4 minutes left: bash benchmarks/h200/resolution.sh gputest
-#     or (~5 minutes) bash benchmarks/h200/resolution.sh c3000 [S]: rig's c3000 on real vLLM (issue 27)
+#     or (~8 minutes with RIG_C3000_DURATION=120) bash benchmarks/h200/resolution.sh c3000 [S]: rig's c3000 on real
+#       vLLM (issue 27; RIG_C3000_RECIPE=llama8b-h200:frontends4 for four API server processes)
 #     or (~4 minutes, no GPU) bash benchmarks/h200/resolution.sh capacity  carry .gpu/parts/part-aiperf: rig's client
 #       and AIPerf side by side at 1000 and 3000 streams on this host's cores (issue 27; benchmarks/h200/aiperf-part.sh)
 #     or (~4 minutes, at most ~8) bash benchmarks/h200/resolution.sh bimodal: the within-boot bimodality experiment on
@@ -127,7 +128,8 @@ c3000)  # issue 27's real-vLLM run: 3000 users on 12 Locust workers of this host
     RECIPE=tiny-cpu SIZE=--small WORKERS=1 PY=.venv/bin/python
   else
     source benchmarks/h200/env.sh || exit 3
-    RECIPE=llama8b-h200 SIZE=--full WORKERS=12 PY=python3
+    # RIG_C3000_RECIPE=llama8b-h200:frontends4: four API server processes (2026-12-04 evening: one ran at one core)
+    RECIPE=${RIG_C3000_RECIPE:-llama8b-h200} SIZE=--full WORKERS=12 PY=python3
   fi
   export RIG_RESULTS_DIR=$RESULTS/c3000
   mkdir -p $RIG_RESULTS_DIR

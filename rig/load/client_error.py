@@ -27,9 +27,10 @@ A figure's bound follows from how it is computed (rig.load.request_metrics, rig.
   spread of 2N independent delays, Z = 3.09) + the long stretches' delay at each recorded time
   they reached (a stretch is known in time: from its earliest start to the monitor's next sample);
 - the aggregate rate (tokens whose arrival falls in the window, every stream's) moves as the
-  client shifts each user's timeline later by what has held that user back so far (at each of its
-  requests' ends, the time to its next send and how late that end was read; a stretch that reached
-  no end or send of the user moved none of its phase), plus how late a read at the edge may be:
+  client shifts each user's timeline later by what has held that user back so far (every long
+  stretch before its first send: the spawn's pacing; at each of its requests' ends, the time to its
+  next send and how late that end was read; a stretch that reached no end or send of the user
+  moved none of its phase), plus how late a read at the edge may be:
   each edge trades the user's tokens that arrived within that shift of it (past the run's end,
   twice the user's mean rate stands in for what was never read), the start only gaining and the
   end only losing, so by the larger of the two; plus the hold-back between requests (mu / mean E2E);
@@ -97,17 +98,19 @@ class LagProfile:
     # up to `delay`: from the stretch's earliest start (the wake-up, less the lag and a period) to
     # the monitor's next wake-up (by then the loop has read what the stretch held back).
     stretches: tuple[tuple[float, float, float], ...] = ()
-    # Every long stretch since the run began, in time as `stretches`: one that reached a user's read of
-    # its last chunk, or its send, held that user's next request back (its phase, into the window).
+    # Every long stretch of the process's life up to the window's end, in time as `stretches` (the
+    # spawn's and the ramp's too: the spawn paces users from the time it woke): one that reached a
+    # user's read of its last chunk, or its way to a send, held that user's next request back.
     held: tuple[tuple[float, float, float], ...] = ()
+    # The mean short delay over the same span (the ramp is often busier than the window)
+    short_mean_run: float = 0.0
 
     @classmethod
-    def of(cls, client: ClientStats, start: float, end: float, run_start: float) -> LagProfile:
+    def of(cls, client: ClientStats, start: float, end: float) -> LagProfile:
         """The samples from `start` to `end`: the window, and after it as long as a request sent inside it was read."""
         timed = sorted((t, max(lag, 0.0)) for t, lag in client.lag)
         inside = sorted(lag for t, lag in timed if start <= t <= end)
         stretches, held = [], []
-        since = min(run_start, start)
         for i, (wake, lag) in enumerate(timed):
             if lag <= LAG_PERIOD_S:
                 continue
@@ -115,9 +118,10 @@ class LagProfile:
             stretch = (wake - lag - LAG_PERIOD_S, after, lag + LAG_PERIOD_S)
             if start - 1.0 <= wake <= end + 1.0:
                 stretches.append(stretch)
-            if since - 1.0 <= wake <= end + 1.0:
+            if wake <= end + 1.0:
                 held.append(stretch)
-        return cls(client.process, tuple(inside), tuple(stretches), tuple(held))
+        short = [lag for t, lag in timed if t <= end + 1.0 and lag <= LAG_PERIOD_S]
+        return cls(client.process, tuple(inside), tuple(stretches), tuple(held), float(np.mean(short)) if short else 0.0)
 
     def late_by(self, t: float) -> float:
         """How late a long stretch may have made an event recorded at t (0: none reached it)."""
@@ -126,6 +130,14 @@ class LagProfile:
     def held_at(self, t: float) -> float:
         """`late_by` over the whole run: how long a stretch may have held up what the loop did at t."""
         return _reached(self.held, t)
+
+    def held_between(self, a: float, b: float) -> float:
+        """Seconds of the long stretches that overlapped [a, b]: what held up work due in it."""
+        return sum(delay for begin, until, delay in self.held if begin <= b and until >= a)
+
+    def held_by(self, t: float) -> float:
+        """Seconds of every long stretch begun by t."""
+        return sum(delay for begin, _, delay in self.held if begin <= t)
 
 
     def split(self) -> tuple[ShortDelays, float]:
@@ -238,15 +250,19 @@ def _quantile_bound(samples: list[float], times: list[tuple[float, float]], wait
 
 def _aggregate_bound(inputs: FigureInputs) -> float | None:
     """Tokens counted at their arrival inside the window, every stream's. A late client shifts a
-    user's timeline later by what held that user back: at each of its requests' ends, the time from
-    the last chunk's arrival to the next request's send (t_send - t_last as recorded, plus how late
-    that last read may have been: a long stretch that reached it, its wait in its loop pass, the
-    mean short delay), and a long stretch that reached its first send. At each edge the figure then
-    trades the user's tokens that arrived within that shift S_u of the edge, S_u also counting how
-    late a read at the edge may be (a long stretch reaching it, the largest short delay, a read's
-    wait in its loop pass reaching back across it); past the run's end nothing was read: twice the
-    user's mean rate in the window over that span stands in for it. A stretch shifts only the users it reached at a request's end
-    or send: a user mid-stream reads what it held back when it ends, the server's schedule unmoved.
+    user's timeline later by what held that user back: before its first send, every long stretch
+    since the process began (the spawn paces users from when it woke: a stall delays every later
+    batch, sends it never reached included); at each of its requests' ends, the time from the end
+    as read to the next request's send (plus how late that end may have been read: a long stretch
+    that reached it, its wait in its loop pass, the mean short delay of the run so far or of the
+    window, the larger); after a failed request only to the next request's start (the new
+    connection's handshake is the server's) plus the long stretches over that pending connect.
+    At each edge the figure then trades the user's tokens that arrived within that shift S_u of the
+    edge, S_u also counting how late a read at the edge may be (a long stretch reaching it, the
+    largest short delay, a read's wait in its loop pass reaching back across it); past the run's
+    end nothing was read: twice the user's mean rate in the window over that span stands in for it.
+    Inside the run a stretch shifts only the users it reached at a request's end or on the way to a
+    send: a user mid-stream reads what it held back when it ends, the server's schedule unmoved.
     The client also holds each user back between requests inside the window (mu / mean E2E: the
     server idles). A stream with no per-chunk counts counts at the run's tokens per chunk; a run
     that gives no such ratio (no stream finished with its usage) leaves the figure unbounded."""
@@ -279,8 +295,10 @@ def _aggregate_bound(inputs: FigureInputs) -> float | None:
     for requests in users.values():
         requests.sort(key=lambda r: r.t_send)
         arrivals = sorted((a, n) for r in requests for a, n in zip(r.chunks, per_chunk[id(r)]))
+        # before its first send, every stretch since the process began: the spawn paces the users from
+        # when it woke, so a stall delays every batch after it, sends it never reached included
         first = requests[0]
-        holds = [(first.t_send, profile.held_at(first.t_start if first.t_start is not None else first.t_send))]
+        holds = [(first.t_send, profile.held_by(first.t_send))]
         for previous, following in zip(requests, requests[1:]):
             # the response's end as read (after the last chunk: the usage, [DONE]), where the next send begins
             ended = next(t for t in (previous.t_end, previous.t_last, previous.t_send) if t is not None)
@@ -288,8 +306,10 @@ def _aggregate_bound(inputs: FigureInputs) -> float | None:
             # to the next send: the user's turnaround and its building of the request. After a failed
             # request the pool opens a new connection, whose handshake is the server's (a dropped SYN is
             # retried after 1 s, 3 s: 2026-12-04, vLLM at 3000 users): then to the user's start only.
+            # (a stretch over that pending connect is still the client's)
             began = following.t_start if previous.error is not None and following.t_start is not None else following.t_send
-            holds.append((ended, max(0.0, began - ended) + late_read + short.mean))
+            pending = profile.held_between(began, following.t_send) if began < following.t_send else 0.0
+            holds.append((ended, max(0.0, began - ended) + late_read + max(short.mean, profile.short_mean_run) + pending))
         user_rate = sum(n for a, n in arrivals if window.start <= a <= window.end) / window.seconds
         timelines.append(([a for a, _ in arrivals], [n for _, n in arrivals], holds, user_rate))
 
@@ -420,7 +440,7 @@ def client_bounds(records: list[RequestRecord], window: Window, clients: list[Cl
             continue
         # the delays that reached these requests: from the window's start to the last chunk read of one sent inside it
         end = max(window.end, max((d.last for d in process_done), default=window.end))
-        inputs.append(FigureInputs(process_done, LagProfile.of(client, window.start, end, window.run_start), window,
+        inputs.append(FigureInputs(process_done, LagProfile.of(client, window.start, end), window,
                                    records_of[process], ratio, ratio_known))
     unmonitored = not inputs or any(not i.profile.samples for i in inputs)  # a process whose delays are unknown
     out = {}
