@@ -118,7 +118,8 @@ def analyse(args: argparse.Namespace, out: Path) -> int:
     metrics = summary.metrics
     start, end = metrics.window.start, metrics.window.end
     span = end - start
-    delivered = sum(1 for r in read_records(out / "run") for t in r.chunks if start <= t <= end)
+    records = read_records(out / "run")
+    delivered = sum(1 for r in records for t in r.chunks if start <= t <= end)
     running = min(args.users, args.max_num_seqs * args.server_processes) if args.step else args.users
     # With a binding cap on several server processes this assumes the streams spread evenly over
     # them; SO_REUSEPORT hashes each connection, so the true running count is lower by ~1-2%.
@@ -135,7 +136,7 @@ def analyse(args: argparse.Namespace, out: Path) -> int:
     # the client's bounds by this rig's rules (rig.load.client_error), from the run's records and lag
     # samples: a run measured before a rule changed reads as that rule now reads it
     limit = next(iter(summary.client.figures.values())).limit if summary.client.figures else 0.01
-    verdict = client_verdict(summary.clients, client_bounds(read_records(out / "run"), metrics.window, read_clients(out / "run"), limit),
+    verdict = client_verdict(summary.clients, client_bounds(records, metrics.window, read_clients(out / "run"), limit),
                              HEADLINE[summary.kind].name)
     valid = ratio >= 0.99 and bool(verdict.valid)
     bounds = {name: bound.bound for name, bound in verdict.figures.items()}
@@ -241,13 +242,12 @@ def aiperf_figures(args: argparse.Namespace, out: Path) -> dict:
     from rig.load.metrics import cpu_seconds
     from rig.load.peers import import_file
 
-    kept = json.loads((out / AIPERF_CPU_FILE).read_text()) if (out / AIPERF_CPU_FILE).is_file() else None
-    cpu_s = kept["cpu_s"] if kept else None
-    samples = [tuple(sample) for sample in kept["samples"]] if kept else []
+    kept = json.loads((out / AIPERF_CPU_FILE).read_text()) if (out / AIPERF_CPU_FILE).is_file() else {}
+    cpu_s = kept.get("cpu_s")
+    process_tree = {"processes": kept.get("processes"), "cpu_s": cpu_s, "wall_s": kept.get("wall_s"), "cpu_kept": bool(kept)}
     export = next(iter(sorted(out.rglob("profile_export.jsonl"))), None)
-    if (kept and kept["returncode"] != 0) or export is None:
-        return {"error": f"aiperf exited {kept and kept['returncode']}; see {out / 'aiperf.log'}",
-                "processes": kept and kept["processes"], "cpu_s": cpu_s, "wall_s": kept and kept["wall_s"],
+    if kept.get("returncode", 0) != 0 or export is None:
+        return {"error": f"aiperf exited {kept.get('returncode')}; see {out / 'aiperf.log'}", **process_tree,
                 "delivered_events_per_s": 0.0, "events_per_cpu_second": None, "events_per_cpu_second_whole_run": None,
                 "window_cpu_s": None, "itl_p50_error": None, "decode_error": None}
     imported_dir = out / "imported"
@@ -266,10 +266,9 @@ def aiperf_figures(args: argparse.Namespace, out: Path) -> dict:
     # slot, and closes when its benchmark duration ends.
     window = aiperf_steady_window(records, args.users, first_send + args.duration)
     window_events = sum(1 for r in records for t in r.chunks if window.start <= t <= window.end)
-    window_cpu = cpu_seconds(samples, window) if window.steady else None
+    window_cpu = cpu_seconds([tuple(sample) for sample in kept.get("samples", [])], window) if window.steady else None
     metrics = imported_summary.metrics
-    return {"processes": kept and kept["processes"], "cpu_s": cpu_s, "wall_s": kept and kept["wall_s"], "events": events,
-            "cpu_kept": kept is not None,
+    return {**process_tree, "events": events,
             "delivered_events_per_s": events / span if span > 0 else 0.0,
             "events_per_cpu_second_whole_run": events / cpu_s if cpu_s else None,
             "window": window.model_dump(), "window_events": window_events, "window_cpu_s": window_cpu,

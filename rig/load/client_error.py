@@ -139,16 +139,12 @@ class LagProfile:
         """Seconds of every long stretch begun by t."""
         return sum(delay for begin, _, delay in self.held if begin <= t)
 
-
-    def split(self) -> tuple[ShortDelays, float]:
-        """The short stretches' delay distribution (samples under the monitor's period), and the
-        seconds of the long ones, each counted a period longer (it may have begun before the timer was due)."""
+    def short(self) -> ShortDelays:
+        """The short stretches' delay distribution: the samples under the monitor's period."""
         array = np.asarray(self.samples)
-        long = array > LAG_PERIOD_S
-        short = array[~long]
-        return (ShortDelays(float(short.mean()) if short.size else 0.0, float(short.std()) if short.size > 1 else LAG_PERIOD_S,
-                            float(short.max()) if short.size else LAG_PERIOD_S),
-                float((array[long] + LAG_PERIOD_S).sum()))
+        short = array[array <= LAG_PERIOD_S]
+        return ShortDelays(float(short.mean()) if short.size else 0.0, float(short.std()) if short.size > 1 else LAG_PERIOD_S,
+                           float(short.max()) if short.size else LAG_PERIOD_S)
 
     def levels(self) -> list[DelayLevel]:
         """The candidates: L at the monitor's p90, p99, p99.9 and max. A stretch shorter than the
@@ -217,7 +213,7 @@ def _duration_sum_bound(spans: list[tuple[float, float, float]], profile: LagPro
     total = sum(b - a for a, b, _ in spans)
     if not spans or total <= 0 or not profile.samples:
         return None
-    short, _ = profile.split()
+    short = profile.short()
     n = len(spans)
     reached = sum(profile.late_by(a) + profile.late_by(b) for a, b, _ in spans)
     in_pass = sum(wait for _, _, wait in spans)
@@ -275,7 +271,7 @@ def _aggregate_bound(inputs: FigureInputs) -> float | None:
     tokens = sum(n for r in inputs.records for a, n in zip(r.chunks, per_chunk[id(r)]) if window.start <= a <= window.end)
     if tokens <= 0:
         return None
-    short, _ = profile.split()
+    short = profile.short()
     waits = sorted((t, r.chunk_wait(i)) for r in inputs.records if r.chunk_waits_us for i, t in enumerate(r.chunks))
     wait_times = [t for t, _ in waits]
     longest_wait = max((wait for _, wait in waits), default=0.0)
@@ -285,8 +281,9 @@ def _aggregate_bound(inputs: FigureInputs) -> float | None:
         wait in its loop pass, less how long after the edge it was read): a token that arrived on
         one side of the edge recorded on the other. Waits only move a time earlier."""
         after = waits[bisect.bisect_left(wait_times, edge):bisect.bisect_right(wait_times, edge + longest_wait)]
-        return max((wait - (t - edge) for t, wait in after), default=0.0)
+        return max((wait - (t - edge) for t, wait in after if wait > t - edge), default=0.0)
 
+    per_end = max(short.mean, profile.short_mean_run)  # a request end read late by a short delay, the run's or the window's
     # Per user: its arrivals (time, tokens) in order, and the hold-backs of its timeline, each (from when, seconds)
     users: dict[str, list[RequestRecord]] = defaultdict(list)
     for r in inputs.records:
@@ -309,12 +306,12 @@ def _aggregate_bound(inputs: FigureInputs) -> float | None:
             # (a stretch over that pending connect is still the client's)
             began = following.t_start if previous.error is not None and following.t_start is not None else following.t_send
             pending = profile.held_between(began, following.t_send) if began < following.t_send else 0.0
-            holds.append((ended, max(0.0, began - ended) + late_read + max(short.mean, profile.short_mean_run) + pending))
+            holds.append((ended, max(0.0, began - ended) + late_read + per_end + pending))
         user_rate = sum(n for a, n in arrivals if window.start <= a <= window.end) / window.seconds
         timelines.append(([a for a, _ in arrivals], [n for _, n in arrivals], holds, user_rate))
 
     def traded(edge: float) -> float:
-        read_late = profile.held_at(edge) + short.largest + CLOCK_RESOLUTION_S + max(0.0, in_pass_across(edge))
+        read_late = profile.held_at(edge) + short.largest + CLOCK_RESOLUTION_S + in_pass_across(edge)
         total = 0.0
         for times, counts, holds, user_rate in timelines:
             shift = read_late + sum(seconds for when, seconds in holds if when <= edge)
