@@ -175,8 +175,11 @@ def test_compare_reaches_the_gate_across_container_boots(tiny_image, rig_env):
     planted = "hf_planted_compare_7d1e"  # a secret in rig's own environment: no file the comparison writes may hold it
     compared = run("make", "compare", f"RECIPE={RECIPE}", "ARMS=off:RIG_TOKEN_DELAY_MS=0 on:RIG_TOKEN_DELAY_MS=20",
                    "BOOTS=1", "ROUNDS=1", "SIZE=small", "DURATION=4", env={**rig_env, "HF_TOKEN": planted}, timeout=1200)
-    # 4 (UNUSABLE): a busy box left the one pair's round out for the client's timing; checked below to be why
-    assert compared.returncode in (0, Exit.UNUSABLE), compared.stdout[-3000:] + compared.stderr[-3000:]
+    # rig's 4 (UNUSABLE): a busy box left the one pair's round out for the client's timing; checked below
+    # to be why. make exits 2 whatever its recipe's code was and reports that code in its own status
+    # line ("*** [Makefile:N: compare] Error 4"): a busy CI run (2026-12-04) failed here on rig's 4.
+    unusable = compared.returncode == 2 and f"compare] Error {int(Exit.UNUSABLE)}" in compared.stderr
+    assert compared.returncode == 0 or unusable, compared.stdout[-3000:] + compared.stderr[-3000:]
     out = max((Path(rig_env["RIG_RESULTS_DIR"]) / "compare").glob("*/compare.json")).parent
     assert not [str(p) for p in out.rglob("*") if p.is_file() and planted.encode() in p.read_bytes()]
     analysis = json.loads((out / "compare.json").read_text())
@@ -185,7 +188,7 @@ def test_compare_reaches_the_gate_across_container_boots(tiny_image, rig_env):
     # 20 ms a token on a ~1 ms step. (A round must hold a completed request after its steady state
     # opens, one request lifetime in: at 50 ms a 32-token request lives 1.7 s and a 3 s round held
     # none, so the arm had no figure.)
-    assert (compared.returncode == Exit.UNUSABLE) == on["verdict"].startswith("no data"), (compared.returncode, on)
+    assert unusable == on["verdict"].startswith("no data"), (compared.returncode, on)
     if on["verdict"].startswith("no data"):  # a round the client could not measure is left out, and named
         reasons = [r for x in analysis["boots"]["exclusions"] for r in x["rounds"]]
         assert reasons and all("client INVALID" in r for r in reasons), analysis["boots"]
