@@ -43,7 +43,7 @@ from rig.load.client_error import client_bounds  # noqa: E402
 from rig.load.metrics import client_verdict  # noqa: E402
 from rig.load.prompts import FixedPrompts  # noqa: E402
 from rig.load.records import RequestRecord, read_records  # noqa: E402
-from rig.load.runner import LoadTarget, read_clients, run_scenario  # noqa: E402
+from rig.load.runner import LoadTarget, read_clients, read_dispatcher, run_scenario  # noqa: E402
 from rig.load.scenarios import Scenario  # noqa: E402
 from rig.load.summary import HEADLINE, RunSummary, Window  # noqa: E402
 from rig.load.wire import Prompt  # noqa: E402
@@ -136,7 +136,8 @@ def analyse(args: argparse.Namespace, out: Path) -> int:
     # the client's bounds by this rig's rules (rig.load.client_error), from the run's records and lag
     # samples: a run measured before a rule changed reads as that rule now reads it
     limit = next(iter(summary.client.figures.values())).limit if summary.client.figures else 0.01
-    verdict = client_verdict(summary.clients, client_bounds(records, metrics.window, read_clients(out / "run"), limit),
+    verdict = client_verdict(summary.clients, client_bounds(records, metrics.window, read_clients(out / "run"), limit,
+                                                                read_dispatcher(out / "run")),
                              HEADLINE[summary.kind].name)
     valid = ratio >= 0.99 and bool(verdict.valid)
     bounds = {name: bound.bound for name, bound in verdict.figures.items()}

@@ -23,12 +23,14 @@ import gc
 import hashlib
 import os
 import random
+import select
 import socket
 import time
 from itertools import count
 from typing import Any
 
 import gevent
+import gevent.monkey
 import psutil
 import requests
 import urllib3
@@ -37,6 +39,7 @@ from gevent.event import Event
 from gevent.socket import wait_read
 from locust import HttpUser, events, task
 from locust.runners import MasterRunner, WorkerRunner
+from locust.user.task import LOCUST_STATE_STOPPING
 
 from rig.client import auth_headers
 from rig.load.kernel_timer import KernelTimer, TimerUnavailable
@@ -55,6 +58,7 @@ from rig.load.wire import (
     WindowEvent,
     WindowEventName,
     client_file,
+    dispatcher_file,
 )
 from rig.load.workload import OutputLengths, gamma_offsets
 
@@ -261,6 +265,7 @@ def _on_init(environment: Any, **_: Any) -> None:
     ROLE["environment"] = environment
     if isinstance(environment.runner, MasterRunner):
         environment.runner.register_message("rig_drained", _on_drained)
+        gevent.spawn(_lag_monitor)  # the master's stalls start later batches late: its samples bound that
         return
     if isinstance(environment.runner, WorkerRunner):
         environment.runner.register_message("rig_epoch", _on_epoch)
@@ -371,10 +376,13 @@ def _on_quit(environment: Any, **_: Any) -> None:
     WRITER.flush()
     clients = {process: _client_stats(process, v["lag"], v["cpu"], v["cpu_time"], v["gc_pauses"], v["lag_probe"])
                for process, v in REMOTE.items()}
-    if not isinstance(environment.runner, MasterRunner) and not WRITER.shipping:
-        clients[PROCESS_ID] = _client_stats(PROCESS_ID, LAG, CPU, CPU_TIME, GC_PAUSES, LAG_PROBE[0])
-    for process, client in clients.items():  # each file whole or absent: the runner reads them after the run
-        path = os.path.join(OUT_DIR, client_file(process))
+    files = {client_file(process): client for process, client in clients.items()}
+    if isinstance(environment.runner, MasterRunner):
+        files[dispatcher_file(PROCESS_ID)] = _client_stats(PROCESS_ID, LAG, CPU, CPU_TIME, GC_PAUSES, LAG_PROBE[0])
+    elif not WRITER.shipping:
+        files[client_file(PROCESS_ID)] = _client_stats(PROCESS_ID, LAG, CPU, CPU_TIME, GC_PAUSES, LAG_PROBE[0])
+    for name, client in files.items():  # each file whole or absent: the runner reads them after the run
+        path = os.path.join(OUT_DIR, name)
         with open(path + ".tmp", "w") as handle:
             handle.write(client.json_text(indent=None))
         os.replace(path + ".tmp", path)
@@ -431,6 +439,28 @@ def _stamp_when_written(request: Any) -> Any:
 # urllib3's connection writes the request line, headers and body in request() and returns (requests
 # and Locust's HttpSession send through it; HTTPS connections inherit it).
 urllib3.connection.HTTPConnection.request = _stamp_when_written(urllib3.connection.HTTPConnection.request)
+
+
+# Before it reuses a kept-alive connection, urllib3 checks that the server has not closed it: a poll
+# of the socket with a timeout of 0. gevent's poll answers even that from the hub, so the user waits
+# for every read its loop's pass has ready before its next request goes out: at 250 streams a
+# process and an engine's step of chunks arriving at once, 13 ms a request on the H200 (2026-12-04),
+# a hold-back of each user that the aggregate's client bound counts. The kernel's own poll with a
+# timeout of 0 never blocks: asked directly, it answers at once and the request goes out now.
+_KERNEL_POLL = gevent.monkey.get_original("select", "poll")
+
+
+def _still_open(connection: urllib3.connection.HTTPConnection) -> bool:
+    """urllib3's is_connected: a socket that is readable while idle was closed by the server (or sent
+    what nobody asked for); either way it cannot carry the next request."""
+    if connection.sock is None:
+        return False
+    poller = _KERNEL_POLL()
+    poller.register(connection.sock, select.POLLIN)
+    return not poller.poll(0)
+
+
+urllib3.connection.HTTPConnection.is_connected = property(_still_open)  # type: ignore[assignment]
 
 
 class Stalled(Exception):
@@ -613,9 +643,18 @@ class LLMUser(StreamingUser):
 
     @task
     def stream(self) -> None:
-        prompt, nonce = self.next_prompt()
-        record = self.new_record(prompt.name, prompt.tokens, nonce, LENGTHS.draw(self.rng))
-        self.send((prompt.prefix or "") + (nonce or "") + prompt.text, record)
+        # The next request goes out as the last one ends, inside this task. Between tasks Locust
+        # sleeps the wait time, and a gevent sleep of 0 queues the user behind every read its loop's
+        # pass has ready: at 250 streams a process, with an engine's step of chunks arriving at
+        # once, 13 ms a request on the H200 (2026-12-04), a hold-back the aggregate's client bound
+        # counts against every user. A failed request goes back to Locust (its sleep yields: a
+        # refused connection fails without waiting, and a loop that never waits starves the
+        # others), and so does a stopping user after its request, as Locust's own wait would.
+        while True:
+            prompt, nonce = self.next_prompt()
+            record = self.new_record(prompt.name, prompt.tokens, nonce, LENGTHS.draw(self.rng))
+            if self.send((prompt.prefix or "") + (nonce or "") + prompt.text, record) is None or self._state == LOCUST_STATE_STOPPING:
+                return
 
 
 class ArrivalUser(StreamingUser):

@@ -49,6 +49,7 @@ from rig.load.wire import (
     TraceReplay,
     WindowEvent,
     client_file,
+    dispatcher_file,
     read_lines,
 )
 from rig.load.workload import gamma_schedule
@@ -127,6 +128,13 @@ def read_clients(directory: Path) -> list[ClientStats]:
         if client is not None:
             clients.append(client)
     return clients
+
+
+def read_dispatcher(directory: Path) -> ClientStats | None:
+    """The Locust master's samples, in a distributed run (None: one process, or a run before they were written)."""
+    for path in sorted(directory.glob(dispatcher_file("*"))):
+        return ClientStats.parse_line(path.read_bytes(), str(path))
+    return None
 
 
 class LocustRun:
@@ -323,7 +331,7 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
     clients = [client_lag(client, window) for client in raw_clients]
     metrics = summarize(records, window, counter.count if counter.tokenizer is not None else None)
     metrics.output_lengths = output_length_stats(records, window)
-    bounds = client_bounds(records, window, raw_clients, scenario.client_error_limit)
+    bounds = client_bounds(records, window, raw_clients, scenario.client_error_limit, read_dispatcher(out_dir))
     verdict = client_verdict(clients, bounds, HEADLINE[scenario.kind].name)
     if scenario.kind in ARRIVAL_KINDS:
         arrivals = scenario.arrivals

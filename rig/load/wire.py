@@ -33,6 +33,12 @@ def client_file(process: str) -> str:
     return f"client-{process}.json"
 
 
+def dispatcher_file(process: str) -> str:
+    """The Locust master's own samples (a ClientStats): it sends no request, but it dispatches the
+    users to the workers, so a stall of its loop starts every later batch late."""
+    return f"dispatcher-{process}.json"
+
+
 # ---- config.json ---------------------------------------------------------------------------------
 
 class Nonce(Typed):

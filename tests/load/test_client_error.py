@@ -304,6 +304,53 @@ def test_a_stall_during_the_spawn_moves_every_later_batch(stall, connect):
     assert error > 0.005 and bound.bound is not None and error <= bound.bound, (error, bound)
 
 
+@pytest.mark.slow  # two runs of 300 simulated users
+def test_shifts_before_a_steady_window_cancel_between_its_edges():
+    """300 users spawned in Locust's batches, with stalls of 0.6 s and 0.9 s during the spawn: every
+    later batch runs up to 1.5 s behind the ideal client's for the whole run, as at 3000 streams on
+    the H200 (shifts of 0.3-1.3 s). Traded at both edges those shifts read several percent; at a
+    steady state a window shifted whole holds what the ideal's held (one was 14% where delivered /
+    offered put the error near 0.3%), and what the stalls moved stays within the steady-state bound,
+    which holds the 1% limit. A window that is not steady keeps the edges' bound."""
+    users, rate, tokens, ttft, itl = 300, 100.5, 64, 0.2, 0.05
+    loop = stalls_at([(0.7, 0.6), (2.1, 0.9)], 200.0)
+    starts, spawned = locust_batches(loop, users, rate)
+    ideal_starts, _ = locust_batches(None, users, rate)
+    end = spawned + 25.0
+    records = cut_at(spawned_users(loop, starts, end + 1, tokens, ttft, itl, 1, 0.05), START + end)
+    ideal = cut_at(spawned_users(None, ideal_starts, end + 1, tokens, ttft, itl, 1, 0.05), START + end)
+    bounds = {}
+    for steady in (True, False):
+        window = Window(start=START + spawned + ttft + tokens * itl + 0.5, end=START + end, run_start=START + spawned,
+                        run_end=START + end, steady=steady, opened_by="simulated: a request's lifetime after spawning_complete")
+        error = abs(summarize(ideal, window).output_tok_s / summarize(records, window).output_tok_s - 1)
+        bounds[steady] = client_bounds(records, window, [ClientStats(process="p", lag=monitor(loop, end + 1))], limit=0.01)["output_tok_s"]
+        assert bounds[steady].bound is not None and error <= bounds[steady].bound, (steady, error, bounds[steady])
+    assert bounds[True].holds and bounds[False].bound > 0.05, bounds
+
+
+def test_a_stall_of_the_master_during_the_spawn_is_the_clients():
+    """In a distributed run the master dispatches the users' batches and sends nothing itself: a stall
+    of its loop starts every later batch late while the worker's loop stays quiet. Its samples (the
+    dispatcher's file) bound that; without them the truth is outside the bound."""
+    users, rate, seconds, tokens, ttft, itl, per_chunk = 60, 20.5, 10.0, 300, 1.5, 0.03, 4
+    master, worker = stalls_at([(0.95, 1.0)], 80.0), stalls_at([], 80.0)
+    starts, spawned = locust_batches(master, users, rate)
+    ideal_starts, _ = locust_batches(None, users, rate)
+    end = spawned + seconds
+    window = Window(start=START + spawned, end=START + end, run_start=START + spawned, run_end=START + end, steady=False,
+                    opened_by="simulated: spawning_complete")
+    records = cut_at(spawned_users(worker, starts, end + 1, tokens, ttft, itl, per_chunk, 0.05), START + end)
+    truth = summarize(cut_at(spawned_users(None, ideal_starts, end + 1, tokens, ttft, itl, per_chunk, 0.05), START + end),
+                      window).output_tok_s
+    error = abs(truth / summarize(records, window).output_tok_s - 1)
+    clients = [ClientStats(process="p", lag=monitor(worker, end + 1))]
+    unmonitored = client_bounds(records, window, clients, limit=0.01)["output_tok_s"]
+    bound = client_bounds(records, window, clients, 0.01, ClientStats(process="master", lag=monitor(master, end + 1)))["output_tok_s"]
+    assert unmonitored.bound is not None and error > unmonitored.bound, (error, unmonitored)
+    assert bound.bound is not None and error <= bound.bound, (error, bound)
+
+
 def test_a_stall_over_a_pending_connect_after_a_failure_is_the_clients():
     """The server cuts every stream at 8 s; each user's next request begins at once and its connect
     completes 1 s later (a dropped SYN, the kernel's retry: the server's time, the same for the ideal

@@ -18,7 +18,7 @@ from conftest import REPO, free_port
 from rig.boot.record import BootRecord
 from rig.deploy.recipe import load
 from rig.load.prompts import FixedPrompts, TokenCounter
-from rig.load.runner import LoadTarget, run_scenario
+from rig.load.runner import LoadTarget, read_clients, read_dispatcher, run_scenario
 from rig.load.scenarios import Scenario
 from rig.load.summary import SUMMARY_SCHEMA
 from rig.load.wire import LAG_PROBE_KERNEL, Prompt
@@ -231,6 +231,9 @@ def test_distributed_run_master_and_workers(timed_target, tmp_path):
     assert len(list((tmp_path / "run").glob("records-*.jsonl"))) == 2
     assert summary.client.processes == 2
     assert summary.client.lag_probes == [LAG_PROBE_KERNEL]  # each worker says which event its lag was timed on
+    # the master's own loop is monitored too (its stalls start later batches late), in a file of its own
+    master = read_dispatcher(tmp_path / "run")
+    assert master is not None and master.lag and master.process not in {c.process for c in read_clients(tmp_path / "run")}
     itl_p50_is_the_truth_or_named_unusable(summary)
 
 
