@@ -29,7 +29,8 @@ A figure's bound follows from how it is computed (rig.load.request_metrics, rig.
 - the aggregate rate (tokens whose arrival falls in the window, every stream's) moves as the
   client shifts each user's timeline later by what has held that user back so far (every long
   stretch before its first send: the spawn's pacing; at each of its requests' ends, the time to its
-  next send and how late that end was read; a stretch that reached no end or send of the user
+  next send (less a conversation's think time, which the ideal client waits too) and how late that
+  end was read; a stretch that reached no end or send of the user
   moved none of its phase), plus how late a read at the edge may be. Two bounds, the smaller
   taken: each edge trades the user's tokens that arrived within that shift of it (past the run's
   end, twice the user's mean rate in the window stands in for what was never read), the start only
@@ -329,7 +330,9 @@ def aggregate_parts(inputs: FigureInputs) -> AggregateParts | None:
             # (a stretch over that pending connect is still the client's)
             began = following.t_start if previous.error is not None and following.t_start is not None else following.t_send
             pending = profile.held_between(began, following.t_send) if began < following.t_send else 0.0
-            holds.append((ended, max(0.0, began - ended) + late_read + per_end + pending))
+            # the next turn of a conversation waits the scenario's think time: the ideal client's too
+            paused = inputs.pause_s if _next_turn(previous, following) else 0.0
+            holds.append((ended, max(0.0, began - ended - paused) + late_read + per_end + pending))
         user_rate = sum(n for a, n in arrivals if window.start <= a <= window.end) / window.seconds
         timelines.append(_Timeline(np.array([a for a, _ in arrivals]), np.concatenate(([0.0], np.cumsum([n for _, n in arrivals]))),
                                    tuple(holds), user_rate))
@@ -412,7 +415,7 @@ class _Timeline:
         return self.cumulative[np.searchsorted(self.times, starts + seconds)] - self.cumulative[np.searchsorted(self.times, starts)]
 
 
-STEADY_GRID = 2000  # where the shifted counts are read across the window
+STEADY_GRID = 10_000  # where the shifted counts are read across the window (3 ms apart over 30 s)
 
 
 def _steady_state_moved(timelines: list[_Timeline], window: Window) -> float | None:
@@ -439,16 +442,23 @@ def _steady_state_moved(timelines: list[_Timeline], window: Window) -> float | N
     last = window.run_end - max(before + inside for before, inside in spans)
     if last - window.start < window.seconds / 2:
         return None
-    grid = np.linspace(window.start, last, STEADY_GRID)
-    before_sum, through_sum = np.zeros(STEADY_GRID), np.zeros(STEADY_GRID)
+    step = (last - window.start) / STEADY_GRID
+    grid = window.start + step * np.arange(STEADY_GRID)  # each point with the step after it: [W0, last)
+    # Between two points of the grid an interval holds at most what the one a step longer from the
+    # first point holds, and at least what the one a step shorter from the second holds: the sums'
+    # range over every time, not only the grid's (intervals shorter than its step would hide in it).
+    most_before, most_through = np.zeros(STEADY_GRID), np.zeros(STEADY_GRID)
+    least_before, least_through = np.zeros(STEADY_GRID), np.zeros(STEADY_GRID)
     outlasting = []
     for line, (before, inside) in zip(timelines, spans):
         if line.cycle(window.run_end) > last - window.start:
             outlasting.append(line)
             continue
-        before_sum += line.counts(grid, before)
-        through_sum += line.counts(grid, before + inside)
-    moved = max(through_sum.max() - before_sum.min(), before_sum.max() - through_sum.min())
+        most_before += line.counts(grid, before + step)
+        most_through += line.counts(grid, before + inside + step)
+        least_before += line.counts(grid + step, max(before - step, 0.0))
+        least_through += line.counts(grid + step, max(before + inside - step, 0.0))
+    moved = max(most_through.max() - least_before.min(), most_before.max() - least_through.min())
     return float(moved + _traded_at_the_edges(outlasting))
 
 
@@ -465,11 +475,19 @@ class FigureInputs:
     # The Locust master's delays in a distributed run (None: one process, or not written): it
     # dispatches the users, so a stall of its loop before a user's first send started it late too.
     dispatcher: LagProfile | None = None
+    pause_s: float = 0.0  # the scenario's think time between a conversation's turns (rig.load.scenarios)
 
     @functools.cached_property
     def aggregate(self) -> AggregateParts | None:
         """This process's part of the aggregate (computed once: its bound and the pooled one read it)."""
         return aggregate_parts(self)
+
+
+def _next_turn(previous: RequestRecord, following: RequestRecord) -> bool:
+    """The following request is the next turn of the same conversation (ConversationUser thinks
+    before it; after a conversation's last turn or a failed one it starts the next at once)."""
+    return (previous.conversation is not None and following.conversation == previous.conversation
+            and previous.turn is not None and following.turn == previous.turn + 1)
 
 
 def _first_wait(d: Done) -> float:
@@ -544,11 +562,12 @@ POOLED: dict[str, Callable[[list[FigureInputs]], float | None]] = {"output_tok_s
 
 
 def client_bounds(records: list[RequestRecord], window: Window, clients: list[ClientStats],
-                  limit: float, dispatcher: ClientStats | None = None) -> dict[str, ClientBound]:
+                  limit: float, dispatcher: ClientStats | None = None, pause_s: float = 0.0) -> dict[str, ClientBound]:
     """Per figure, the most the client's timing could have moved it (a share of the figure): the
     worst over the Locust processes, each bounded with its own delays and its own requests (and
-    the master's, `dispatcher`, where it dispatched them). A figure with no samples has bound None,
-    which never holds."""
+    the master's, `dispatcher`, where it dispatched them; `pause_s`: the think time between a
+    conversation's turns, which the ideal client waits too). A figure with no samples has bound
+    None, which never holds."""
     done = done_in_window(records, window.start, window.end)
     measured = request_metrics.measured_tokens_per_chunk(records)
     ratio, ratio_known = (1.0, False) if measured is None else (measured, True)
@@ -574,7 +593,7 @@ def client_bounds(records: list[RequestRecord], window: Window, clients: list[Cl
         # the delays that reached these requests: from the window's start to the last chunk read of one sent inside it
         end = max(window.end, max((d.last for d in process_done), default=window.end))
         inputs.append(FigureInputs(process_done, LagProfile.of(client, window.start, end), window,
-                                   records_of[process], ratio, ratio_known, master))
+                                   records_of[process], ratio, ratio_known, master, pause_s))
     unmonitored = not inputs or any(not i.profile.samples for i in inputs)  # a process whose delays are unknown
     out = {}
     for name, bound_of in BOUNDS.items():

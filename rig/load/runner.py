@@ -331,7 +331,7 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
     clients = [client_lag(client, window) for client in raw_clients]
     metrics = summarize(records, window, counter.count if counter.tokenizer is not None else None)
     metrics.output_lengths = output_length_stats(records, window)
-    bounds = client_bounds(records, window, raw_clients, scenario.client_error_limit, read_dispatcher(out_dir))
+    bounds = client_bounds(records, window, raw_clients, scenario.client_error_limit, read_dispatcher(out_dir), workload.think_time_s)
     verdict = client_verdict(clients, bounds, HEADLINE[scenario.kind].name)
     if scenario.kind in ARRIVAL_KINDS:
         arrivals = scenario.arrivals

@@ -351,6 +351,45 @@ def test_a_stall_of_the_master_during_the_spawn_is_the_clients():
     assert bound.bound is not None and error <= bound.bound, (error, bound)
 
 
+def conversations(loop: Loop | None, users: int, seconds: float, tokens: int, ttft: float, itl: float, turns: int,
+                  think: float) -> list[RequestRecord]:
+    """ConversationUser: each user's turns one after another with `think` seconds between them (a sleep,
+    woken late by the loop like any event), the next conversation at once after the last turn."""
+    records = []
+    for user in range(users):
+        sent, k = 0.01 * user, 0
+        while sent < seconds:
+            first, gaps = server_times(user, k, tokens, ttft, itl)
+            true = [sent + first]
+            for gap in gaps:
+                true.append(true[-1] + gap)
+            seen = list(np.maximum.accumulate([t + (loop.delay(t) if loop else 0.0) for t in true]))
+            conversation, turn = divmod(k, turns)
+            records.append(record(user, k, sent, seen, tokens).model_copy(update={"conversation": f"u{user}-c{conversation}",
+                                                                                  "turn": turn}))
+            due = seen[-1] + (think if turn + 1 < turns else 0.0)
+            sent, k = due + (loop.delay(due) if loop else 0.0), k + 1
+    return records
+
+
+def test_a_conversations_think_time_is_no_hold_back():
+    """Multi-turn chats think 2 s between turns (the built-in multi-turn scenario): the ideal client
+    waits as long, so only what the client adds to it holds a user back. A quiet client keeps the
+    aggregate within 1% and the truth within its bound; charging the think time to the client read
+    it as a hold-back of every turn."""
+    users, seconds, tokens, ttft, itl, turns, think = 16, 30.0, 32, 0.2, 0.02, 4, 2.0
+    loop = busy_loop(random.Random(5), seconds + 5, *PROFILES["quiet"][:2], 0)
+    window = Window(start=START + 6.0, end=START + 28.0, run_start=START, run_end=START + seconds, steady=True, opened_by="simulated")
+    records = conversations(loop, users, seconds, tokens, ttft, itl, turns, think)
+    truth = summarize(conversations(None, users, seconds, tokens, ttft, itl, turns, think), window).output_tok_s
+    error = abs(truth / summarize(records, window).output_tok_s - 1)
+    clients = [ClientStats(process="p", lag=monitor(loop, seconds + 2))]
+    bound = client_bounds(records, window, clients, 0.01, None, think)["output_tok_s"]
+    charged = client_bounds(records, window, clients, 0.01)["output_tok_s"]
+    assert bound.bound is not None and error <= bound.bound and bound.holds, (error, bound)
+    assert charged.bound > 5 * bound.bound, (charged, bound)
+
+
 def test_a_stall_over_a_pending_connect_after_a_failure_is_the_clients():
     """The server cuts every stream at 8 s; each user's next request begins at once and its connect
     completes 1 s later (a dropped SYN, the kernel's retry: the server's time, the same for the ideal
