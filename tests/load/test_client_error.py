@@ -80,6 +80,17 @@ def server_times(user: int, k: int, tokens: int, ttft: float, itl: float) -> tup
     return ttft * rng.uniform(0.7, 1.3), [itl * rng.uniform(0.8, 1.2) for _ in range(tokens - 1)]
 
 
+def request_times(loop: Loop | None, user: int, k: int, sent: float, tokens: int, ttft: float,
+                  itl: float) -> tuple[list[float], list[float]]:
+    """Request k of a user sent at `sent`: its chunks' true times, and as the loop read them (late by
+    the stretch each lands in, in order: one greenlet reads its stream)."""
+    first, gaps = server_times(user, k, tokens, ttft, itl)
+    true = [sent + first]
+    for gap in gaps:
+        true.append(true[-1] + gap)
+    return true, list(np.maximum.accumulate([t + (loop.delay(t) if loop else 0.0) for t in true]))
+
+
 def record(user: int, k: int, sent: float, times: list[float], tokens: int, per_chunk: int = 1) -> RequestRecord:
     """`per_chunk` > 1: the server sends that many tokens a chunk and says so (continuous usage), as
     vLLM does when its output processing coalesces a loaded engine's steps."""
@@ -98,12 +109,7 @@ def closed_loop(loop: Loop | None, users: int, seconds: float, tokens: int, ttft
     for user in range(users):
         sent, k = 0.01 * user, 0
         while sent < seconds:
-            first, gaps = server_times(user, k, tokens, ttft, itl)
-            true = [sent + first]
-            for gap in gaps:
-                true.append(true[-1] + gap)
-            seen = [t + (loop.delay(t) if loop else 0.0) for t in true]
-            seen = list(np.maximum.accumulate(seen))  # one greenlet reads its stream in order
+            true, seen = request_times(loop, user, k, sent, tokens, ttft, itl)
             records.append(record(user, k, sent, seen, tokens, per_chunk))
             exact.append(record(user, k, sent, true, tokens, per_chunk))
             sent, k = seen[-1], k + 1
@@ -260,11 +266,7 @@ def spawned_users(loop: Loop | None, starts: list[float], seconds: float, tokens
         sent, k = begin + connect, 0
         sent += loop.delay(sent) if loop else 0.0
         while sent < seconds:
-            first, gaps = server_times(user, k, tokens, ttft, itl)
-            true = [sent + first]
-            for gap in gaps:
-                true.append(true[-1] + gap)
-            seen = list(np.maximum.accumulate([t + (loop.delay(t) if loop else 0.0) for t in true]))
+            _, seen = request_times(loop, user, k, sent, tokens, ttft, itl)
             records.append(record(user, k, sent, seen, tokens, per_chunk))
             sent, k = seen[-1], k + 1
     return records
@@ -359,11 +361,7 @@ def conversations(loop: Loop | None, users: int, seconds: float, tokens: int, tt
     for user in range(users):
         sent, k = 0.01 * user, 0
         while sent < seconds:
-            first, gaps = server_times(user, k, tokens, ttft, itl)
-            true = [sent + first]
-            for gap in gaps:
-                true.append(true[-1] + gap)
-            seen = list(np.maximum.accumulate([t + (loop.delay(t) if loop else 0.0) for t in true]))
+            _, seen = request_times(loop, user, k, sent, tokens, ttft, itl)
             conversation, turn = divmod(k, turns)
             records.append(record(user, k, sent, seen, tokens).model_copy(update={"conversation": f"u{user}-c{conversation}",
                                                                                   "turn": turn}))
