@@ -363,6 +363,7 @@ def _traded_at_the_edges(timelines: list[_Timeline]) -> float:
 
 
 def _aggregate_bound(inputs: FigureInputs) -> float | None:
+    """One process's aggregate by the edges' rule (the steady-state one is pooled: POOLED)."""
     parts = inputs.aggregate
     return None if parts is None else _share_of_reported(parts.by_edges)
 
@@ -438,7 +439,8 @@ def _steady_state_moved(timelines: list[_Timeline], window: Window) -> float | N
     stretch to read them from)."""
     if not timelines:
         return None
-    spans = [(line.held_by(window.start), line.held_by(window.end) - line.held_by(window.start)) for line in timelines]
+    at_start = [line.held_by(window.start) for line in timelines]
+    spans = [(before, line.held_by(window.end) - before) for line, before in zip(timelines, at_start)]
     last = window.run_end - max(before + inside for before, inside in spans)
     if last - window.start < window.seconds / 2:
         return None

@@ -132,9 +132,8 @@ def read_clients(directory: Path) -> list[ClientStats]:
 
 def read_dispatcher(directory: Path) -> ClientStats | None:
     """The Locust master's samples, in a distributed run (None: one process, or a run before they were written)."""
-    for path in sorted(directory.glob(dispatcher_file("*"))):
-        return ClientStats.parse_line(path.read_bytes(), str(path))
-    return None
+    path = next(iter(sorted(directory.glob(dispatcher_file("*")))), None)
+    return None if path is None else ClientStats.parse_line(path.read_bytes(), str(path))
 
 
 class LocustRun:
