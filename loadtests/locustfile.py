@@ -41,6 +41,7 @@ from locust import HttpUser, events, task
 from locust.runners import MasterRunner, WorkerRunner
 from locust.user.task import LOCUST_STATE_STOPPING
 
+from rig.atomic import write_text_atomic
 from rig.client import auth_headers
 from rig.load.kernel_timer import KernelTimer, TimerUnavailable
 from rig.load.loop_passes import LoopPasses
@@ -382,10 +383,7 @@ def _on_quit(environment: Any, **_: Any) -> None:
     elif not WRITER.shipping:
         files[client_file(PROCESS_ID)] = _client_stats(PROCESS_ID, LAG, CPU, CPU_TIME, GC_PAUSES, LAG_PROBE[0])
     for name, client in files.items():  # each file whole or absent: the runner reads them after the run
-        path = os.path.join(OUT_DIR, name)
-        with open(path + ".tmp", "w") as handle:
-            handle.write(client.json_text(indent=None))
-        os.replace(path + ".tmp", path)
+        write_text_atomic(os.path.join(OUT_DIR, name), client.json_text(indent=None))  # no .tmp left by a Ctrl-C
 
 
 def _payload(content: str | list[dict[str, str]], max_tokens: int) -> tuple[str, dict[str, Any]]:

@@ -417,6 +417,16 @@ def _amount(low: float, high: float) -> Callable[[str], float]:
     return parse
 
 
+def _window_seconds(text: str) -> float:
+    """A measurement window's length, in the scenarios' own bounds (rig.load.bounds)."""
+    from rig.load.bounds import MAX_DURATION_S, MIN_DURATION_S
+
+    value = _amount(0, MAX_DURATION_S)(text)
+    if value < MIN_DURATION_S:
+        raise argparse.ArgumentTypeError(f"{text} s is shorter than the shortest window rig measures ({MIN_DURATION_S:g} s)")
+    return value
+
+
 def _url(text: str) -> str:
     """http(s)://host[:port][/path] of a server to measure; anything else is refused before it is dialled."""
     from urllib.parse import urlsplit
@@ -545,7 +555,7 @@ def build_parser() -> argparse.ArgumentParser:
     size.add_argument("--small", action="store_true", help="scaled-down sizes (default for native recipes)")
     size.add_argument("--full", action="store_true", help="full sizes (default for GPU recipes)")
     p.add_argument("--workers", type=_count(1, 512), help="Locust worker processes for distributed scenarios (default: cores - 1)")
-    p.add_argument("--duration", type=_amount(0, 86_400), help="override every scenario's measurement window, seconds")
+    p.add_argument("--duration", type=_window_seconds, help="override every scenario's measurement window, seconds")
     p.add_argument("--remote-workers", type=_count(0, 4096), default=0,
                    help="distributed scenarios also wait for this many Locust workers on other client machines")
     p.add_argument("--master-bind", default="127.0.0.1", help="address the Locust master listens on (remote workers need a reachable one)")
@@ -567,7 +577,7 @@ def build_parser() -> argparse.ArgumentParser:
     size.add_argument("--small", action="store_true", help="scaled-down sizes (default for native recipes)")
     size.add_argument("--full", action="store_true", help="full sizes (default for GPU recipes)")
     p.add_argument("--workers", type=_count(1, 512), help="Locust worker processes for distributed scenarios (default: cores - 1)")
-    p.add_argument("--duration", type=_amount(0, 86_400), help="override the scenario's measurement window, seconds")
+    p.add_argument("--duration", type=_window_seconds, help="override the scenario's measurement window, seconds")
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("export", help="a run directory as vLLM's result JSON or AIPerf's profile export, for their dashboards")
@@ -603,7 +613,7 @@ def build_parser() -> argparse.ArgumentParser:
     size.add_argument("--small", action="store_true", help="scaled-down sizes (default for native recipes)")
     size.add_argument("--full", action="store_true", help="full sizes (default for GPU recipes)")
     p.add_argument("--workers", type=_count(1, 512), help="Locust worker processes for distributed scenarios (default: cores - 1)")
-    p.add_argument("--duration", type=_amount(0, 86_400), help="every round's measurement window, seconds (default: "
+    p.add_argument("--duration", type=_window_seconds, help="every round's measurement window, seconds (default: "
                    f"{DEFAULT_ROUND_S:g} at full sizes, each scenario's own at small sizes)")
     p.add_argument("--resume", help="a results/compare/<timestamp> directory to continue")
     p.add_argument("--cold-caches", action="store_true", help="boot every engine with empty compile/kernel caches of "

@@ -839,6 +839,8 @@ CLI_CASES = {
     "a fingerprint glob with a slash": ["compare", "tiny-cpu", *ARMS, "--accept-fingerprint", "../../etc/*"],
     "a NaN duration": ["compare", "tiny-cpu", *ARMS, "--duration", "nan"],
     "an infinite duration": ["loadtest", "tiny-cpu", "--duration", "inf"],
+    "a window of a millisecond": ["loadtest", "tiny-cpu", "--duration", "0.001"],
+    "a comparison's rounds of half a second": ["compare", "tiny-cpu", *ARMS, "--duration", "0.5"],
     "a NaN target": ["compare", "tiny-cpu", *ARMS, "--target", "nan"],
     "a billion boots": ["compare", "tiny-cpu", *ARMS, "--boots", "1000000000"],
     "a billion rounds": ["compare", "tiny-cpu", *ARMS, "--rounds", "1000000000"],

@@ -19,6 +19,7 @@ from rig.compare.arms import Arm, boot_order
 from rig.compare.coherence import BootCoherence
 from rig.compare.design import MAX_ARMS, MAX_PAIRS, MAX_SCENARIOS
 from rig.compare.percentiles import LatencyHistogram
+from rig.load.bounds import MAX_DURATION_S
 from rig.load.goodput import Goodput
 from rig.observe.fingerprint import Fingerprint
 from rig.observe.gpu import GpuTelemetry
@@ -93,8 +94,9 @@ class ComparePlan(Versioned):
                 raise ValueError(f"{field} {value} is outside 1..{MAX_PAIRS}")
         if self.target_pct is not None and not 0 < self.target_pct <= 100:
             raise ValueError(f"target {self.target_pct}% is not a precision in (0, 100]")
-        if self.duration_s is not None and not 0 < self.duration_s <= 86_400:
-            raise ValueError(f"duration {self.duration_s} s is not in (0, 86400]")
+        # (0, max]: a plan written before rig.load.bounds.MIN_DURATION_S still resumes; a new one is held to it by the CLI
+        if self.duration_s is not None and not 0 < self.duration_s <= MAX_DURATION_S:
+            raise ValueError(f"duration {self.duration_s} s is not in (0, {MAX_DURATION_S:g}]")
 
     def order(self) -> list[tuple[int, Arm]]:
         """The burn-in boot (if any), the first ABBA block, the control (if any), then the other

@@ -17,6 +17,7 @@ PROMPT_POOL = 16  # prompts per scenario run, cycled by the users
 MAX_USERS = 20_000  # Locust users of one run (c=3000 is the largest shipped)
 MAX_PROMPT_TOKENS = 1 << 20
 MAX_OUTPUT_TOKENS = 1 << 18
+MIN_DURATION_S = 1.0  # a measurement window: shorter holds a request or two (a 0.001 s one was lengthened silently)
 MAX_DURATION_S = 86_400.0
 MAX_TIMEOUT_S = 7_200.0
 MAX_RATE = 10_000.0  # requests per second

@@ -280,6 +280,9 @@ def aggregate_parts(inputs: FigureInputs) -> AggregateParts | None:
     end nothing was read: twice the user's mean rate in the window over that span stands in for it.
     Inside the run a stretch shifts only the users it reached at a request's end or on the way to a
     send: a user mid-stream reads what it held back when it ends, the server's schedule unmoved.
+    An arrival schedule's requests (open loop, trace) are each sent at their arrival by the ideal
+    client, whichever user is free: a request's shift is its own send's lateness, never its user's
+    earlier ones (_scheduled_shifts).
     The client also holds each user back between requests inside the window (mu / mean E2E: the
     server idles). A stream with no per-chunk counts counts at the run's tokens per chunk; a run
     that gives no such ratio (no stream finished with its usage) leaves the figure unbounded.
@@ -307,6 +310,11 @@ def aggregate_parts(inputs: FigureInputs) -> AggregateParts | None:
         return max((wait - (t - edge) for t, wait in after if wait > t - edge), default=0.0)
 
     per_end = max(short.mean, profile.short_mean_run)  # a request end read late by a short delay, the run's or the window's
+
+    def read_late(edge: float) -> float:
+        return profile.held_at(edge) + short.largest + CLOCK_RESOLUTION_S + in_pass_across(edge)
+
+    late = (read_late(window.start), read_late(window.end))
     # Per user: its arrivals (time, tokens) in order, and the hold-backs of its timeline, each (from when, seconds)
     users: dict[str, list[RequestRecord]] = defaultdict(list)
     for r in inputs.records:
@@ -315,6 +323,11 @@ def aggregate_parts(inputs: FigureInputs) -> AggregateParts | None:
     for requests in users.values():
         requests.sort(key=lambda r: r.t_send)
         arrivals = sorted((a, n) for r in requests for a, n in zip(r.chunks, per_chunk[id(r)]))
+        user_rate = sum(n for a, n in arrivals if window.start <= a <= window.end) / window.seconds
+        times, cumulative = np.array([a for a, _ in arrivals]), np.concatenate(([0.0], np.cumsum([n for _, n in arrivals])))
+        if all(r.t_scheduled is not None for r in requests):  # an arrival schedule's: each send anchored to its arrival
+            timelines.append(_Timeline(times, cumulative, _scheduled_shifts(requests, max(late)), user_rate, scheduled=True))
+            continue
         # before its first send, every stretch since the process began: the spawn paces the users from
         # when it woke, so a stall delays every batch after it, sends it never reached included
         first = requests[0]
@@ -333,14 +346,8 @@ def aggregate_parts(inputs: FigureInputs) -> AggregateParts | None:
             # the next turn of a conversation waits the scenario's think time: the ideal client's too
             paused = inputs.pause_s if _next_turn(previous, following) else 0.0
             holds.append((ended, max(0.0, began - ended - paused) + late_read + per_end + pending))
-        user_rate = sum(n for a, n in arrivals if window.start <= a <= window.end) / window.seconds
-        timelines.append(_Timeline(np.array([a for a, _ in arrivals]), np.concatenate(([0.0], np.cumsum([n for _, n in arrivals]))),
-                                   tuple(holds), user_rate))
+        timelines.append(_Timeline(times, cumulative, tuple(holds), user_rate))
 
-    def read_late(edge: float) -> float:
-        return profile.held_at(edge) + short.largest + CLOCK_RESOLUTION_S + in_pass_across(edge)
-
-    late = (read_late(window.start), read_late(window.end))
     timelines = [replace(line, traded=(line.trade(window.start, late[0] + line.held_by(window.start), window.run_end),
                                        line.trade(window.end, late[1] + line.held_by(window.end), window.run_end)))
                  for line in timelines]
@@ -353,6 +360,29 @@ def aggregate_parts(inputs: FigureInputs) -> AggregateParts | None:
     between = short.mean / mean_e2e if mean_e2e > 0 else 1.0
     by_edges = _traded_at_the_edges(timelines) / tokens + between
     return AggregateParts(tokens, by_edges, read_late_traded, between, timelines)
+
+
+def _scheduled_shifts(requests: list[RequestRecord], read_late: float) -> tuple[tuple[float, float], ...]:
+    """An arrival-driven user's shifts as hold-backs (from when, change): the ideal client sends each
+    arrival at its scheduled time (its pool has a free user whenever the real one has: it frees them
+    no later), so a request runs behind it by at most s = sent - scheduled, a queued arrival's wait
+    for a free user included, and the shift does not carry over to the next request. A token of the
+    request crosses an edge E only if E lies after the arrival and no later than its last chunk (its
+    ideal time is at least the scheduled one), and a read late by up to `read_late` reaches back as
+    far: the shift at E is the largest of the requests whose span (scheduled - read_late, last chunk]
+    holds E (a queued arrival's span overlaps the request before it), else nothing."""
+    spans = sorted((r.t_scheduled - read_late, r.chunks[-1], max(0.0, r.t_send - r.t_scheduled))  # type: ignore[operator]
+                   for r in requests if r.chunks)
+    changes = sorted({t for start, end, _ in spans for t in (start, end)})
+    holds, level, active = [], 0.0, 0
+    for t in changes:  # the largest shift of the spans open just after t (a span is (start, end]: it still counts at its end)
+        while active < len(spans) and spans[active][0] <= t:
+            active += 1
+        shift = max((s for start, end, s in spans[:active] if start <= t < end), default=0.0)
+        if shift != level:
+            holds.append((t, shift - level))
+            level = shift
+    return tuple(holds)
 
 
 def _traded_at_the_edges(timelines: list[_Timeline]) -> float:
@@ -394,6 +424,7 @@ class _Timeline:
     holds: tuple[tuple[float, float], ...]
     rate: float  # its tokens per second in the window
     traded: tuple[float, float] = (0.0, 0.0)  # the tokens within its shift of each edge (start, end)
+    scheduled: bool = False  # an arrival schedule's user: its shifts are its requests' own (_scheduled_shifts)
 
     def held_by(self, t: float) -> float:
         return sum(seconds for when, seconds in self.holds if when <= t)
@@ -437,8 +468,8 @@ def _steady_state_moved(timelines: list[_Timeline], window: Window) -> float | N
     a bound of 0.34%) keep their own shifts traded at both edges. None where the timelines as read
     cannot show those sums over half the window (shifts as long as the window leave no steady
     stretch to read them from)."""
-    if not timelines:
-        return None
+    if not timelines or any(line.scheduled for line in timelines):
+        return None  # an arrival schedule's shifts do not accumulate: the edges' rule reads them (aggregate_parts)
     at_start = [line.held_by(window.start) for line in timelines]
     spans = [(before, line.held_by(window.end) - before) for line, before in zip(timelines, at_start)]
     last = window.run_end - max(before + inside for before, inside in spans)

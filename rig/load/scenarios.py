@@ -32,6 +32,7 @@ from rig.load.bounds import (
     MAX_TIMEOUT_S,
     MAX_TURNS,
     MAX_USERS,
+    MIN_DURATION_S,
     PROMPT_POOL,
     Name,
     Number,
@@ -113,7 +114,7 @@ class Scenario(Spec):
     temperature: Annotated[Number, Field(ge=0, le=2)]
     seed: bounded_int(0, 2**63 - 1)
     users: bounded_int(1, MAX_USERS)
-    duration_s: bounded_seconds(0.0, MAX_DURATION_S, open_low=True)
+    duration_s: bounded_seconds(MIN_DURATION_S, MAX_DURATION_S)
     ramp_s: bounded_seconds(0.0, 3600.0) = 0.0
     spawn_rate: bounded_seconds(0.0, 100_000.0, open_low=True) | None = None
     distributed: StrictBool = False

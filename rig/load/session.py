@@ -20,6 +20,7 @@ from rig.deploy.recipe import Resolved, load
 from rig.engines import CACHE_RESET_WAIT_S, engine
 from rig.errors import RigError
 from rig.grammar import flag_value
+from rig.load.bounds import MAX_DURATION_S, MIN_DURATION_S
 from rig.load.prompts import TokenCounter
 from rig.load.runner import LoadTarget, run_scenario
 from rig.load.scenarios import Scenario, load_scenario
@@ -118,7 +119,7 @@ def scenarios_for(names: list[str], small: bool, duration_s: float | None = None
         return [s.with_changes(duration_s=float(duration_s)) for s in scenarios]
     except ValidationError as error:
         field, message = first_problem(error)
-        raise RigError("command line", "--duration", message, "pass a positive number of seconds, at most a day") from None
+        raise RigError("command line", "--duration", message, f"pass a number of seconds from {MIN_DURATION_S:g} to {MAX_DURATION_S:g}") from None
 
 
 def run_scenarios(target: LoadTarget, names: list[str], small: bool, workers: int | None, root: Path,

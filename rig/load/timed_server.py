@@ -47,8 +47,9 @@ from rig.load import toy_lm
 class StepStream:
     """One request inside the step engine: where its chunks go, and how far it has got."""
 
-    def __init__(self, send_chunk: Callable[[int, bool], None], tokens: int) -> None:
+    def __init__(self, send_chunk: Callable[[int, bool], None], tokens: int, gone: Callable[[], bool] = lambda: False) -> None:
         self.send_chunk = send_chunk  # (index, last) -> None: writes one chunk
+        self.gone = gone  # the client closed its connection: the engine aborts the request, as vLLM does
         self.tokens = tokens
         self.sent = 0
         self.first_step: int | None = None  # the step of its first chunk, set at admission
@@ -99,10 +100,16 @@ class StepEngine:
             self.steps += 1
             while self.waiting and len(self.running) < self.max_num_seqs:
                 stream = self.waiting.popleft()
+                if stream.gone():
+                    stream.done.set()
+                    continue
                 stream.first_step = k + self.prefill_steps
                 self.running.append(stream)
             still = []
             for stream in self.running:
+                if stream.gone():  # never written to a closed socket (asyncio logs every such write at a run's stop)
+                    stream.done.set()
+                    continue
                 if stream.first_step is not None and k >= stream.first_step:
                     stream.sent += 1
                     last = stream.sent >= stream.tokens
@@ -264,9 +271,11 @@ class TimedServer:
             self.generated += carried
 
         if self.engine is not None:  # engine-like: the step loop writes this stream's chunks
-            stream = StepStream(chunk, chunks)
+            stream = StepStream(chunk, chunks, writer.transport.is_closing)
             self.engine.submit(stream)
             await stream.done.wait()
+            if writer.transport.is_closing():
+                return
         for index in range(chunks if self.engine is None else 0):
             if self.die_after is not None and time.monotonic() - self.first_request > self.die_after:  # type: ignore[operator]
                 os._exit(0)  # the fault test: the server dies mid-stream

@@ -59,6 +59,7 @@ CRAFTED = {
     "users zero": (_with(BASE, users=0), "users"),
     "negative duration": (_with(BASE, duration_s=-5), "duration_s"),
     "zero duration": (_with(BASE, duration_s=0), "duration_s"),
+    "a window of a millisecond": (_with(BASE, duration_s=0.001), "duration_s"),
     "prompt tokens 10^12": (_with(BASE, prompt_tokens=10**12), "prompt_tokens"),
     "max tokens zero": (_with(BASE, max_tokens=0), "max_tokens"),
     "temperature 50": (_with(BASE, temperature=50), "temperature"),
