@@ -14,7 +14,10 @@ engine steps of 50 ms at 16, 100 and 300 users a process (a pass of 300 reads ta
 250 streams a process on the H200), 4 x 50 and 12 x 100 users over several processes on the same
 step clock, closed loops of 8-300 users under the busy to frozen profiles, and 60-300 users
 spawned in Locust's batches with 1-4 stalls of 0.2-1 s during the spawn; each run closes its
-window with the run, as c3000 does. Prints figures; asserts nothing."""
+window with the run, as c3000 does. Arrival schedules (--open-loop seeds, 3000+): Poisson arrivals
+taken by a pool of users, from one that keeps up to one that queues, under every profile (their
+window closes at the last scheduled arrival; only the edges' rule reads them). Prints figures;
+asserts nothing."""
 
 from __future__ import annotations
 
@@ -110,10 +113,27 @@ def spawn_at_scale(seed: int, users: int, stalls: int, seconds: float = 25.0, ra
     return error_of(records, ideal, window), bounds_by_rule(records, window, [ClientStats(process="p", lag=simulation.monitor(loop, end + 1))])
 
 
+OPEN_LOOP_SHAPES = (  # (pool, rate, tokens, ttft, itl): a pool that keeps up, one that queues, long and short requests
+    (64, 8.0, 64, 0.2, 0.02), (16, 8.0, 64, 0.2, 0.02), (8, 4.0, 64, 0.2, 0.02), (4, 6.0, 64, 0.2, 0.02),
+    (256, 60.0, 16, 0.05, 0.01), (32, 20.0, 8, 0.02, 0.005), (128, 10.0, 200, 0.3, 0.03), (6, 12.0, 16, 0.05, 0.01))
+
+
+def open_loop_run(seed: int, profile: str, shape: tuple[int, float, int, float, float], seconds: float = 25.0) -> tuple[float, dict]:
+    """An arrival schedule (ArrivalUser), read by a loop of `profile`, against the ideal client's run."""
+    pool, rate, tokens, ttft, itl = shape
+    loop = simulation.busy_loop(random.Random(seed), seconds + 10, *simulation.PROFILES[profile])
+    records, scheduled = simulation.open_loop(loop, pool, rate, seconds, tokens, ttft, itl, seed)
+    ideal, _ = simulation.open_loop(None, pool, rate, seconds, tokens, ttft, itl, seed)
+    window = Window(start=START + 2.0, end=START + scheduled[-1], run_start=START, run_end=START + seconds + 5, steady=True,
+                    opened_by="simulated: the last scheduled arrival")
+    return error_of(records, ideal, window), bounds_by_rule(records, window, [ClientStats(process="p", lag=simulation.monitor(loop, seconds + 8))])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=50)
     parser.add_argument("--at-scale", type=int, default=3, help="seeds of the at-scale cases (~25 runs a seed, ~5 s a run)")
+    parser.add_argument("--open-loop", type=int, default=5, help="seeds of the arrival schedules (40 runs a seed, ~0.3 s a run)")
     args = parser.parse_args()
     runs: list[tuple[str, float, dict[str, float | None]]] = []  # (case, error, bound by rule)
     original_bounds = client_error.client_bounds
@@ -149,6 +169,9 @@ def main() -> int:
         for users, stalls in ((60, 1), (300, 2), (300, 4)):
             at_scale.append((f"at scale: spawn, {users} users, {stalls} stalls, seed {seed}",
                              lambda s=seed, u=users, n=stalls: spawn_at_scale(s, u, n)))
+    for seed, profile, shape in itertools.product(range(3000, 3000 + args.open_loop), simulation.PROFILES, OPEN_LOOP_SHAPES):
+        at_scale.append((f"open loop: {profile}, pool {shape[0]} at {shape[1]:g}/s, {shape[2]} tokens, seed {seed}",
+                         lambda s=seed, p=profile, o=shape: open_loop_run(s, p, o)))
     for case, run in at_scale:
         error, found = run()
         runs.append((case, error, found))
@@ -156,11 +179,11 @@ def main() -> int:
     for rule in RULES:
         bounded = sorted(((error / found[rule] if found[rule] else float("inf"), error, found[rule], case)
                           for case, error, found in runs if found[rule] is not None), reverse=True)
-        print(f"{rule} bound: {len(bounded)} runs bounded, {sum(1 for b in bounded if b[0] > 1)} with the truth outside it, "
-              f"median bound {100 * statistics.median(b[2] for b in bounded):.2f}%")
+        median = f"median bound {100 * statistics.median(b[2] for b in bounded):.2f}%" if bounded else "no bound"
+        print(f"{rule} bound: {len(bounded)} runs bounded, {sum(1 for b in bounded if b[0] > 1)} with the truth outside it, {median}")
         for ratio, error, bound, case in bounded[:3]:
             print(f"  error/bound {ratio:.2f}: error {100 * error:.3f}%, bound {100 * bound:.3f}% ({case})")
-    for family in ("at scale: engine, 300", "at scale: engine, 12 x", "at scale: spawn, 300", "at scale: frozen, 300"):
+    for family in ("open loop", "at scale: engine, 300", "at scale: engine, 12 x", "at scale: spawn, 300", "at scale: frozen, 300"):
         chosen = [(error, found) for case, error, found in runs if case.startswith(family)]
         if chosen:
             print(f"{family}...: median error {100 * statistics.median(e for e, _ in chosen):.3f}%, median bound "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import signal
 import sys
@@ -121,7 +122,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from rig.boot import driver_for
     from rig.boot.checks import check_boot
     from rig.compare.arms import Arm
-    from rig.deploy.recipe import load
+    from rig.deploy.recipe import load, refuse_inherited_gates
     from rig.grammar import IMAGE_TAG_VARIABLE
 
     resolved = load(args.recipe)
@@ -134,6 +135,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     env = {key: value for key, value in overlay.items() if key != IMAGE_TAG_VARIABLE}
     as_run = (Arm(name="up", variant=resolved.variant, env=env, image_tag=overlay.get(IMAGE_TAG_VARIABLE))
               .resolve(resolved.recipe.name, "--env") if overlay else resolved)
+    refuse_inherited_gates(resolved, overlay, os.environ)  # the user's input before the machine's state (the port)
     record = driver_for(resolved, args.driver).up(resolved, overlay, port=args.port, cold_caches=args.cold_caches)
     check = check_boot(record, as_run)
     print(f"{record.ref} up: {record.base_url} model={record.served_model} boot={record.boot_id} "
@@ -597,7 +599,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("compare", help="before/after comparison across boots (ABBA, warmup discarded, paired CIs)")
     p.add_argument("recipe")
-    p.add_argument("--arm", action="append", required=True, help="NAME:KEY=VALUE[,..] | NAME:@variant | NAME:image=TAG")
+    p.add_argument("--arm", action="append", required=True, help="NAME:KEY=VALUE[,..] | NAME:@variant | NAME:image=TAG; a KEY alone takes its value from "
+                   "rig's environment (for a secret: it then never reaches the command line, and no value is written down)")
     p.add_argument("--control", help="an arm known to change greedy output, booted once")
     p.add_argument("--boots", type=_count(1, MAX_PAIRS), default=DEFAULT_BOOTS,
                    help=f"boot pairs (boots per arm, ABBA; default {DEFAULT_BOOTS}, from the calibration)")

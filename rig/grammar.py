@@ -336,7 +336,7 @@ def hook_variable(name: str, allowed: Collection[str] = ()) -> str | None:
 # others (HF_TOKEN, but not RIG_TOKEN_DELAY_MS or MAX_TOKENS), or has one glued on (MYAPIKEY).
 _SECRET_ANYWHERE = frozenset({"SECRET", "SECRETS", "PASSWORD", "PASSWD", "PASSPHRASE", "APIKEY", "CREDENTIAL",
                               "CREDENTIALS", "PRIVATE", "COOKIE"})
-_SECRET_LAST = frozenset({"TOKEN", "KEY", "PAT", "AUTH", "SIGNATURE"})
+_SECRET_LAST = frozenset({"TOKEN", "KEY", "PAT", "AUTH", "SIGNATURE", "DSN", "PASS"})
 _SECRET_SUFFIXES = ("APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD")
 _SECRET_PAIRS = ("API_KEY", "ACCESS_KEY", "AUTH_TOKEN", "ACCESS_TOKEN")
 
@@ -346,6 +346,15 @@ def secret_looking(name: str) -> bool:
     words = upper.split("_")
     return (any(word in _SECRET_ANYWHERE for word in words) or words[-1] in _SECRET_LAST
             or upper.endswith(_SECRET_SUFFIXES) or any(pair in upper for pair in _SECRET_PAIRS))
+
+
+_CREDENTIALS_IN_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s]+@")  # scheme://user[:password]@host
+
+
+def secret_pair(name: str, value: str) -> bool:
+    """A KEY=VALUE that must not be written down: a secret-looking name, or a value that carries
+    credentials whatever its name (HTTPS_PROXY=http://user:pw@proxy, DATABASE_URL, a DSN's key)."""
+    return secret_looking(name) or _CREDENTIALS_IN_URL.match(value) is not None
 
 
 def host_env_default(value: str) -> str:

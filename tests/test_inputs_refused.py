@@ -449,6 +449,52 @@ def test_a_secret_in_an_arm_reaches_no_plan_entry_or_progress_line_and_a_resume_
     assert "hf_planted" not in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("pair", ["HTTPS_PROXY=http://user:hf_planted@proxy:3128", "DATABASE_URL=postgres://app:hf_planted@db/x",
+                                  "UPSTREAM_SETTING"])
+def test_an_arms_secret_by_its_value_or_from_the_environment_reaches_no_file_or_line(tmp_path, monkeypatch, capsys, pair):
+    """Credentials inside a value (a proxy's or a database's URL) are a secret whatever the name;
+    a key alone takes its value from rig's environment, so it never reaches argv, and is never
+    written down either. The server gets each value; the plan, read back, resumes."""
+    from rig.boot import BootFailed
+    from rig.compare import run as compare_run
+    from rig.compare.arms import parse_arm
+    from rig.compare.model import ComparePlan
+
+    monkeypatch.setenv("UPSTREAM_SETTING", "hf_planted")
+    overlays = []
+
+    class Refusing:  # the driver sees what the server would get, and refuses (nothing boots here)
+        def up(self, resolved, overlay, **kwargs):
+            overlays.append(dict(overlay))
+            raise BootFailed("refused on purpose")
+
+    monkeypatch.setattr(compare_run, "driver_for", lambda resolved: Refusing())
+    key = pair.partition("=")[0]
+
+    def arms() -> list:
+        return [parse_arm("a:RIG_TOKEN_DELAY_MS=0"), parse_arm(f"b:RIG_TOKEN_DELAY_MS=0,{pair}")]
+
+    assert "hf_planted" not in arms()[1].resolve("tiny-cpu").full_env().get(key, "")
+    plan = ComparePlan(recipe="tiny-cpu", arms=arms(), control=None, boots=1, rounds=1, scenarios=["prose-c1"], small=True,
+                       boot_state_control=False)
+    compare_run.run_compare(plan, tmp_path, progress=True)
+    compare_run.run_compare(plan.model_copy(update={"arms": arms()}), tmp_path, progress=True)  # resumed
+    assert any("hf_planted" in o.get(key, "") for o in overlays), overlays
+    written = [p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()]
+    assert written and not any(b"hf_planted" in data for data in written)
+    assert "hf_planted" not in capsys.readouterr().out
+    assert "hf_planted" not in ComparePlan.read(tmp_path).arms[1].model_dump_json()
+
+
+def test_a_key_alone_that_the_environment_lacks_is_refused_in_one_line(monkeypatch):
+    from rig.compare.arms import parse_arm
+
+    monkeypatch.delenv("UPSTREAM_SETTING", raising=False)
+    with pytest.raises(RigError) as caught:
+        parse_arm("b:RIG_TOKEN_DELAY_MS=0,UPSTREAM_SETTING")
+    assert caught.value.field == "--arm" and "UPSTREAM_SETTING" in caught.value.fix
+
+
 def test_a_plan_on_disk_is_parsed_again(tmp_path):
     from rig.compare.arms import parse_arm
     from rig.compare.model import ComparePlan

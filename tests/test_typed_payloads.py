@@ -99,6 +99,8 @@ ALLOWED = {
     "rig.observe.fingerprint.gpu_fingerprint": "Fingerprint's NVML fields by name, for Fingerprint(**...)",
     "rig.observe.fingerprint.flatten": "any JSON value flattened to comparable leaves",
     "rig.boot.checks.read_manifests": "adapter manifests, written inside the engine by rig_adapters (stdlib only, its own schema)",
+    "rig.observe.fingerprint.read_manifest": "one adapter manifest, as rig.boot.checks.read_manifests reads them",
+    "rig.observe.gpu.gpu_sample_or_note": "a raw telemetry line's shape check, for rig.observe.jsonl.read",
     "rig.tinymodel.presets": "generated_models.json, read by this file also when it runs standalone in an image build",
 }
 

@@ -12,7 +12,6 @@ What each adapter must show follows from its gate in the environment the boot ac
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -22,9 +21,8 @@ from pydantic import Field
 from rig.boot.record import BootRecord
 from rig.deploy.recipe import BootLog, Resolved
 from rig.engines import ENGINES
-from rig.errors import RigError
 from rig.grammar import compile_regex
-from rig.strict_yaml import read_regular
+from rig.observe.fingerprint import read_manifest
 from rig.typed import Typed
 from rig_adapters.gates import gate_is_on
 from rig_adapters.registry import BY_NAME
@@ -49,22 +47,13 @@ class BootCheck(Typed):
     unknown_settings: list[str] = Field(default_factory=list)
 
 
-MANIFEST_MAX_BYTES = 4 << 20  # an adapter manifest is a few kB
 
 
 def read_manifests(directory: str | Path) -> list[dict[str, Any]]:
     """The manifests the engine's processes wrote (one per process). One that cannot be read as a
     JSON object (a FIFO or a device in its place, too large, cut, not JSON) is left out: what it
     would have shown is then missing, and the checks that need it say so."""
-    manifests = []
-    for path in sorted(Path(directory).glob("manifest-*.json")):
-        try:
-            data = json.loads(read_regular(path, MANIFEST_MAX_BYTES))
-        except (RigError, ValueError):
-            continue
-        if isinstance(data, dict):
-            manifests.append(data)
-    return manifests
+    return [data for path in sorted(Path(directory).glob("manifest-*.json")) if (data := read_manifest(path)) is not None]
 
 
 def adapter_expectations(resolved: Resolved, overlay: dict[str, str] | None = None) -> dict[str, bool]:

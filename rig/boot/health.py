@@ -27,8 +27,9 @@ def http_get_json(url: str, timeout: float = 5.0) -> Any:
 
 
 def wait_healthy(record: BootRecord, health_path: str, timeout_s: float, alive: Callable[[], str | None],
-                 progress: bool = True) -> None:
-    """Poll the health endpoint until it answers 200; `alive` returns why the server is gone, or None."""
+                 progress: bool = True, foreign: Callable[[], str | None] = lambda: None) -> None:
+    """Poll the health endpoint until it answers 200; `alive` returns why the server is gone, or None;
+    `foreign`, once it answers, why the answer may come from another program's server, or None."""
     url = record.base_url + health_path
     deadline = time.monotonic() + timeout_s
     start = time.monotonic()
@@ -39,6 +40,8 @@ def wait_healthy(record: BootRecord, health_path: str, timeout_s: float, alive: 
             raise BootFailed(f"{record.ref}: the server stopped before it was healthy ({gone}); log: {record.log_path}")
         try:
             if client.get_status(url, timeout=3) == 200:
+                if (other := foreign()) is not None:
+                    raise BootFailed(f"{record.ref}: {url} answers, but {other}; stop that program or pass a free --port")
                 record.healthy_after_s = round(time.time() - record.started, 3)
                 if progress:
                     print(f"{chr(13) if sys.stderr.isatty() else ''}{record.ref}: healthy after {record.healthy_after_s:.1f}s ({record.base_url})   ", file=sys.stderr)
@@ -111,7 +114,9 @@ def await_healthy(driver: BootDriver, record: BootRecord, serving: Any, progress
     """Wait for health; a boot that does not get there (or is interrupted) is stopped and marked failed.
     Once healthy, the engine's own log says whether it reused or compiled (`engine_name` given)."""
     try:
-        wait_healthy(record, serving.health, serving.boot_timeout_s, lambda: driver.alive(record), progress)
+        foreign = getattr(driver, "foreign_listener", None)  # the native driver's; a container's port is published by its engine
+        wait_healthy(record, serving.health, serving.boot_timeout_s, lambda: driver.alive(record), progress,
+                     (lambda: foreign(record)) if foreign is not None else (lambda: None))
     except (BootFailed, KeyboardInterrupt) as error:  # SIGTERM/SIGHUP arrive as KeyboardInterrupt (rig/cli.py)
         record.status, record.error = "failed", str(error) or type(error).__name__
         driver.down(record)

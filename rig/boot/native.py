@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 
 from rig import paths
@@ -141,6 +142,20 @@ class NativeDriver:
             return f"process {record.pid} exited (a zombie not yet reaped), and no process of its group runs"
         return None if verdict == "ours" else why
 
+    def foreign_listener(self, record: BootRecord) -> str | None:
+        """Why what answers on the boot's port may not be this boot's server, or None: every process
+        listening there is of its process group or carries its boot id (a server another program
+        started on the port between the port check and the bind answers /health as well, while
+        this boot's dies of EADDRINUSE)."""
+        address = urllib.parse.urlsplit(record.base_url)
+        found = kernel.listeners(address.hostname or "127.0.0.1", address.port or 80)
+        ours = set(kernel.group_members(record.pid)) if record.pid is not None else set()
+        foreign = [pid for pid in found if pid is None or (pid not in ours and kernel.boot_id_of(pid) != record.boot_id)]
+        if not foreign:
+            return None
+        names = ", ".join("a process of another user" if pid is None else f"pid {pid} ({_name(pid)})" for pid in foreign)
+        return f"port {address.port} is served by {names}, not by this boot's process group {record.pid}"
+
     def down(self, record: BootRecord) -> None:
         """Stop the boot's process group, only through a leader the kernel still identifies as
         this boot's; a state whose pid now names another process is reported and dropped, and
@@ -175,6 +190,13 @@ class NativeDriver:
 
 
 DRIVERS[NativeDriver.name] = NativeDriver
+
+
+def _name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() or "?"
+    except OSError:
+        return "gone"
 
 
 def _reap(pid: int) -> None:

@@ -126,3 +126,13 @@ def group_alive(pgid: int) -> bool:
     except PermissionError:
         return True
     return bool(group_members(pgid))
+
+
+def listeners(host: str, port: int) -> list[int | None]:
+    """The processes listening on `port` where a connection to `host` would reach them (that address
+    or a wildcard); None for one whose process this user cannot see (another user's)."""
+    import psutil
+
+    reached = {host, "0.0.0.0", "::", f"::ffff:{host}"}  # noqa: S104 - addresses a listener may hold; nothing binds here
+    return [c.pid for c in psutil.net_connections(kind="tcp")
+            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.laddr.ip in reached]

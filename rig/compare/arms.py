@@ -3,32 +3,42 @@ boot order that cancels drift."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+
 from pydantic import Field, ValidationInfo, field_serializer, model_validator
 
 from rig.deploy.recipe import AdapterUse, Resolved, Variant, check_overlay, check_semantics, load, parse_recipe, recipe_path
 from rig.errors import RigError
-from rig.grammar import IMAGE_TAG_VARIABLE, secret_looking
+from rig.grammar import IMAGE_TAG_VARIABLE, secret_pair
 from rig.redaction import REDACTED
 from rig.typed import STORED, Spec
 
 
 class Arm(Spec):
-    """`NAME:K=V[,K=V]` (environment overlay), `NAME:@variant[,K=V..]` (recipe variant) or `NAME:image=TAG`.
+    """`NAME:K=V[,K=V]` (environment overlay), `NAME:@variant[,K=V..]` (recipe variant) or `NAME:image=TAG`;
+    a `K` alone takes its value from rig's own environment (a secret then never reaches argv).
 
-    A secret-looking name's value (HF_TOKEN=...) reaches the server and nothing else: `spec` holds
-    it as REDACTED (spec is what plans, boot entries, reports and progress lines show), and `env`
-    is written out the same way, so a plan read back holds no secret; a resumed comparison takes
-    the values again from its own command line (run_compare)."""
+    A secret's value (a secret-looking name, HF_TOKEN=...; a value with credentials in it,
+    HTTPS_PROXY=http://user:pw@proxy; any value taken from the environment) reaches the server and
+    nothing else: `spec` holds it as REDACTED, or as its bare name (spec is what plans, boot entries,
+    reports and progress lines show), and `env` is written out the same way, so a plan read back
+    holds no secret; a resumed comparison takes the values again from its own command line and
+    environment (run_compare)."""
 
     name: str
     variant: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     image_tag: str | None = None
     spec: str = ""
+    inherited: list[str] = Field(default_factory=list)  # keys whose values came from rig's environment
+
+    def secret(self, key: str) -> bool:
+        return key in self.inherited or secret_pair(key, self.env.get(key, ""))
 
     @field_serializer("env")
     def _env_as_recorded(self, env: dict[str, str]) -> dict[str, str]:
-        return {key: (REDACTED if secret_looking(key) else value) for key, value in env.items()}
+        return {key: (REDACTED if self.secret(key) else value) for key, value in env.items()}
 
     @model_validator(mode="after")
     def _matches_its_spec(self, info: ValidationInfo) -> Arm:
@@ -36,7 +46,7 @@ class Arm(Spec):
         the command line (a plan is a file on disk; its fields are not trusted on their own)."""
         if info.context == STORED:
             try:
-                arm = parse_arm(self.spec)
+                arm = parse_arm(self.spec, environ=None)
             except RigError as error:
                 raise ValueError(error.problem) from None
             # As recorded: a plan written before secrets were redacted holds them in clear, and is
@@ -81,7 +91,7 @@ class Arm(Spec):
                     raise RigError("command line", field, f"{key} is a setting of {owner}, which this arm does not enable",
                                    f"add {settings[key].gate}=1 to the arm, or drop {key}")
                 adapters.setdefault(owner, {})[key] = value
-            elif not secret_looking(key):  # a secret is pass-through environment, never part of what the arm records
+            elif not self.secret(key):  # a secret is pass-through environment, never part of what the arm records
                 env[key] = value
         original = recipe.variants.get(base.variant) if base.variant else None
         synthetic = f"arm-{self.name}"
@@ -108,9 +118,10 @@ class Arm(Spec):
         return overlaid.variant(synthetic)
 
 
-def parse_arm(spec: str) -> Arm:
+def parse_arm(spec: str, environ: Mapping[str, str] | None = os.environ) -> Arm:
     """One line per malformed arm; names, keys, values and tags are checked against their grammar
-    (an arm name becomes a directory name, keys and values reach a server's environment)."""
+    (an arm name becomes a directory name, keys and values reach a server's environment). A key
+    alone takes its value from `environ`; None (an arm read back from a plan): REDACTED."""
     from rig import grammar
 
     def refuse(problem: str, fix: str = "write NAME:KEY=VALUE[,KEY=VALUE], NAME:@variant[,KEY=VALUE] or NAME:image=TAG") -> RigError:
@@ -142,16 +153,22 @@ def parse_arm(spec: str) -> Arm:
             raise refuse(str(error), f"name a tag built by `rig build` ({IMAGE_TAG_VARIABLE})") from None
         return Arm(name=name, variant=variant, image_tag=tag, spec=recorded_spec(spec))
     env: dict[str, str] = {}
+    inherited: list[str] = []
     image_tag = None
-    secret = None  # the secret-looking key just read: what follows its value may be the rest of it
+    secret = None  # the secret key just read: what follows its value may be the rest of it
     for pair in rest.split(",") if rest else []:
         if not pair:
             raise empty_entry()
         key, eq, value = pair.partition("=")
-        if not eq or not key:
-            raise refuse(f"the part after {secret}'s value is not KEY=VALUE (a comma inside a secret? pass it in the "
-                         "environment instead)" if secret else f"{pair!r} is not KEY=VALUE")
-        secret = key if secret_looking(key) else None
+        if not key or (not eq and (secret or not grammar.ENV_KEY.fullmatch(key))):
+            raise refuse(f"the part after {secret}'s value is not KEY=VALUE (a comma inside a secret? write {secret} "
+                         "alone and export it)" if secret else f"{pair!r} is not KEY=VALUE or an exported KEY")
+        if not eq:  # KEY alone: its value from the environment, never written down
+            if environ is not None and key not in environ:
+                raise refuse(f"{key} takes its value from the environment, and it is not set there", f"export {key}=...")
+            value = REDACTED if environ is None else environ[key]
+            inherited.append(key)
+        secret = key if eq and secret_pair(key, value) else None
         try:
             grammar.env_key(key)
         except ValueError as error:
@@ -165,19 +182,20 @@ def parse_arm(spec: str) -> Arm:
                 raise refuse(str(error), f"name a tag built by `rig build` ({IMAGE_TAG_VARIABLE})") from None
             continue
         env[key] = value
-    return Arm(name=name, variant=variant, env=env, image_tag=image_tag, spec=recorded_spec(spec))
+    return Arm(name=name, variant=variant, env=env, image_tag=image_tag, spec=recorded_spec(spec), inherited=inherited)
 
 
 def recorded_spec(spec: str) -> str:
-    """The arm as rig writes and prints it: every secret-looking KEY=VALUE's value REDACTED."""
+    """The arm as rig writes and prints it: every secret KEY=VALUE's value REDACTED (a key alone
+    names a value it takes from the environment, and shows none)."""
     name, sep, rest = spec.partition(":")
     if not sep:
         return spec
     pairs, secret = [], False
     for pair in rest.split(","):
-        key, eq, _ = pair.partition("=")
+        key, eq, value = pair.partition("=")
         if eq:
-            secret = secret_looking(key)
+            secret = secret_pair(key, value)
             pairs.append(f"{key}={REDACTED}" if secret else pair)
         else:  # not KEY=VALUE: after a secret it may be the rest of its value (a comma inside it)
             pairs.append(REDACTED if secret else pair)

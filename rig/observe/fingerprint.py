@@ -22,6 +22,8 @@ from typing import Any
 import yaml
 from pydantic import Field, JsonValue
 
+from rig.errors import RigError
+from rig.strict_yaml import read_regular
 from rig.typed import Typed
 
 FIELD_CLASSES = Path(__file__).with_name("fingerprint_fields.yaml")
@@ -220,6 +222,19 @@ def _stable(value: Any) -> Any:
     return value
 
 
+MANIFEST_MAX_BYTES = 4 << 20  # an adapter manifest is a few kB
+
+
+def read_manifest(path: Path) -> dict[str, Any] | None:
+    """One adapter manifest as a JSON object; None for one that cannot be (a FIFO or a device in its
+    place, whatever the engine's container planted in the shared folder, too large, cut, not JSON)."""
+    try:
+        data = json.loads(read_regular(path, MANIFEST_MAX_BYTES))
+    except (RigError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def manifest_hashes(directory: Path | str, pattern: str = "manifest-*.json") -> ManifestHashes:
     """sha256 of each adapter manifest without its per-process fields (pid, times, host, timing
     stats), so two boots that armed the same adapters the same way hash alike. One hash per
@@ -227,9 +242,8 @@ def manifest_hashes(directory: Path | str, pattern: str = "manifest-*.json") -> 
     counts: dict[str, int] = {}
     unreadable = 0
     for path in sorted(Path(directory).glob(pattern)):
-        try:
-            manifest = json.loads(path.read_text())
-        except (OSError, ValueError):
+        manifest = read_manifest(path)
+        if manifest is None:
             unreadable += 1
             continue
         digest = hashlib.sha256(json.dumps(_stable(manifest), sort_keys=True).encode()).hexdigest()

@@ -200,6 +200,23 @@ def _energy_j(samples: list[tuple[float, dict[str, Any]]]) -> tuple[float | None
     return None, None
 
 
+GPU_NUMBERS = ("sm_mhz", "mem_mhz", "power_w", "power_limit_w", "temp_c", "util_gpu_pct", "util_mem_pct", "energy_mj",
+               "clock_event_mask")
+
+
+def gpu_sample_or_note(entry: dict[str, Any]) -> bool:
+    """A note, or a sample as GpuSampler writes it: its time and per GPU an index, numbers or None
+    (read_gpu's fields) and a list of clock-event names."""
+    if "note" in entry:
+        return isinstance(entry["note"], str)
+    gpus = entry.get("gpus")
+    return "time" in entry and isinstance(gpus, list) and all(
+        isinstance(gpu, dict) and isinstance(gpu.get("index"), int) and not isinstance(gpu["index"], bool)
+        and all(gpu.get(field) is None or jsonl.finite(gpu[field]) for field in GPU_NUMBERS)
+        and isinstance(gpu.get("clock_events") or [], list) and all(isinstance(e, str) for e in gpu.get("clock_events") or [])
+        for gpu in gpus)
+
+
 def summarize_gpu_samples(path: Path | str, window: tuple[float, float] | None = None,
                           output_tokens: float | None = None, serving: list[int] | None = None) -> GpuSummary:
     """Per GPU and in total over the window: clocks, power, temperature, utilisation, energy, and
@@ -207,7 +224,7 @@ def summarize_gpu_samples(path: Path | str, window: tuple[float, float] | None =
     `serving`: the NVML indices the server runs on; totals count only those (an idle neighbour's
     ~77 W would otherwise be billed to the tokens), every GPU is still listed."""
     path = Path(path)
-    entries = jsonl.read(path) if path.exists() else []
+    entries = jsonl.read(path, gpu_sample_or_note) if path.exists() else []
     notes = [entry["note"] for entry in entries if "note" in entry]
     samples = [entry for entry in entries if "gpus" in entry]
     if window is not None:

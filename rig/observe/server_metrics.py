@@ -10,6 +10,7 @@ server_metrics.yaml (one source of truth for which series mean what, per engine)
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from functools import cache
@@ -37,13 +38,16 @@ def name_table() -> dict[str, Any]:
 
 
 def parse_exposition(text: str, keep_buckets: bool = False) -> list[Sample]:
-    """Prometheus text exposition -> (sample name, labels, value), via prometheus_client's parser."""
+    """Prometheus text exposition -> (sample name, labels, value), via prometheus_client's parser.
+    A NaN or infinite value (the format allows them: a gauge the server cannot tell) says nothing
+    of the quantity: that series is left out of this scrape, as if the server had not sent it."""
     samples = []
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if not keep_buckets and sample.name.endswith(DROPPED_SUFFIXES):
                 continue
-            samples.append((sample.name, dict(sample.labels), float(sample.value)))
+            if math.isfinite(value := float(sample.value)):
+                samples.append((sample.name, dict(sample.labels), value))
     return samples
 
 
@@ -125,13 +129,23 @@ def read_scrapes(path: Path | str) -> tuple[list[dict[str, Any]], list[str]]:
     path = Path(path)
     if not path.exists():
         return [], [f"{path.name} missing: no server metrics were scraped"]
-    for entry in jsonl.read(path):
+    for entry in jsonl.read(path, _scrape_or_note):
         if "note" in entry:
             notes.append(entry["note"])
         elif "samples" in entry:
             scrapes.append(entry)
     scrapes.sort(key=lambda entry: entry["time"])
     return scrapes, notes
+
+
+def _scrape_or_note(entry: dict[str, Any]) -> bool:
+    """A note, or a scrape: its time and samples as parse_exposition gives them."""
+    if "note" in entry:
+        return isinstance(entry["note"], str)
+    samples = entry.get("samples")
+    return "time" in entry and isinstance(samples, list) and all(
+        isinstance(sample, list) and len(sample) == 3 and isinstance(sample[0], str) and isinstance(sample[1], dict)
+        and all(isinstance(v, str) for v in sample[1].values()) and jsonl.finite(sample[2]) for sample in samples)
 
 
 def _matches(series: str | dict[str, Any], name: str, labels: dict[str, str]) -> bool:

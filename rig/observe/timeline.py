@@ -18,6 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402 - the backend is chosen first: no 
 import numpy as np  # noqa: E402
 
 from rig.observe import jsonl  # noqa: E402
+from rig.observe.gpu import gpu_sample_or_note  # noqa: E402
 from rig.observe.server_metrics import gauge_series  # noqa: E402
 from rig.png import save_png  # noqa: E402
 
@@ -45,7 +46,7 @@ def gpu_series(path: Path | str, field: str) -> dict[int, Series]:
     series: dict[int, Series] = {}
     if not Path(path).exists():
         return series
-    for entry in jsonl.read(path):
+    for entry in jsonl.read(path, gpu_sample_or_note):
         for gpu in entry.get("gpus", []):
             if gpu.get(field) is not None:
                 series.setdefault(gpu["index"], []).append((entry["time"], gpu[field]))

@@ -69,3 +69,47 @@ def test_failed_boot_is_reported_and_cleaned_up(results_dir):
     saved = json.loads(boots[0].read_text())
     assert saved["status"] == "failed" and _group_gone(saved["pid"])
     assert "no-such-flag" in Path(saved["log_path"]).read_text()
+
+
+FOREIGN_SERVER = """
+import http.server, sys
+class Ok(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers(); self.wfile.write(b"ok")
+    def log_message(self, *args): pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Ok).serve_forever()
+"""
+
+
+def test_a_boot_whose_port_another_program_took_is_not_healthy(results_dir, monkeypatch):
+    """Another program binds the port after rig's check and answers /health: the boot's own server
+    dies of EADDRINUSE, and the answer is not its own. The boot fails, and the other program is
+    left alone (rig compare would otherwise have measured someone else's server)."""
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    import rig.boot.native
+
+    port = free_port()
+    foreign = subprocess.Popen([sys.executable, "-c", FOREIGN_SERVER, str(port)])
+    try:
+        while foreign.poll() is None:  # until it answers (it ran: the test's premise)
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.05)
+        assert foreign.poll() is None
+        monkeypatch.setattr(rig.boot.native, "refuse_if_port_taken", lambda resolved, port: None)  # the race, made certain
+        resolved = load("tiny-cpu")
+        with pytest.raises(BootFailed):
+            driver_for(resolved).up(resolved, port=port, progress=False)
+        assert current_boot("tiny-cpu") is None
+        saved = json.loads(next((results_dir / "boots").glob("*/boot.json")).read_text())
+        assert saved["status"] == "failed" and f"pid {foreign.pid}" in saved["error"] and _group_gone(saved["pid"])
+        assert foreign.poll() is None
+    finally:
+        foreign.kill()
+        foreign.wait()
