@@ -194,16 +194,54 @@ def test_a_run_note_cut_by_a_kill_does_not_swallow_the_next_one(tmp_path):
     from simulated_runs import round_result, simulate_round
 
     from rig.boot.record import BootRecord
+    from rig.load.scenarios import load_scenario
     from rig.load.session import RUNS_FILE, boot_runs, note_run
 
     record = BootRecord(boot_id="b", ref="tiny-cpu", recipe="tiny-cpu", variant=None, driver="test", base_url="http://127.0.0.1:9",
                         boot_dir=str(tmp_path), log_path="", manifest_dir="", served_model="m")
     _, summary = round_result(simulate_round(np.random.default_rng(1), 0.02, 0.1, 4.0), 4.0, None)
-    note_run(record, tmp_path / "run-1", summary)
+    scenario = load_scenario("prose-c1")
+    note_run(record, tmp_path / "run-1", summary, scenario)
     whole = (tmp_path / RUNS_FILE).read_bytes()
     (tmp_path / RUNS_FILE).write_bytes(whole + whole[:40])  # the second note was cut by a kill
-    note_run(record, tmp_path / "run-3", summary)
+    note_run(record, tmp_path / "run-3", summary, scenario)
     assert [Path(n.dir).name for n in boot_runs(record)] == ["run-1", "run-3"]
+
+
+def test_a_warmup_counts_for_its_workload_not_for_its_name_at_another_size(tmp_path):
+    """A scenario's warmup at --small does not warm up its --full size (other batch shapes: the
+    full run was measured without one, on the small run's steady-state estimate), nor does an
+    edited copy with the same name; another duration is the same workload."""
+    import numpy as np
+    from simulated_runs import round_result, simulate_round
+
+    from rig.boot.record import BootRecord
+    from rig.load.scenarios import load_scenario
+    from rig.load.session import note_run, settle_estimate, warmup_pending
+
+    record = BootRecord(boot_id="b", ref="tiny-cpu", recipe="tiny-cpu", variant=None, driver="test", base_url="http://127.0.0.1:9",
+                        boot_dir=str(tmp_path), log_path="", manifest_dir="", served_model="m")
+    _, summary = round_result(simulate_round(np.random.default_rng(1), 0.02, 0.1, 4.0), 4.0, None)
+    small, full = load_scenario("decode-c32").scaled(True), load_scenario("decode-c32").scaled(False)
+    assert warmup_pending(record, small) and settle_estimate(record, small) == 0.0
+    note_run(record, tmp_path / "warmup-decode-c32", summary.model_copy(update={"warmup": True}), small)
+    assert not warmup_pending(record, small) and not warmup_pending(record, small.with_changes(duration_s=60.0))
+    assert warmup_pending(record, full) and warmup_pending(record, small.with_changes(users=small.users + 1))
+    assert settle_estimate(record, small) > 0  # the full size has no run of its own: the name's stands in
+    assert settle_estimate(record, full) == settle_estimate(record, small)
+
+
+def test_a_run_note_with_an_impossible_settle_time_is_refused_in_one_line(tmp_path):
+    """runs.jsonl is read back to plan the next run: a settle time of 10^7 s planned a run of 10^7 s."""
+    import pytest
+
+    from rig.errors import RigError
+    from rig.load.wire import RunNote, read_lines
+
+    (tmp_path / "runs.jsonl").write_text('{"schema":1,"dir":"/x","scenario":"prose-c1","warmup":true,"complete":true,'
+                                          '"settle_s":1e7,"time":1.0}\n')
+    with pytest.raises(RigError):
+        list(read_lines(tmp_path / "runs.jsonl", RunNote))
 
 
 def test_an_interrupted_comparison_says_where_its_boots_are_and_how_to_resume(results_dir, monkeypatch, capsys):

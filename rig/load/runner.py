@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -136,6 +135,9 @@ def read_dispatcher(directory: Path) -> ClientStats | None:
     return None if path is None else ClientStats.parse_line(path.read_bytes(), str(path))
 
 
+STOP_GRACE_S = 30.0  # Locust's shutdown at 3000 users: its users stop, then the records and statistics are written
+
+
 class LocustRun:
     """One scenario run. Processes are started here and always stopped here."""
 
@@ -178,12 +180,14 @@ class LocustRun:
                   "-t", run_time, "-H", self.base_url, USER_CLASS.get(self.scenario.kind, "LLMUser")]
         log = open(self.out_dir / "locust.log", "ab")  # noqa: SIM115 - shared by the child processes
         if not self.distributed:
-            self.processes.append(subprocess.Popen(_locust() + common, stdout=log, stderr=subprocess.STDOUT, env=self.env))
+            self.processes.append(subprocess.Popen(_locust() + common, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                                                  start_new_session=True))
             return
         port = _free_port()
         master = _locust() + common + ["--master", "--expect-workers", str(self.workers + self.remote_workers),
                                        "--master-bind-host", self.master_bind, "--master-bind-port", str(port)]
-        self.processes.append(subprocess.Popen(master, stdout=log, stderr=subprocess.STDOUT, env=self.env))
+        self.processes.append(subprocess.Popen(master, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                                                  start_new_session=True))
         if self.remote_workers:
             # The same worker code runs on other client machines; their records come back through
             # Locust's worker reports because this run's directory is not on those machines.
@@ -195,7 +199,8 @@ class LocustRun:
         self.port = port
         for _ in range(self.workers):
             worker = _locust() + ["--worker", "--master-host", "127.0.0.1", "--master-port", str(port)]
-            self.processes.append(subprocess.Popen(worker, stdout=log, stderr=subprocess.STDOUT, env=self.env))
+            self.processes.append(subprocess.Popen(worker, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                                                  start_new_session=True))
 
     def wait(self, progress: bool = True) -> None:
         deadline = time.monotonic() + self.run_time_s() + 60 + (30 if self.distributed else 0) + 600 * bool(self.remote_workers)
@@ -224,20 +229,21 @@ class LocustRun:
         print(("\r" if sys.stderr.isatty() else "") + line, end=end, file=sys.stderr)
 
     def stop(self) -> None:
-        """SIGINT first (Locust writes what it has), then terminate, then kill."""
+        """SIGTERM (Locust's own shutdown: its quitting handlers write what the run has), then kill.
+        Locust's processes run in sessions of their own, so a Ctrl-C at the terminal reaches rig
+        alone and rig stops them this way: a SIGINT raised KeyboardInterrupt wherever a greenlet
+        was, which gevent at times printed and ignored (the run went on to its end, 10 s later),
+        and a second one cut the quitting handler's writes (the client statistics lost)."""
         for process in self.processes:
             if process.poll() is None:
-                process.send_signal(signal.SIGINT)
+                process.terminate()
+        deadline = time.monotonic() + STOP_GRACE_S
         for process in self.processes:
             try:
-                process.wait(timeout=10)
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                process.terminate()
-                try:
-                    process.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+                process.kill()
+                process.wait()
 
 
 @dataclass

@@ -286,7 +286,12 @@ def check_data(scenario: Scenario, path: Path, where: str) -> None:
         sets = ", ".join(sorted(p.stem for p in PROMPT_DIR.glob("*.txt")))
         raise RigError(where, "prompt_set", f"no prompt set {scenario.prompt_set!r}", f"use one of {sets}")
     if scenario.trace is not None:
-        read_trace(data_path(scenario.trace.file, TRACE_DIR, ".jsonl", path, where, "trace.file"), scenario.trace.block_tokens)
+        rows = read_trace(data_path(scenario.trace.file, TRACE_DIR, ".jsonl", path, where, "trace.file"), scenario.trace.block_tokens)
+        lasts = (rows[-1].timestamp - rows[0].timestamp) / 1000.0 / scenario.trace.speed
+        if lasts > MAX_DURATION_S:  # the replay's length: Locust's run time would not even fit its integer
+            raise RigError(where, "trace.speed",
+                           f"at speed {scenario.trace.speed:g} the trace lasts {lasts:.3g} s, more than {MAX_DURATION_S:g}",
+                           "raise trace.speed, or replay a part of the trace")
     if scenario.conversation is not None and scenario.conversation.file is not None:
         read_conversations(data_path(scenario.conversation.file, CONVERSATION_DIR, ".jsonl", path, where, "conversation.file"))
 

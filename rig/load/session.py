@@ -5,6 +5,8 @@ scenarios at their chosen size, prefix-cache flushes, and the server a series is
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 import urllib.parse
 from pathlib import Path
@@ -133,7 +135,7 @@ def run_scenarios(target: LoadTarget, names: list[str], small: bool, workers: in
     counter = TokenCounter(target.model_dir, target.record.base_url, target.record.served_model)
     summaries: list[RunSummary] = []
     for scenario in scenarios:
-        passes = ([True] if warmup and warmup_pending(target.record, scenario.name) else []) + [False]
+        passes = ([True] if warmup and warmup_pending(target.record, scenario) else []) + [False]
         for is_warmup in passes:
             out = root / (f"warmup-{scenario.name}" if is_warmup else scenario.name)
             if flush_cache:
@@ -142,8 +144,8 @@ def run_scenarios(target: LoadTarget, names: list[str], small: bool, workers: in
                     print(f"{scenario.name}: {note}")
             summary = run_scenario(target, scenario, out, workers, counter, warmup=is_warmup, progress=progress,
                                    remote_workers=remote_workers if scenario.distributed else 0, master_bind=master_bind,
-                                   settle_s=settle_estimate(target.record, scenario.name))
-            note_run(target.record, out, summary)
+                                   settle_s=settle_estimate(target.record, scenario))
+            note_run(target.record, out, summary, scenario)
             summaries.append(summary)
             if summary.interrupted:
                 raise Interrupted(summaries)
@@ -193,25 +195,38 @@ def boot_runs(record: BootRecord) -> list[RunNote]:
     return list(read_lines(Path(record.boot_dir) / RUNS_FILE, RunNote))
 
 
-def warmup_pending(record: BootRecord, scenario: str) -> bool:
-    """Each scenario's first complete run after a boot is its warmup (new batch shapes, autotuning,
-    graph captures). An interrupted warmup does not count."""
-    return not any(run.warmup and run.complete and run.scenario == scenario for run in boot_runs(record))
+def workload_key(scenario: Scenario) -> str:
+    """What a warmup primes, as one digest: the scenario at the size it runs (users, lengths,
+    arrivals, ...), its measured duration aside. The same name at another size (--small, --full, a
+    sweep's point, an edited file) is another workload: its batch shapes are new to the engine."""
+    shapes = scenario.model_dump(mode="json", by_alias=True, exclude={"duration_s"})
+    return hashlib.sha256(json.dumps(shapes, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def settle_estimate(record: BootRecord, scenario: str) -> float:
-    """Seconds to a steady state measured by this boot's warmup of the scenario: the last user's
-    first token plus one request lifetime (0 before any warmup)."""
-    for run in reversed(boot_runs(record)):
-        if run.scenario == scenario and run.settle_s is not None:
-            return run.settle_s
+def warmup_pending(record: BootRecord, scenario: Scenario) -> bool:
+    """Each workload's first complete run after a boot is its warmup (new batch shapes, autotuning,
+    graph captures). An interrupted warmup does not count; nor does one of the same scenario at
+    another size (workload_key), or one noted before runs were keyed so."""
+    key = workload_key(scenario)
+    return not any(run.warmup and run.complete and run.workload == key for run in boot_runs(record))
+
+
+def settle_estimate(record: BootRecord, scenario: Scenario) -> float:
+    """Seconds to a steady state measured by this boot's last run of the workload: the last user's
+    first token plus one request lifetime; else by its last run of the scenario at any size (a
+    sweep's points: its heaviest warmed them up); 0 before any."""
+    runs = [run for run in reversed(boot_runs(record)) if run.settle_s is not None]
+    key = workload_key(scenario)
+    for run in [r for r in runs if r.workload == key] + [r for r in runs if r.scenario == scenario.name]:
+        return run.settle_s  # type: ignore[return-value]
     return 0.0
 
 
-def note_run(record: BootRecord, out_dir: Path, summary: RunSummary) -> None:
+def note_run(record: BootRecord, out_dir: Path, summary: RunSummary, scenario: Scenario) -> None:
     window = summary.metrics.window
-    note = RunNote(dir=str(out_dir), scenario=summary.name, warmup=summary.warmup, complete=not summary.interrupted,
-                   settle_s=window.start - window.run_start if window.steady else None, time=time.time())
+    note = RunNote(dir=str(out_dir), scenario=scenario.name, warmup=summary.warmup, complete=not summary.interrupted,
+                   settle_s=window.start - window.run_start if window.steady else None, time=time.time(),
+                   workload=workload_key(scenario))
     Path(record.boot_dir).mkdir(parents=True, exist_ok=True)
     with open(Path(record.boot_dir) / RUNS_FILE, "ab+") as handle:
         # A note cut by a kill mid-write ends without its newline: start on a line of our own, so

@@ -285,19 +285,19 @@ def _measure(target: LoadTarget, scenario: Scenario, loads: list[float], by_rate
              out: Path, workers: int | None, progress: bool, unit: str, share: float, title: str) -> tuple[list[SweepPoint], bool]:
     counter = TokenCounter(target.model_dir, target.record.base_url, target.record.served_model)
     rows: list[SweepPoint] = []
-    if warmup_pending(target.record, scenario.name):
-        heaviest = point_scenario(scenario, loads[-1], by_rate)
+    heaviest = point_scenario(scenario, loads[-1], by_rate)
+    if warmup_pending(target.record, heaviest):  # the heaviest point's shapes hold the lighter ones'
         summary = run_scenario(target, heaviest, out / f"warmup-{_label(loads[-1], by_rate)}", workers, counter, warmup=True,
                                progress=progress)
-        note_run(target.record, out / f"warmup-{_label(loads[-1], by_rate)}", summary)
+        note_run(target.record, out / f"warmup-{_label(loads[-1], by_rate)}", summary, heaviest)
         if summary.interrupted:
             raise SweepInterrupted([])
     for load in loads:
         point = point_scenario(scenario, load, by_rate)
         run_dir = out / _label(load, by_rate)
         summary = run_scenario(target, point, run_dir, workers, counter, progress=progress,
-                               settle_s=settle_estimate(target.record, scenario.name))
-        note_run(target.record, run_dir, summary)
+                               settle_s=settle_estimate(target.record, point))
+        note_run(target.record, run_dir, summary, point)
         rows.append(point_row(load, summary, goodput(read_records(run_dir), summary, slos) if slos else None, run_dir))
         write_sweep(out, rows, unit, slos, share, title, complete=False)
         if progress:

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import Field, JsonValue
 
+from rig.load.bounds import MAX_DURATION_S
 from rig.load.workload import OutputLengthSpec
 from rig.typed import Typed, Versioned
 
@@ -181,8 +182,9 @@ class RunNote(Versioned):
     scenario: str
     warmup: bool
     complete: bool  # not interrupted: an interrupted warmup does not count
-    settle_s: float | None  # the steady-state wait the run measured (None: no steady state)
+    settle_s: Annotated[float, Field(ge=0, le=MAX_DURATION_S)] | None  # the steady-state wait the run measured (None: no steady state)
     time: float
+    workload: str | None = None  # rig.load.session.workload_key of the scenario as it ran (None: noted before it was kept)
 
 
 class BootMarker(Versioned):
@@ -197,12 +199,18 @@ class BootMarker(Versioned):
 
 # ---- reading -----------------------------------------------------------------------------------
 
+LINES_MAX_BYTES = 64 << 20  # a boot's runs, a run's window events: a few kB
+
+
 def read_lines(path: Path, model: type[Record]) -> Iterator[Record]:
     """The records of a JSON Lines file, in order. A line cut by a kill mid-write (not JSON) is
     skipped; a whole line that is not this schema's record is refused in one line."""
     if not path.exists():
         return
-    for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
+    from rig.strict_yaml import read_regular  # here: the Locust processes never read these
+
+    text = read_regular(path, LINES_MAX_BYTES, str(path)).decode(errors="replace")  # a FIFO in its place is refused, not waited on
+    for number, line in enumerate(text.splitlines(), start=1):
         record = model.parse_line(line, f"{path} line {number}") if line.strip() else None
         if record is not None:  # None: cut by a kill mid-write
             yield record

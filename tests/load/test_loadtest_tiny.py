@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -100,7 +105,6 @@ def test_one_connection_per_user_across_sequential_requests(tiny, tmp_path):
 
 def test_interrupt_writes_the_summary_of_what_was_measured(tiny, monkeypatch, tmp_path):
     target, _ = tiny
-    import time
 
     original_wait = LocustRun.wait
 
@@ -119,35 +123,51 @@ def test_interrupt_writes_the_summary_of_what_was_measured(tiny, monkeypatch, tm
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["interrupted"]
 
 
-def test_sigterm_during_a_load_run_writes_it_up_and_exits_128_plus_the_signal(tiny, tmp_path):
-    """A scheduler's preemption (SIGTERM) while Locust runs: the run is written up like a Ctrl-C, and
-    the exit status still names the signal (2026-12-04: the load run caught the interrupt, and rig
-    exited 130, "interrupted", where its help promises 128+N)."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
+def _streaming_loadtest(target, tmp_path: Path, duration: str, **popen) -> tuple[subprocess.Popen, Path]:
+    """`rig loadtest --url` in a process of its own, once Locust streams (its first records written)."""
     from conftest import REPO
 
-    target, _ = tiny
     results = tmp_path / "results"
     env = {**os.environ, "RIG_RESULTS_DIR": str(results), "RIG_STATE_DIR": str(tmp_path / "state"),
            "RIG_MODEL_DIR": target.model_dir or ""}
     load = subprocess.Popen([sys.executable, "-m", "rig", "loadtest", "--url", target.record.base_url, "--scenario", "prose-c1",
-                             "--small", "--duration", "60", "--workers", "1"], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
+                             "--small", "--duration", duration, "--workers", "1"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **popen)
     deadline = time.monotonic() + 120
-    while not any(path.stat().st_size for path in results.glob("**/records-*.jsonl")):  # Locust is streaming
+    while not any(path.stat().st_size for path in results.glob("**/records-*.jsonl")):
         assert load.poll() is None and time.monotonic() < deadline, load.communicate()
         time.sleep(0.2)
+    return load, results
+
+
+def test_sigterm_during_a_load_run_writes_it_up_and_exits_128_plus_the_signal(tiny, tmp_path):
+    """A scheduler's preemption (SIGTERM) while Locust runs: the run is written up like a Ctrl-C, and
+    the exit status still names the signal (2026-12-04: the load run caught the interrupt, and rig
+    exited 130, "interrupted", where its help promises 128+N)."""
+    load, results = _streaming_loadtest(tiny[0], tmp_path, "60", preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
     load.send_signal(signal.SIGTERM)
     stdout, stderr = load.communicate(timeout=120)
     assert load.returncode == 128 + signal.SIGTERM, stderr[-2000:]
     assert "rig: stopped by SIGTERM" in stderr and "Traceback" not in stderr, stderr[-2000:]
     assert list(results.glob("**/summary.json")), stdout[-2000:]
+
+
+def test_a_ctrl_c_at_the_terminal_stops_the_run_and_keeps_its_client_statistics(tiny, tmp_path):
+    """A terminal's Ctrl-C reaches the whole foreground process group. Locust's processes run in
+    sessions of their own and rig stops them with Locust's own shutdown (SIGTERM): the run ends
+    there, not at its planned end (a SIGINT raised in a greenlet was at times printed and ignored,
+    and the run went on), and its client statistics are written whole (a second SIGINT cut the
+    write: a 0-byte .json.tmp, and 'no client statistics were written')."""
+    load, results = _streaming_loadtest(tiny[0], tmp_path, "120", start_new_session=True)  # a terminal's foreground group
+    time.sleep(1)
+    os.killpg(load.pid, signal.SIGINT)  # what the terminal sends
+    stdout, stderr = load.communicate(timeout=120)
+    assert load.returncode == 128 + signal.SIGINT, stderr[-2000:]
+    [summary_path] = list(results.glob("**/summary.json"))
+    summary = json.loads(summary_path.read_text())
+    assert summary["interrupted"] and summary["metrics"]["window"]["end"] - summary["metrics"]["window"]["start"] < 60, summary["metrics"]["window"]
+    assert list(summary_path.parent.glob("client-*.json")) and not list(results.glob("**/*.tmp")), sorted(results.rglob("*"))
+    assert "no client statistics" not in summary_path.with_name("summary.md").read_text()
 
 
 def test_attach_mode_measures_a_server_rig_did_not_start(tiny, tmp_path):

@@ -192,6 +192,18 @@ def test_crafted_trace_is_refused_in_one_line(case, tmp_path):
     assert raised.value.field.startswith(field), str(raised.value)
 
 
+def test_a_speed_that_stretches_the_trace_past_a_day_is_refused_in_one_line(tmp_path):
+    """1e-300 passed the speed's own bounds and broke Locust's run time (an integer overflow in its
+    log, and a refusal that blamed the client)."""
+    path = _trace(tmp_path, [ROW, {**ROW, "timestamp": 1000}])
+    data = yaml.safe_load(path.read_text())
+    data["trace"]["speed"] = 1.0e-300
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(RigError) as raised:
+        load_scenario(str(path))
+    assert raised.value.field == "trace.speed", str(raised.value)
+
+
 def test_trace_symlinked_to_dev_zero_is_refused(tmp_path):
     path = _trace(tmp_path, [ROW])
     (tmp_path / "rows.jsonl").unlink()
