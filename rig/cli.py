@@ -493,6 +493,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     from rig.compare.design import DEFAULT_BOOTS, DEFAULT_ROUND_S, DEFAULT_ROUNDS, MAX_PAIRS
+    from rig.load.bounds import MAX_WORKERS
 
     parser = OneLineParser(prog="rig", description=__doc__, epilog=help_text(),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -556,7 +557,7 @@ def build_parser() -> argparse.ArgumentParser:
     size = p.add_mutually_exclusive_group()
     size.add_argument("--small", action="store_true", help="scaled-down sizes (default for native recipes)")
     size.add_argument("--full", action="store_true", help="full sizes (default for GPU recipes)")
-    p.add_argument("--workers", type=_count(1, 512), help="Locust worker processes for distributed scenarios (default: cores - 1)")
+    p.add_argument("--workers", type=_count(1, MAX_WORKERS), help="Locust worker processes for distributed scenarios (default: cores - 1)")
     p.add_argument("--duration", type=_window_seconds, help="override every scenario's measurement window, seconds")
     p.add_argument("--remote-workers", type=_count(0, 4096), default=0,
                    help="distributed scenarios also wait for this many Locust workers on other client machines")
@@ -578,7 +579,7 @@ def build_parser() -> argparse.ArgumentParser:
     size = p.add_mutually_exclusive_group()
     size.add_argument("--small", action="store_true", help="scaled-down sizes (default for native recipes)")
     size.add_argument("--full", action="store_true", help="full sizes (default for GPU recipes)")
-    p.add_argument("--workers", type=_count(1, 512), help="Locust worker processes for distributed scenarios (default: cores - 1)")
+    p.add_argument("--workers", type=_count(1, MAX_WORKERS), help="Locust worker processes for distributed scenarios (default: cores - 1)")
     p.add_argument("--duration", type=_window_seconds, help="override the scenario's measurement window, seconds")
     p.set_defaults(func=cmd_sweep)
 
@@ -615,7 +616,7 @@ def build_parser() -> argparse.ArgumentParser:
     size = p.add_mutually_exclusive_group()
     size.add_argument("--small", action="store_true", help="scaled-down sizes (default for native recipes)")
     size.add_argument("--full", action="store_true", help="full sizes (default for GPU recipes)")
-    p.add_argument("--workers", type=_count(1, 512), help="Locust worker processes for distributed scenarios (default: cores - 1)")
+    p.add_argument("--workers", type=_count(1, MAX_WORKERS), help="Locust worker processes for distributed scenarios (default: cores - 1)")
     p.add_argument("--duration", type=_window_seconds, help="every round's measurement window, seconds (default: "
                    f"{DEFAULT_ROUND_S:g} at full sizes, each scenario's own at small sizes)")
     p.add_argument("--resume", help="a results/compare/<timestamp> directory to continue")

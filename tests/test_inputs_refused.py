@@ -519,6 +519,23 @@ def test_a_plan_on_disk_is_parsed_again(tmp_path):
         check_arms("tiny-cpu-docker", plan.arms)
 
 
+@pytest.mark.parametrize("edit", [{"slos": {"bogus": -1.0}}, {"slos": {"ttft": -1.0}}, {"slos": {"tpot": 1e308}},
+                                  {"workers": 10**9}, {"workers": 0}])
+def test_a_plan_on_disk_holds_slos_and_workers_to_the_command_lines_grammar(tmp_path, edit):
+    """An edited plan.json's SLO (a KeyError voided every boot of the resume) or worker count is
+    refused where the plan is read, in one line."""
+    from rig.compare.arms import parse_arm
+    from rig.compare.model import ComparePlan
+    from rig.errors import Damaged
+
+    plan = ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:RIG_TOKEN_DELAY_MS=0"), parse_arm("b:RIG_TOKEN_DELAY_MS=1")],
+                       control=None, boots=1, rounds=1, scenarios=["prose-c1"], small=True, slos={"ttft": 2.0})
+    plan.write(tmp_path)
+    (tmp_path / "plan.json").write_text(json.dumps({**json.loads((tmp_path / "plan.json").read_text()), **edit}))
+    with pytest.raises(Damaged):
+        ComparePlan.read(tmp_path)
+
+
 # ---- files: only regular ones, with a size cap ------------------------------------------------
 
 

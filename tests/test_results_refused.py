@@ -53,6 +53,9 @@ RUN_DAMAGE = {
     "negative token count": lambda run: _first_line(run, _field("usage", {"completion_tokens": -8, "prompt_tokens": 4})),
     "duplicate key": lambda run: _first_line(run, lambda line: line[:-1] + ', "status": 500}'),
     "record cut mid-file": lambda run: _first_line(run, lambda line: line[: len(line) // 2]),
+    "records repeated": lambda run: _records(run).write_text(_records(run).read_text() * 2),
+    "records lost": lambda run: _records(run).write_text("".join(_records(run).read_text().splitlines(True)[:3])),
+    "records file removed": lambda run: _records(run).unlink(),
 }
 
 
@@ -275,3 +278,28 @@ def test_an_unreadable_in_progress_marker_stops_nothing_and_says_so(results_dir,
     marker.write_text('{"schema": 99}')
     note = stop_leftover(tmp_path, 0, arm, "tiny-cpu")
     assert note and "was not stopped" in note and "rig down tiny-cpu" in note and not marker.exists()
+
+
+def test_a_rounds_records_lost_moved_or_repeated_are_named_in_the_identity_under_batching(tmp_path):
+    """The identity under batching reads each round's records again: a round whose records were
+    emptied, whose directory moved with its comparison, or whose records no longer match its summary
+    is named as left out (the line vanished without a word)."""
+    from conftest import synthetic_run
+
+    from rig.compare.identity import load_test_outputs
+    from rig.compare.model import BootEntry, RunResult
+
+    runs = {}
+    for name in ("whole", "emptied", "moved", "repeated"):
+        runs[name] = tmp_path / name / "prose-c1"
+        synthetic_run(runs[name])
+    (runs["emptied"] / "records-p.jsonl").write_text("")
+    runs["moved"].rename(tmp_path / "moved" / "elsewhere")
+    records = runs["repeated"] / "records-p.jsonl"
+    lines = records.read_text().splitlines(True)
+    records.write_text("".join(lines[:3]))
+    entries = [BootEntry(index=i, block=1, arm="a", spec="a:X=1", control=False, attempt=1, boot_id="b",
+                         rounds=[{"prose-c1": RunResult(scenario="prose-c1", dir=str(run), figures={}, problems=[])}])
+               for i, run in enumerate(runs.values(), start=1)]
+    _, unreadable = load_test_outputs(entries, {"prose-c1": True})
+    assert [line.split(" round")[0] for line in unreadable] == ["boot 02-a", "boot 03-a", "boot 04-a"], unreadable

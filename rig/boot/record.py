@@ -120,6 +120,11 @@ class BootRecord(Versioned):
         problem = record.inconsistency()
         if problem:
             field, why = problem
+            other = record.results_root_elsewhere()
+            if other is not None and path.parent == paths.state_dir():  # most likely: another RIG_RESULTS_DIR, not damage
+                raise Damaged(_shown(path), field, f"{record.ref} was started with its results under {other}, and rig now "
+                              f"writes under {paths.results_dir()}", f"run rig with RIG_RESULTS_DIR={other} (`rig status`, "
+                              f"`rig down {record.recipe}`)")
             raise Damaged(_shown(path), field, f"not a boot record rig wrote ({why})", fix)
         return record
 
@@ -148,6 +153,15 @@ class BootRecord(Versioned):
             if Path(compose_file).parent not in (boot_dir, COMPOSE_DIR):
                 return f"compose_files.{index}", f"{compose_file!r} is neither a rendered file nor this boot's override"
         return None
+
+    def results_root_elsewhere(self) -> Path | None:
+        """The results directory this record's paths belong to, when they are a boot's own paths
+        under another one than rig's now (a boot started with another RIG_RESULTS_DIR); else None."""
+        boot_dir = Path(self.boot_dir)
+        if (boot_dir.name != self.boot_id or boot_dir.parent.name != "boots" or Path(self.log_path) != boot_dir / "server.log"
+                or Path(self.manifest_dir) != boot_dir / "manifests" or boot_dir.parent == paths.boots_dir()):
+            return None
+        return boot_dir.parent.parent
 
     def log_text(self) -> str:
         """The server log ("" while there is none); a log that is not a regular file inside the boot's

@@ -8,8 +8,9 @@ from pathlib import Path
 from pydantic import Field
 
 from rig.compare.model import BootEntry
-from rig.errors import Damaged
+from rig.errors import RigError
 from rig.load.records import read_records
+from rig.load.summary import RunSummary
 from rig.typed import Typed
 
 
@@ -105,10 +106,18 @@ def load_test_outputs(entries: list[BootEntry], greedy: dict[str, bool]) -> tupl
             for name, result in round_results.items():
                 if not greedy.get(name):
                     continue
+                directory, where = Path(result.dir), f"boot {boot} round {number} {name}"
+                if not directory.is_dir():  # the rounds name their directories in full: a moved comparison loses them
+                    unreadable.append(f"{where}: its run directory {directory} is gone (moved or removed)")
+                    continue
                 try:
-                    records = read_records(Path(result.dir))
-                except Damaged as error:
-                    unreadable.append(f"boot {boot} round {number} {name}: {error}")
+                    records = read_records(directory)
+                    counted = RunSummary.read(directory).metrics.requests.total
+                except RigError as error:
+                    unreadable.append(f"{where}: {error}")
+                    continue
+                if len(records) != counted:  # records lost (or added) since the round ran
+                    unreadable.append(f"{where}: {len(records)} request records where its summary counted {counted}")
                     continue
                 for record in records:
                     if record.complete and record.text_sha256:

@@ -44,7 +44,7 @@ def _interval(c: Comparison) -> str:
 
 
 def _details(c: Comparison) -> str:
-    parts = [f"{c.pairs} pair(s), {100 * c.confidence:.4g}% interval"]
+    parts = [f"{c.pairs} pair(s), " + (f"{100 * c.confidence:.4g}% interval" if c.ci is not None else "too few for an interval")]
     unit = c.noise.unit if c.noise.unit == "%" else f" {c.noise.unit}"
     if c.noise.boot_sd is not None:
         parts.append(f"boot sd {c.noise.boot_sd:.3g}{unit}")
@@ -109,7 +109,8 @@ def _header(analysis: Analysis) -> list[str]:
     family = analysis.family
     lines = [f"# rig compare {plan.recipe}: {' vs '.join(arms)}",
              f"{plan.boots} boot pair(s) (ABBA), {plan.rounds} rounds per boot, each scenario's first run after every boot "
-             f"discarded; {analysis.boots.used} of {planned} boots used. Headline: paired t interval on the boot-pair log "
+             f"discarded; {analysis.boots.used} of {planned} boots measured (a boot whose rounds were all left out pairs "
+             "with none: each line below names its pairs). Headline: paired t interval on the boot-pair log "
              f"ratios (the boot is the unit of replication), {100 * CONFIDENCE:.0f}% for each of the {headlines} headline "
              f"comparison(s) (each, with nothing changed, prints a verdict {100 - 100 * CONFIDENCE:.0f}% of the time). "
              "Secondary figures (latency percentiles"

@@ -19,8 +19,8 @@ from rig.compare.arms import Arm, boot_order
 from rig.compare.coherence import BootCoherence
 from rig.compare.design import MAX_ARMS, MAX_PAIRS, MAX_SCENARIOS
 from rig.compare.percentiles import LatencyHistogram
-from rig.load.bounds import MAX_DURATION_S
-from rig.load.goodput import Goodput
+from rig.load.bounds import MAX_DURATION_S, MAX_WORKERS
+from rig.load.goodput import SLO_KEYS, Goodput
 from rig.observe.fingerprint import Fingerprint
 from rig.observe.gpu import GpuTelemetry
 from rig.typed import Typed, Versioned
@@ -97,6 +97,11 @@ class ComparePlan(Versioned):
         # (0, max]: a plan written before rig.load.bounds.MIN_DURATION_S still resumes; a new one is held to it by the CLI
         if self.duration_s is not None and not 0 < self.duration_s <= MAX_DURATION_S:
             raise ValueError(f"duration {self.duration_s} s is not in (0, {MAX_DURATION_S:g}]")
+        if self.workers is not None and not 1 <= self.workers <= MAX_WORKERS:
+            raise ValueError(f"workers {self.workers} is outside 1..{MAX_WORKERS}")
+        for key, limit in (self.slos or {}).items():  # --goodput's grammar (rig.load.goodput.parse_slos)
+            if key not in SLO_KEYS or not 0 < limit <= MAX_DURATION_S:  # NaN fails the comparison too
+                raise ValueError(f"SLO {key[:40]!r} <= {limit} s is not one of {', '.join(SLO_KEYS)} with a positive limit")
 
     def order(self) -> list[tuple[int, Arm]]:
         """The burn-in boot (if any), the first ABBA block, the control (if any), then the other

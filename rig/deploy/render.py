@@ -81,8 +81,10 @@ API_KEY_ENTRY = f"${{{grammar.KEY_VARIABLE}:-}}"
 
 def _label(value: str) -> str:
     """A double-quoted LABEL value: JSON escapes quotes and backslashes, and `$` is escaped so
-    the builder does not substitute build arguments into recipe text."""
-    return json.dumps(value).replace("$", "\\$")
+    the builder does not substitute build arguments into recipe text. Other characters stay as they
+    are (the builder reads \\u00e9 as those six characters: "Café" was labelled "Caf\\u00e9");
+    a recipe's text holds no control character (rig.grammar), so JSON escapes nothing else."""
+    return json.dumps(value, ensure_ascii=False).replace("$", "\\$")
 
 
 def _exec_form(argv: list[str]) -> str:

@@ -15,6 +15,7 @@ from rig import grammar
 PROMPT_POOL = 16  # prompts per scenario run, cycled by the users
 
 MAX_USERS = 20_000  # Locust users of one run (c=3000 is the largest shipped)
+MAX_WORKERS = 512  # Locust worker processes of one run (--workers)
 MAX_PROMPT_TOKENS = 1 << 20
 MAX_OUTPUT_TOKENS = 1 << 18
 MIN_DURATION_S = 1.0  # a measurement window: shorter holds a request or two (a 0.001 s one was lengthened silently)

@@ -61,7 +61,11 @@ def _window_records(run: Path) -> tuple[RunSummary, list[RequestRecord], Window]
         raise Damaged(str(run / "summary.json"), error.field, f"unreadable run summary ({error.problem})",
                       "pass a complete run") from None
     window = summary.metrics.window
-    inside = [r for r in read_records(run) if window.start <= r.t_send <= window.end]
+    records = read_records(run)
+    if len(records) != summary.metrics.requests.total:  # records lost or added since the run: the export would be of others
+        raise Damaged(str(run), "records-*.jsonl", f"{len(records)} request records where the run's summary counted "
+                      f"{summary.metrics.requests.total}", "export a run whose records are as it wrote them")
+    inside = [r for r in records if window.start <= r.t_send <= window.end]
     return summary, inside, window
 
 

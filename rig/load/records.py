@@ -136,6 +136,7 @@ def read_records(directory: Path) -> list[RequestRecord]:
     from rig.strict_yaml import read_regular, strict_json
 
     records = []
+    seen: dict[str, str] = {}  # id -> where it was read
     for path in sorted(directory.glob("records-*.jsonl")):
         lines = read_regular(path, RECORDS_MAX_BYTES).decode(errors="replace").splitlines()
         for number, line in enumerate(lines, start=1):
@@ -150,6 +151,11 @@ def read_records(directory: Path) -> list[RequestRecord]:
                 raise Damaged(where, "(line)", f"not a whole JSON record ({error}); only a file's last line may be cut",
                               "re-run this measurement; the file was edited or damaged") from None
             record = RequestRecord.parse_line(line, where)
-            if record is not None:
-                records.append(record)
+            if record is None:
+                continue
+            if record.id in seen:  # each request is written once: a second copy would count it twice
+                raise Damaged(where, "id", f"request {record.id[:80]!r} was already read at {seen[record.id]}",
+                              "re-run this measurement; the file was edited or damaged")
+            seen[record.id] = where
+            records.append(record)
     return records

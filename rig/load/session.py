@@ -185,8 +185,11 @@ def acquire_target(ref: str | None, url: str | None = None, model: str | None = 
             if port is not None and urllib.parse.urlsplit(record.base_url).port != port:
                 raise RigError("command line", "--port", f"{record.ref} is already up at {record.base_url}; --port only "
                                "places a boot that loadtest starts", f"drop --port, or `rig down {resolved.recipe.name}` first")
-            if record.ref != resolved.ref and ":" in ref:
-                print(f"note: {record.ref} is up (boot {record.boot_id}); measuring it, not {resolved.ref}")
+            if record.ref != resolved.ref and ":" in ref:  # another variant is up: measuring it would be measuring the wrong thing
+                raise RigError("command line", "recipe", f"{record.ref} is up (boot {record.boot_id}), not {resolved.ref}",
+                               f"`rig loadtest {record.ref}` measures it; `rig down {resolved.recipe.name}` first to boot {resolved.ref}")
+            if record.ref != resolved.ref:  # the recipe named bare: its boot, whichever variant, as it runs
+                resolved = load(record.ref)
     return LoadTarget(resolved, record, model_dir_for(resolved), engine_name), driver
 
 

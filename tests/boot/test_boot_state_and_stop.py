@@ -198,6 +198,21 @@ def test_broken_state_files_are_one_line(rig_dirs):
         assert state.exists(), "a state rig cannot read is never deleted silently"
 
 
+def test_a_boot_started_with_another_results_directory_is_named_not_called_damaged(rig_dirs):
+    """`RIG_RESULTS_DIR=a rig up`, then `RIG_RESULTS_DIR=b rig status`: the state file is whole, its
+    paths are a boot's own under a; rig says so and how to reach it, and deletes nothing (the fix it
+    gave, delete the state, would have orphaned a running server)."""
+    env, root = rig_dirs
+    state = _stale_state(root, 999_999_999, None)
+    other = {**env, "RIG_RESULTS_DIR": str(root / "elsewhere")}
+    for command in ("status", "down", "logs"):
+        result = rig_cli(command, "tiny-cpu", env=other) if command != "status" else rig_cli("status", env=other)
+        output = result.stdout + result.stderr
+        assert result.returncode in (1, 2) and "Traceback" not in output and len(output.strip().splitlines()) == 1, (command, output)
+        assert f"RIG_RESULTS_DIR={root / 'results'}" in output, (command, output)
+    assert state.exists()
+
+
 def test_missing_boot_log_is_one_line(rig_dirs):
     env, root = rig_dirs
     _stale_state(root, 999_999_999, None)

@@ -188,6 +188,9 @@ def test_label_values_are_not_substituted(tmp_path):
     recipe = parse_recipe(REPO / "recipes" / "tiny-cpu.yaml").model_copy(update={"description": 'a "quoted" $HOME ${BASE_DIGEST}'})
     label = next(line for line in render_dockerfile(recipe).splitlines() if "image.description" in line)
     assert r'"a \"quoted\" \$HOME \${BASE_DIGEST}"' in label, label
+    accented = recipe.model_copy(update={"description": "Café – naïve"})
+    label = next(line for line in render_dockerfile(accented).splitlines() if "image.description" in line)
+    assert '"Café – naïve"' in label, label  # the builder reads \u00e9 as six characters, not as é
 
 
 # ---- the API key: never on the engine's argv ---------------------------------------------

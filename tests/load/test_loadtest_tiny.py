@@ -192,3 +192,19 @@ def test_attach_mode_measures_a_server_rig_did_not_start(tiny, tmp_path):
     assert [r["warmup"] for r in runs] == [True, False, False]
     summaries = sorted((tmp_path / "results" / "attached").glob("*/prose-c1/summary.json"))
     assert len(summaries) == 2 and json.loads(summaries[-1].read_text())["provenance"]["driver"] == "attached"
+
+
+def test_loadtest_of_another_variant_than_the_one_up_is_refused(tiny):
+    """tiny-cpu:cb is up: `rig loadtest tiny-cpu:serial` measured it and exited 0 (a note said so),
+    a run of the wrong server under the asked-for name. Named bare, the recipe measures its boot."""
+    from rig.errors import RigError
+    from rig.load.session import acquire_target
+
+    target, _ = tiny
+    other = "tiny-cpu:serial" if target.record.ref != "tiny-cpu:serial" else "tiny-cpu:cb"
+    with pytest.raises(RigError) as refused:
+        acquire_target(other)
+    assert refused.value.field == "recipe" and target.record.ref in refused.value.fix
+    measured_target, driver = acquire_target("tiny-cpu")
+    assert driver is None and measured_target.record.boot_id == target.record.boot_id
+    assert measured_target.resolved.ref == target.record.ref
