@@ -21,6 +21,7 @@ SIZE ?=
 DURATION ?=
 TARGET ?=
 MAX_BOOTS ?=
+PORT ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help setup render lint test test-fast demo build up down logs status loadtest compare audit adapters validate lab lab-down rehearse
@@ -79,8 +80,8 @@ test: setup ## the whole suite (what CI runs): unit tests (the docker tests' ima
 	  echo "== the docker tests and the load e2e tests (run beside the others; .rig/test-lane.log):"; cat .rig/test-lane.log; \
 	  lane=$$(cat .rig/test-lane.rc); [ "$$e2e" = 0 ] && [ "$$lane" = 0 ]
 
-demo: setup ## boot tiny-cpu, stream a chat, load test, compare, shut down
-	$(RIG) demo
+demo: setup ## boot tiny-cpu, stream a chat, load test, compare, shut down (PORT=N: another port)
+	$(RIG) demo $(if $(PORT),--port $(PORT),)
 
 build: setup ## build a recipe's image (needs a Docker engine)
 	$(RIG) build $(RECIPE)

@@ -24,7 +24,9 @@ import hashlib
 import os
 import random
 import select
+import signal
 import socket
+import sys
 import time
 from itertools import count
 from typing import Any
@@ -51,6 +53,7 @@ from rig.load.wire import (
     LAG_PERIOD_S,
     LAG_PROBE_KERNEL,
     LAG_PROBE_SLEEP,
+    RIG_PARENT_ENV,
     WINDOW_FILE,
     ClientStats,
     LagProbe,
@@ -63,6 +66,22 @@ from rig.load.wire import (
 )
 from rig.load.workload import OutputLengths, gamma_offsets
 
+
+def _stop_with_rig() -> None:
+    """rig starts Locust's processes in sessions of their own and stops them itself (SIGTERM, Locust's
+    own shutdown); one whose rig is gone (killed: `timeout -k`, the OOM killer) gets the same SIGTERM
+    from the kernel instead of running to its planned end beside whatever runs next."""
+    parent = os.environ.get(RIG_PARENT_ENV)
+    if not parent or not sys.platform.startswith("linux"):
+        return  # a remote worker, started by hand on another machine
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if os.getppid() != int(parent):  # rig was gone before the request above was made
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+_stop_with_rig()
 _CONFIG_PATH = os.environ.get("RIG_LOAD_CONFIG")
 CONFIGURED: LoadConfig | None = LoadConfig.read(_CONFIG_PATH) if _CONFIG_PATH else None
 OUT_DIR = CONFIGURED.out_dir if CONFIGURED is not None else "."

@@ -193,6 +193,9 @@ def cmd_logs(args: argparse.Namespace) -> int:
         if not boots:
             raise
         record = BootRecord.load(boots[-1])
+        up = False
+    else:
+        up = True
     import os as os_module
     from pathlib import Path
 
@@ -205,6 +208,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
         raise NotFound(record.log_path, "(file)", f"boot {record.boot_id} has no server log (never started, or cleaned up)",
                        f"read {record.boot_dir}/boot.json for its status and error") from None
     os_module.set_blocking(descriptor, True)
+    if not up:  # say whose log this is, on stderr (stdout stays the log itself)
+        print(f"rig: {name} is not up; the log of its last boot, {record.boot_id} ({record.status}):", file=sys.stderr)
     with open(descriptor, errors="replace", closefd=True) as handle:
         sys.stdout.write(handle.read())
         while args.follow:
@@ -296,7 +301,7 @@ def cmd_adapters(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from rig.demo import run_demo
 
-    return run_demo()
+    return run_demo(args.port)
 
 
 def _keep_text(args: argparse.Namespace) -> None:
@@ -653,6 +658,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_kernelbench)
 
     p = sub.add_parser("demo", help="boot tiny-cpu, stream a chat, load test, compare, shut down")
+    p.add_argument("--port", type=_count(1, 65535), help="where the demo's boots listen (default: tiny-cpu's port)")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("adapters", help="the adapter registry and its drift matrix")

@@ -11,6 +11,7 @@ identity. transformers serve keeps no compile caches, so no burn-in boot is need
 from __future__ import annotations
 
 from rig.boot import driver_for
+from rig.boot.state import refuse_if_port_taken
 from rig.chat import stream_chat
 from rig.compare.command import compare
 from rig.deploy.recipe import load
@@ -41,10 +42,12 @@ COMPARE_FIELDS = (
 )
 
 
-def run_demo() -> int:
+def run_demo(port: int | None = None) -> int:
+    """`port`: where both the demo's boot and its comparison's boots listen (default: the recipe's)."""
     resolved = load(DEMO_RECIPE)
+    refuse_if_port_taken(resolved, port)  # once, up front: the comparison's boots use it too
     driver = driver_for(resolved)
-    record = driver.up(resolved)
+    record = driver.up(resolved, port=port)
     try:
         print(f"served model: {record.served_model}  ({record.base_url}, boot {record.boot_id}, "
               f"healthy after {record.healthy_after_s:.1f}s)")
@@ -66,5 +69,5 @@ def run_demo() -> int:
           f"in ABBA order, {DEMO_ROUNDS} measured rounds of {DEMO_ROUND_S:g} s per boot")
     print(COMPARE_FIELDS)
     compare(DEMO_RECIPE, DEMO_ARMS, None, boots=DEMO_PAIRS, rounds=DEMO_ROUNDS, scenarios=DEMO_SCENARIOS, small=True,
-            workers=None, resume=None, duration_s=DEMO_ROUND_S)
+            workers=None, resume=None, duration_s=DEMO_ROUND_S, port=port)
     return Exit.OK

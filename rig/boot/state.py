@@ -111,7 +111,7 @@ def refuse_if_port_taken(resolved: Resolved, port: int | None) -> None:
                                "choose a port this user may bind (--port)") from None
             raise RigError(where, "serving.port", f"port {port} on {serving.bind} is already in use",
                            f"stop what uses it (`ss -ltnp 'sport = :{port}'`, `rig status`, `rig down {resolved.recipe.name}`) "
-                           "or pass a free one: rig up --port N, rig compare --port N") from None
+                           "or pass a free one with --port N (rig up, loadtest, compare, demo; make demo PORT=N)") from None
 
 
 def _client_host(bind: str) -> str:

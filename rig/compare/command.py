@@ -68,6 +68,11 @@ def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, 
                        "the target is judged from", f"pass --max-boots {max(2 * boots, MIN_PAIRS_FOR_TARGET)} or more")
     controls = [parse_arm(control)] if control else []
     check_arms(name, arms + controls)
+    for i, arm in enumerate(arms):  # legitimate (an A/A check of the noise), and worth a word when unintended
+        for other in arms[i + 1:]:
+            if arm.overlay() == other.overlay() and arm.variant == other.variant:
+                print(f"compare: arms {arm.name} and {other.name} boot the same server (an A/A check: there is no "
+                      "change for it to find; its verdicts are false ones)", file=sys.stderr)
     resolved = load(name)
     if target_pct is not None:
         boots = max(boots, MIN_PAIRS_FOR_TARGET)  # Stein's first stage

@@ -41,6 +41,11 @@ def effect_rows(result: ScenarioResult, baseline: str) -> list[tuple[str, str, C
     return rows
 
 
+def _padded(x: float) -> float:
+    """An axis end a little beyond x on the symlog scale (linear within +-10%)."""
+    return x * 1.25 + (2.0 if x > 0 else -2.0 if x < 0 else 0.0) if abs(x) > 10 else x + (3.0 if x >= 0 else -3.0)
+
+
 def plot(analysis: Analysis, path: Path) -> None:
     import matplotlib
 
@@ -77,6 +82,7 @@ def plot(analysis: Analysis, path: Path) -> None:
             left.set_ylim(max(0.0, low - 0.15 * (high - low + 1e-9) - 0.05 * high), high + 0.15 * (high - low + 1e-9) + 0.02 * high)
         left.legend(handles=[Patch(color=colours[a], alpha=0.6, label=a) for a in arms], fontsize=7, loc="lower right")
         rows = effect_rows(result, arms[0])
+        reach = [0.0]  # every delta, interval and noise band drawn: the axis holds them all (autoscale left -77% off it)
         for y, (_, arm, c) in enumerate(rows):
             shown = as_percent(c)
             if shown is None:
@@ -85,8 +91,11 @@ def plot(analysis: Analysis, path: Path) -> None:
             delta, (low, high), (noise_low, noise_high) = shown
             right.fill_betweenx([y - 0.35, y + 0.35], noise_low, noise_high, color="0.87", zorder=0)
             right.errorbar([delta], [y], xerr=[[delta - low], [high - delta]], fmt="o", color=colours[arm], capsize=4)
+            reach += [delta, low, high, noise_low, noise_high]
         right.axvline(0, color="k", lw=0.8)
         right.set_xscale("symlog", linthresh=10)  # linear within +-10%: one wide tail interval cannot flatten the rest
+        finite = [x for x in reach if np.isfinite(x)]
+        right.set_xlim(*(_padded(x) for x in (min(finite), max(finite))))
         right.set_yticks(range(len(rows)), [label for label, _, _ in rows], fontsize=7)
         right.set_ylim(len(rows) - 0.5, -0.5)
         right.set_xlabel(f"delta % (symlog; headline 95%, others {100 * analysis.family.confidence:.4g}% each)\n"

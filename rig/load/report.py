@@ -87,6 +87,13 @@ def notes(summary: RunSummary) -> list[str]:
     window = metrics.window
     out.append(f"{name}: window {window.seconds:.1f} s of {window.run_end - window.run_start:.1f} s "
                f"({'steady state: ' if window.steady else 'NOT at steady state: '}{window.opened_by})")
+    requests = metrics.requests
+    outside = requests.total - requests.completed - requests.cut_by_window - sum(
+        n for kind, n in requests.errors.items() if kind != "cut_by_window")
+    if requests.cut_by_window or outside > 0:
+        out.append(f"{name}: of {requests.total} request(s), {requests.completed} completed inside the window (the per-request "
+                   f"figures), {requests.cut_by_window} cut by its end (their tokens inside it count in output tok/s)"
+                   + (f", {outside} sent outside it (the ramp before, the drain after)" if outside > 0 else ""))
     if tokens.usage_vs_chunks_mismatched_requests:
         out.append(f"{name}: usage and chunk counts differ by more than {tokens.tolerance:.0%} in "
                    f"{tokens.usage_vs_chunks_mismatched_requests} request(s) (mean {tokens.usage_vs_chunks_mean_difference:+.1f} "
@@ -115,7 +122,8 @@ def notes(summary: RunSummary) -> list[str]:
                 f"waited for a free user ({'the scenario caps concurrency at' if arrivals.capped else 'pool of'} {arrivals.pool})")
         gaps = arrivals.gaps
         if gaps:
-            line += f"; gaps vs {gaps.distribution}: KS p={gaps.ks_p:.3f} over {gaps.n} (CV {gaps.cv:.2f})"
+            line += (f"; gaps vs {gaps.distribution}: KS p={gaps.ks_p:.3f} over {gaps.n} (CV {gaps.cv:.2f}; the schedule is "
+                     "drawn once from the scenario's seed, so this p describes that one draw, the same every run)")
         out.append(line)
     conversation = metrics.conversation
     if conversation and conversation.turns:

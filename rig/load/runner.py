@@ -39,6 +39,7 @@ from rig.load.scenarios import ARRIVAL_KINDS, LOADTESTS, Scenario
 from rig.load.summary import HEADLINE, ClientSetup, Metrics, Observations, Provenance, RunSummary, ScenarioRun, Window
 from rig.load.wire import (
     CONFIG_FILE,
+    RIG_PARENT_ENV,
     WINDOW_FILE,
     ArrivalSchedule,
     ClientStats,
@@ -149,7 +150,8 @@ class LocustRun:
         self.workers = workers if self.distributed else 1
         self.remote_workers, self.master_bind = remote_workers, master_bind
         self.schedule_s = 0.0  # arrival-driven runs: the schedule's length (set by configure)
-        self.env = {**os.environ, "RIG_LOAD_CONFIG": str(out_dir / CONFIG_FILE), "PYTHONUNBUFFERED": "1"}
+        self.env = {**os.environ, "RIG_LOAD_CONFIG": str(out_dir / CONFIG_FILE), "PYTHONUNBUFFERED": "1",
+                    RIG_PARENT_ENV: str(os.getpid())}
         self.processes: list[subprocess.Popen] = []
         self._seen: dict[Path, tuple[int, int]] = {}
 

@@ -199,6 +199,7 @@ class BootMarker(Versioned):
 
 # ---- reading -----------------------------------------------------------------------------------
 
+RIG_PARENT_ENV = "RIG_PARENT_PID"  # the rig process that started a Locust process (it stops when rig is gone)
 LINES_MAX_BYTES = 64 << 20  # a boot's runs, a run's window events: a few kB
 
 

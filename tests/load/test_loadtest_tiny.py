@@ -208,3 +208,18 @@ def test_loadtest_of_another_variant_than_the_one_up_is_refused(tiny):
     measured_target, driver = acquire_target("tiny-cpu")
     assert driver is None and measured_target.record.boot_id == target.record.boot_id
     assert measured_target.resolved.ref == target.record.ref
+
+
+def test_locusts_processes_stop_when_rig_is_killed(tiny, tmp_path):
+    """Locust's processes run in sessions of their own (rig stops them), so a kill of rig alone
+    (`timeout -k`, the OOM killer) reaches them through the kernel's parent-death signal: they stop
+    instead of loading the server, and the host, until their planned end."""
+    import psutil
+
+    load, _ = _streaming_loadtest(tiny[0], tmp_path, "300")
+    children = psutil.Process(load.pid).children()
+    assert children, "Locust runs in processes of its own"
+    load.kill()
+    load.communicate(timeout=60)
+    _, alive = psutil.wait_procs(children, timeout=60)
+    assert not alive, [p.cmdline()[:4] for p in alive]
