@@ -4,6 +4,7 @@ booted server, then computes the summary from the raw records the workers wrote.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import socket
 import subprocess
@@ -177,7 +178,7 @@ class LocustRun:
         return spawn + max(scenario.ramp_s, self.settle_s) + scenario.duration_s  # the settle time includes the ramp
 
     def start(self) -> None:
-        run_time = f"{max(1, round(self.run_time_s()))}s"
+        run_time = f"{max(1, math.ceil(self.run_time_s() - 1e-9))}s"  # Locust takes whole seconds: never less than planned
         common = ["-u", str(self.scenario.pool), "-r", str(self.scenario.spawn_rate or self.scenario.pool),
                   "-t", run_time, "-H", self.base_url, USER_CLASS.get(self.scenario.kind, "LLMUser")]
         log = open(self.out_dir / "locust.log", "ab")  # noqa: SIM115 - shared by the child processes

@@ -20,7 +20,7 @@ from rig.boot.native import NativeDriver
 from rig.boot.state import boot_gone
 from rig.deploy.recipe import Resolved, load
 from rig.engines import CACHE_RESET_WAIT_S, engine
-from rig.errors import RigError
+from rig.errors import Damaged, RigError
 from rig.grammar import flag_value
 from rig.load.bounds import MAX_DURATION_S, MIN_DURATION_S
 from rig.load.prompts import TokenCounter
@@ -194,8 +194,14 @@ def acquire_target(ref: str | None, url: str | None = None, model: str | None = 
 
 
 def boot_runs(record: BootRecord) -> list[RunNote]:
-    """The runs made against a boot so far (its runs.jsonl), oldest first."""
-    return list(read_lines(Path(record.boot_dir) / RUNS_FILE, RunNote))
+    """The runs made against a boot so far (its runs.jsonl), oldest first. A damaged log is refused in
+    one line whose fix fits a boot's log: it holds the warmup rule's state, so a guess could measure
+    a warmup or skip one."""
+    try:
+        return list(read_lines(Path(record.boot_dir) / RUNS_FILE, RunNote))
+    except Damaged as error:
+        raise Damaged(error.where, error.field, error.problem, f"boot {record.ref} again (`rig down {record.recipe}`, then "
+                      "`rig up` or `rig loadtest`): a new boot starts a new log of its runs") from None
 
 
 def workload_key(scenario: Scenario) -> str:
