@@ -137,7 +137,8 @@ c3000)  # issue 27's real-vLLM run: 3000 users on 12 Locust workers of this host
   {
     step rig up "$RECIPE"
     # SIGINT at the limit: the load test writes the summary of what it measured (never a lost run).
-    step timeout -s INT -k 30 "${2:-380}" $PY -m rig loadtest "$RECIPE" --scenario c3000 $SIZE --workers $WORKERS --duration "${RIG_C3000_DURATION:-60}"
+    # (-k 45: rig stops Locust through its own shutdown, up to rig.load.runner.STOP_GRACE_S = 30 s at 3000 users, then writes the summary)
+    step timeout -s INT -k 45 "${2:-380}" $PY -m rig loadtest "$RECIPE" --scenario c3000 $SIZE --workers $WORKERS --duration "${RIG_C3000_DURATION:-60}"
     step rig down "$RECIPE"
   } > /tmp/c3000.log 2>&1
   cp /tmp/c3000.log "$OUT/"
