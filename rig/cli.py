@@ -53,10 +53,16 @@ _received: list[int] = []
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
-    for other in (signal.SIGTERM, signal.SIGHUP):  # the cleanup runs once; SIGKILL still ends rig
+    for other in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):  # the cleanup runs once; SIGKILL still ends rig
         signal.signal(other, signal.SIG_IGN)
     _received.append(signum)
     raise Terminated(signum)
+
+
+def _hold_interrupts() -> None:
+    """rig is stopping: a further Ctrl-C (users press it again) must not cut its last lines or end it
+    by the signal itself (exit -2, not 130)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _stopped_by_signal() -> int:
@@ -701,6 +707,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         code = args.func(args)
+        if code == Exit.INTERRUPTED:
+            _hold_interrupts()
         # an interrupt a load run caught and wrote up (its command returns INTERRUPTED): which signal
         return _stopped_by_signal() if code == Exit.INTERRUPTED and _received else code
     except StepFailed as error:
@@ -713,6 +721,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rig: {error}", file=sys.stderr)
         return Exit.FAILED
     except KeyboardInterrupt:  # Terminated, or an interrupt re-raised after a load run caught it
+        _hold_interrupts()
         if _received:
             return _stopped_by_signal()
         print("rig: interrupted", file=sys.stderr)

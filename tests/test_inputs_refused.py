@@ -463,9 +463,12 @@ def test_an_arms_secret_by_its_value_or_from_the_environment_reaches_no_file_or_
     monkeypatch.setenv("UPSTREAM_SETTING", "hf_planted")
     overlays = []
 
+    unsets = []
+
     class Refusing:  # the driver sees what the server would get, and refuses (nothing boots here)
         def up(self, resolved, overlay, **kwargs):
             overlays.append(dict(overlay))
+            unsets.append(set(kwargs.get("unset", ())))
             raise BootFailed("refused on purpose")
 
     monkeypatch.setattr(compare_run, "driver_for", lambda resolved: Refusing())
@@ -480,6 +483,8 @@ def test_an_arms_secret_by_its_value_or_from_the_environment_reaches_no_file_or_
     compare_run.run_compare(plan, tmp_path, progress=True)
     compare_run.run_compare(plan.model_copy(update={"arms": arms()}), tmp_path, progress=True)  # resumed
     assert any("hf_planted" in o.get(key, "") for o in overlays), overlays
+    # arm a sets no such key: its boots do not inherit it from rig's environment (a native server would)
+    assert all(key in unset for o, unset in zip(overlays, unsets) if key not in o) and any(key not in o for o in overlays)
     written = [p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()]
     assert written and not any(b"hf_planted" in data for data in written)
     assert "hf_planted" not in capsys.readouterr().out

@@ -4,7 +4,7 @@ rig.boot.record, rig.boot.state and rig.boot.health."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Protocol
 
 from rig.boot.record import BootRecord
@@ -19,7 +19,7 @@ class BootDriver(Protocol):
     name: str
 
     def up(self, resolved: Resolved, overlay: dict[str, str] | None = None, port: int | None = None,
-           progress: bool = True, cold_caches: bool = False) -> BootRecord: ...
+           progress: bool = True, cold_caches: bool = False, unset: Collection[str] = ()) -> BootRecord: ...
 
     def down(self, record: BootRecord) -> None: ...
 

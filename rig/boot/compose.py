@@ -8,6 +8,7 @@ import os
 import subprocess
 import threading
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,7 @@ class ComposeDriver:
         return ""
 
     def up(self, resolved: Resolved, overlay: dict[str, str] | None = None, port: int | None = None,
-           progress: bool = True, cold_caches: bool = False) -> BootRecord:
+           progress: bool = True, cold_caches: bool = False, unset: Collection[str] = ()) -> BootRecord:
         client = docker_client()
         if resolved.topology.nodes > 1:
             raise RigError(f"recipes/{resolved.recipe.name}.yaml", "topology.nodes",

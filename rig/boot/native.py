@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.parse
+from collections.abc import Collection
 from pathlib import Path
 
 from rig import paths
@@ -56,12 +57,15 @@ class NativeDriver:
         return argv
 
     def environment(self, resolved: Resolved, overlay: dict[str, str], record: BootRecord,
-                    cold_caches: bool) -> tuple[dict[str, str], list[str]]:
+                    cold_caches: bool, unset: Collection[str] = ()) -> tuple[dict[str, str], list[str]]:
         """(the server's environment, extra arguments). With a native Python environment named,
         PYTHONPATH is exactly rig's adapter overlay plus the recipe's entries: nothing of rig's own
-        environment leaks in. RIG_API_KEY never reaches the engine under its own name."""
+        environment leaks in. RIG_API_KEY never reaches the engine under its own name. `unset`: names
+        that another arm of a comparison sets, so this boot must not inherit them from rig's own
+        environment (an arm's `KEY` alone takes its value from there: every boot would have it)."""
         engine = ENGINES[resolved.recipe.engine.name]
-        env = {**os.environ, **resolved.full_env(), **overlay, **engine_env.visible_devices(resolved),
+        inherited = {key: value for key, value in os.environ.items() if key not in unset}
+        env = {**inherited, **resolved.full_env(), **overlay, **engine_env.visible_devices(resolved),
                "RIG_ADAPTER_MANIFEST_DIR": record.manifest_dir, "RIG_BOOT_ID": record.boot_id,
                "RIG_ENGINE": resolved.recipe.engine.name}
         native = resolved.recipe.native
@@ -85,7 +89,7 @@ class NativeDriver:
         return env, []
 
     def up(self, resolved: Resolved, overlay: dict[str, str] | None = None, port: int | None = None,
-           progress: bool = True, cold_caches: bool = False) -> BootRecord:
+           progress: bool = True, cold_caches: bool = False, unset: Collection[str] = ()) -> BootRecord:
         serving = resolved.recipe.serving
         port = port or serving.port
         refuse_if_up(resolved.recipe.name)  # before the port check: "still up" is the better answer
@@ -94,7 +98,7 @@ class NativeDriver:
         record = new_boot(resolved, self.name, overlay, port)  # claims the recipe's state file
         try:  # until the server runs, any failure (or Ctrl-C) marks the boot failed and releases the claim
             model = self.model_path(resolved)
-            env, key_args = self.environment(resolved, overlay, record, cold_caches)
+            env, key_args = self.environment(resolved, overlay, record, cold_caches, unset)
             argv = self.argv(resolved, model, port) + key_args
             record.compile_cache = engine_env.cache_state(ENGINES[resolved.recipe.engine.name], env)
             shown = {k: env[k] for k in ("PYTHONPATH", "CUDA_VISIBLE_DEVICES") if k in env}

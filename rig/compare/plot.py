@@ -41,9 +41,20 @@ def effect_rows(result: ScenarioResult, baseline: str) -> list[tuple[str, str, C
     return rows
 
 
-def _padded(x: float) -> float:
-    """An axis end a little beyond x on the symlog scale (linear within +-10%)."""
-    return x * 1.25 + (2.0 if x > 0 else -2.0 if x < 0 else 0.0) if abs(x) > 10 else x + (3.0 if x >= 0 else -3.0)
+def effect_limits(rows: list[tuple[str, str, Comparison]]) -> tuple[float, float]:
+    """The effect panel's x axis: every delta, interval and noise band it draws, and 0, a little
+    beyond (autoscale on the symlog axis left a -77% delta off its edge)."""
+    reach = [0.0] + [x for _, _, c in rows if (shown := as_percent(c)) is not None
+                     for x in (shown[0], *shown[1], *shown[2]) if math.isfinite(x)]
+    return _padded(min(reach), -1), _padded(max(reach), 1)
+
+
+def _padded(x: float, side: int) -> float:
+    """An axis end a little beyond x, outwards (`side` -1: the left end, 1: the right), on the
+    symlog scale (linear within +-10%); 0 (no interval drawn) still leaves the axis its width."""
+    if x == 0:
+        return 10.0 * side
+    return x * 1.25 + 2.0 * side if abs(x) > 10 else x + 3.0 * side
 
 
 def plot(analysis: Analysis, path: Path) -> None:
@@ -82,7 +93,6 @@ def plot(analysis: Analysis, path: Path) -> None:
             left.set_ylim(max(0.0, low - 0.15 * (high - low + 1e-9) - 0.05 * high), high + 0.15 * (high - low + 1e-9) + 0.02 * high)
         left.legend(handles=[Patch(color=colours[a], alpha=0.6, label=a) for a in arms], fontsize=7, loc="lower right")
         rows = effect_rows(result, arms[0])
-        reach = [0.0]  # every delta, interval and noise band drawn: the axis holds them all (autoscale left -77% off it)
         for y, (_, arm, c) in enumerate(rows):
             shown = as_percent(c)
             if shown is None:
@@ -91,11 +101,9 @@ def plot(analysis: Analysis, path: Path) -> None:
             delta, (low, high), (noise_low, noise_high) = shown
             right.fill_betweenx([y - 0.35, y + 0.35], noise_low, noise_high, color="0.87", zorder=0)
             right.errorbar([delta], [y], xerr=[[delta - low], [high - delta]], fmt="o", color=colours[arm], capsize=4)
-            reach += [delta, low, high, noise_low, noise_high]
         right.axvline(0, color="k", lw=0.8)
         right.set_xscale("symlog", linthresh=10)  # linear within +-10%: one wide tail interval cannot flatten the rest
-        finite = [x for x in reach if np.isfinite(x)]
-        right.set_xlim(*(_padded(x) for x in (min(finite), max(finite))))
+        right.set_xlim(*effect_limits(rows))
         right.set_yticks(range(len(rows)), [label for label, _, _ in rows], fontsize=7)
         right.set_ylim(len(rows) - 0.5, -0.5)
         right.set_xlabel(f"delta % (symlog; headline 95%, others {100 * analysis.family.confidence:.4g}% each)\n"

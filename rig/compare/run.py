@@ -235,7 +235,10 @@ def run_boot(plan: ComparePlan, index: int, block: int, arm: Arm, out: Path, pro
     write_text_atomic(marker, BootMarker(attempt=attempt, boot_id=None, since=since).json_text())
     clock = _PhaseClock(entry)
     try:
-        record = driver.up(base, overlay=arm.overlay(), port=port, progress=progress, cold_caches=plan.cold_caches)
+        # what another arm sets, this one does not inherit from rig's environment (the arms differ by their overlays only)
+        others = {key for other in [*plan.arms, *([plan.control] if plan.control else [])] for key in other.overlay()}
+        record = driver.up(base, overlay=arm.overlay(), port=port, progress=progress, cold_caches=plan.cold_caches,
+                           unset=others - set(arm.overlay()))
     except BootFailed as error:
         entry.voided, entry.problems = True, [str(error)]
         marker.unlink(missing_ok=True)

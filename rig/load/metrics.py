@@ -350,7 +350,9 @@ def arrival_stats(records: list[RequestRecord], window: Window, offsets: list[fl
     start, end = window.start, window.end
     mine = [r for r in records if r.t_scheduled is not None and start <= r.t_scheduled <= end]
     scheduled = arrivals_in(offsets, epoch, start, end)
-    sent = sum(1 for r in records if r.t_scheduled is not None and start <= r.t_send <= end)
+    # the window's arrivals that were sent (at whatever lateness: that is the delays' to say); counted by
+    # send time, the arrival at the window's close (it closes at the last one) was always sent just after it
+    sent = len(mine)
     # the schedule's own delays run to when the user began the request (building it is the client's
     # cost per request, not the schedule's; older records have no t_start: their send)
     delays = [(r.t_start or r.t_send) - wanted for r in mine if (wanted := r.t_scheduled) is not None]

@@ -6,11 +6,14 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -317,51 +320,74 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
     run.configure(config, offsets[-1] if offsets else 0.0)
     interrupted = False
     local = urllib.parse.urlsplit(record.base_url).hostname in ("127.0.0.1", "localhost", "::1")
-    # Server metrics and GPU telemetry are sampled beside the load, into this run's directory.
-    with MetricsScraper(record.base_url, out_dir / SERVER_METRICS, 1.0, os.environ.get("RIG_API_KEY")), \
-            GpuSampler(out_dir / GPU_SAMPLES, 0.25) if local else contextlib.nullcontext():
-        try:
-            run.start()
-            run.wait(progress)
-        except KeyboardInterrupt:
-            interrupted = True
-        finally:
-            run.stop()  # every Locust process this run started is gone before anything is read
-    records = read_records(out_dir)
-    raw_clients = read_clients(out_dir)
-    events = read_window_events(out_dir)
-    if "stopping" in events:
-        events["stopping"] = responsive_end(raw_clients, events["stopping"])
-    if scenario.kind in ARRIVAL_KINDS:
-        window = arrival_window(records, events, offsets[-1], scenario.ramp_s, replay=scenario.kind == "trace")
-    else:
-        window = steady_window(records, events, scenario.ramp_s, scenario.pool)
-    clients = [client_lag(client, window) for client in raw_clients]
-    metrics = summarize(records, window, counter.count if counter.tokenizer is not None else None)
-    metrics.output_lengths = output_length_stats(records, window)
-    bounds = client_bounds(records, window, raw_clients, scenario.client_error_limit, read_dispatcher(out_dir), workload.think_time_s)
-    verdict = client_verdict(clients, bounds, HEADLINE[scenario.kind].name)
-    if scenario.kind in ARRIVAL_KINDS:
-        arrivals = scenario.arrivals
-        metrics.arrivals = arrival_stats(records, window, offsets, events.get("arrivals_start"),
-                                         arrivals.rate if arrivals else None, arrivals.burstiness if arrivals else None,
-                                         scenario.capped, scenario.pool, workload.factor)
-        late = arrival_problems(metrics.arrivals)
-        verdict.valid, verdict.reasons = bool(verdict.valid) and not late, verdict.reasons + late
-        verdict.every_figure += late
-    if scenario.kind == "multi_turn":
-        metrics.conversation = turn_stats(records, window)
-    summary = RunSummary(
-        scenario=ScenarioRun.of(scenario, settle_s, nonce is not None or scenario.kind == "trace", workload.trace),
-        warmup=warmup, interrupted=interrupted, provenance=provenance(target, run, counter),
-        metrics=metrics, client=verdict, clients=clients,
-        observations=observe(out_dir, records, window, metrics, timeline_title(scenario.name, record.ref, record.boot_id),
-                             target.resolved.topology.gpu_ids if target.resolved is not None else None),
-    )
-    from rig.load.report import write_run
+    with contextlib.ExitStack() as held:  # after an interrupt, further ones wait until the run is written up
+        # Server metrics and GPU telemetry are sampled beside the load, into this run's directory.
+        with MetricsScraper(record.base_url, out_dir / SERVER_METRICS, 1.0, os.environ.get("RIG_API_KEY")), \
+                GpuSampler(out_dir / GPU_SAMPLES, 0.25) if local else contextlib.nullcontext():
+            try:
+                run.start()
+                run.wait(progress)
+            except KeyboardInterrupt:
+                interrupted = True
+                held.enter_context(interrupts_held())
+            finally:
+                run.stop()  # every Locust process this run started is gone before anything is read
+        records = read_records(out_dir)
+        raw_clients = read_clients(out_dir)
+        events = read_window_events(out_dir)
+        if "stopping" in events:
+            events["stopping"] = responsive_end(raw_clients, events["stopping"])
+        if scenario.kind in ARRIVAL_KINDS:
+            window = arrival_window(records, events, offsets[-1], scenario.ramp_s, replay=scenario.kind == "trace")
+        else:
+            window = steady_window(records, events, scenario.ramp_s, scenario.pool)
+        clients = [client_lag(client, window) for client in raw_clients]
+        metrics = summarize(records, window, counter.count if counter.tokenizer is not None else None)
+        metrics.output_lengths = output_length_stats(records, window)
+        bounds = client_bounds(records, window, raw_clients, scenario.client_error_limit, read_dispatcher(out_dir), workload.think_time_s)
+        verdict = client_verdict(clients, bounds, HEADLINE[scenario.kind].name)
+        if scenario.kind in ARRIVAL_KINDS:
+            arrivals = scenario.arrivals
+            metrics.arrivals = arrival_stats(records, window, offsets, events.get("arrivals_start"),
+                                             arrivals.rate if arrivals else None, arrivals.burstiness if arrivals else None,
+                                             scenario.capped, scenario.pool, workload.factor)
+            late = arrival_problems(metrics.arrivals)
+            verdict.valid, verdict.reasons = bool(verdict.valid) and not late, verdict.reasons + late
+            verdict.every_figure += late
+        if scenario.kind == "multi_turn":
+            metrics.conversation = turn_stats(records, window)
+        summary = RunSummary(
+            scenario=ScenarioRun.of(scenario, settle_s, nonce is not None or scenario.kind == "trace", workload.trace),
+            warmup=warmup, interrupted=interrupted, provenance=provenance(target, run, counter),
+            metrics=metrics, client=verdict, clients=clients,
+            observations=observe(out_dir, records, window, metrics, timeline_title(scenario.name, record.ref, record.boot_id),
+                                 target.resolved.topology.gpu_ids if target.resolved is not None else None),
+        )
+        from rig.load.report import write_run
 
-    write_run(out_dir, summary)
+        write_run(out_dir, summary)
     return summary
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[None]:
+    """After a Ctrl-C (or SIGTERM, SIGHUP), further ones wait until the run is written up: a second
+    Ctrl-C while Locust stopped or the summary was computed lost the whole summary (the records
+    were kept, and nothing said the run had no summary)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {signum: signal.getsignal(signum) for signum in signals}
+    for signum, handler in previous.items():
+        if handler is not signal.SIG_IGN:  # respect nohup
+            signal.signal(signum, lambda number, frame: None)
+    print("rig: stopping; writing up what the run measured (a further interrupt waits for it)", file=sys.stderr)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def observe(out_dir: Path, records: list[RequestRecord], window: Window, metrics: Metrics, title: str,

@@ -187,3 +187,20 @@ def test_two_ups_of_one_recipe_cannot_both_claim_it(results_dir):
     assert current_boot("tiny-cpu").boot_id == first.boot_id
     forget(first)
     assert current_boot("tiny-cpu") is None
+
+
+def test_a_name_another_arm_sets_is_not_inherited_from_rigs_environment(monkeypatch, tmp_path):
+    """A native server inherits rig's environment: an arm's `KEY` alone (its value from there) would
+    reach every arm's boots, and the comparison would compare nothing (a silent A/A)."""
+    from rig.boot.native import NativeDriver
+    from rig.boot.record import BootRecord
+    from rig.deploy.recipe import load
+
+    monkeypatch.setenv("UPSTREAM_SETTING", "value")
+    resolved = load("tiny-cpu")
+    record = BootRecord(boot_id="b", ref="tiny-cpu", recipe="tiny-cpu", variant=None, driver="native", base_url="http://127.0.0.1:9",
+                        boot_dir=str(tmp_path), log_path="", manifest_dir=str(tmp_path / "m"), served_model="m")
+    plain, _ = NativeDriver().environment(resolved, {}, record, False)
+    other_arms, _ = NativeDriver().environment(resolved, {}, record, False, unset={"UPSTREAM_SETTING"})
+    own, _ = NativeDriver().environment(resolved, {"UPSTREAM_SETTING": "value"}, record, False, unset=set())
+    assert plain["UPSTREAM_SETTING"] == "value" and "UPSTREAM_SETTING" not in other_arms and own["UPSTREAM_SETTING"] == "value"

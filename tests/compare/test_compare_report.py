@@ -583,3 +583,23 @@ def test_the_time_left_counts_the_pairs_target_planned(monkeypatch, tmp_path, ca
     progress = [line for line in capsys.readouterr().out.splitlines() if line.startswith("compare: boot")]
     assert progress[0].endswith("[0 timed, 8 left]") and progress[2].endswith("[2 timed, 6 left]"), progress
     assert progress[4].endswith("[4 timed, 4 left]") and progress[-1].endswith("[7 timed, 1 left]"), progress
+
+
+@pytest.mark.parametrize("pairs", [1, 4])
+def test_the_plot_holds_every_delta_it_draws_and_warns_of_nothing(tmp_path, pairs):
+    """A -77% delta sat off the panel's edge (autoscale); with one pair, no interval, the panel's axis
+    collapsed to a point (matplotlib warned, the panel came out blank)."""
+    import warnings
+
+    from rig.compare.plot import effect_limits, effect_rows, plot
+
+    plan, entries = simulate_comparison(np.random.default_rng(3), Design(pairs=pairs, step_change=math.log(4.0)))
+    analysis = analyze(plan, entries)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plot(analysis, tmp_path / "compare.png")
+    rows = effect_rows(analysis.scenarios[SCENARIO], "a")
+    low, high = effect_limits(rows)
+    drawn = [x for _, _, c in rows if (shown := as_percent(c)) for x in (shown[0], *shown[1], *shown[2])]
+    assert low < high and all(low < x < high for x in drawn + [0.0]), (low, high, drawn)
+    assert pairs == 1 or min(drawn) < -50  # a 4x slower step, inside the axis

@@ -410,13 +410,13 @@ def open_loop(loop: Loop | None, pool: int, rate: float, seconds: float, tokens:
     return records, scheduled
 
 
-@pytest.mark.parametrize("profile", ["quiet", "starved", "frozen"])
-def test_an_arrivals_shift_is_its_own_sends_lateness(profile):
+@pytest.mark.parametrize("profile,most", [("quiet", 0.01), ("starved", 0.02), ("frozen", 0.01)])
+def test_an_arrivals_shift_is_its_own_sends_lateness(profile, most):
     """An open loop whose users each send many requests (8 users at 4 req/s over 30 s; some arrivals
     queue for a free user): the ideal client sends every arrival at its time, so a request runs
     behind it by its own send's lateness, never by its user's gaps between arrivals. The aggregate
-    stays within its bound, which stays under 1%; counting the gaps as hold-backs (as for a closed
-    loop) put it at 40-90% of the figure."""
+    stays within its bound, which stays under 1% (2% for a starved loop); counting the gaps as
+    hold-backs (as for a closed loop) put it at 40-100% of the figure."""
     for seed in range(3):
         loop = busy_loop(random.Random(seed), 40.0, *PROFILES[profile])
         records, scheduled = open_loop(loop, 8, 4.0, 30.0, 64, 0.2, 0.02, seed)
@@ -424,9 +424,45 @@ def test_an_arrivals_shift_is_its_own_sends_lateness(profile):
                         opened_by="simulated")
         truth = summarize(open_loop(None, 8, 4.0, 30.0, 64, 0.2, 0.02, seed)[0], window).output_tok_s
         error = abs(truth / summarize(records, window).output_tok_s - 1)
-        bound = client_bounds(records, window, [ClientStats(process="p", lag=monitor(loop, 38.0))], 0.01)["output_tok_s"]
+        bound = client_bounds(records, window, [ClientStats(process="p", lag=monitor(loop, 38.0))], most)["output_tok_s"]
         assert bound.bound is not None and error <= bound.bound and bound.holds, (seed, error, bound)
         assert max(len([r for r in records if r.user == user]) for user in {r.user for r in records}) >= 10  # many requests a user
+
+
+def _open_loop_error_and_bound(loop: Loop, window: Window, cut: float | None = None, ideal_window: Window | None = None,
+                               seed: int = 0) -> tuple[float, Any]:
+    """256 users at 60 req/s for 25 s, 16 tokens each: the aggregate's error against the ideal client
+    (its own window where the window's end is the client's to time) and its bound."""
+    records, _ = open_loop(loop, 256, 60.0, 25.0, 16, 0.05, 0.01, seed)
+    ideal, _ = open_loop(None, 256, 60.0, 25.0, 16, 0.05, 0.01, seed)
+    if cut is not None:
+        records, ideal = cut_at(records, START + cut), cut_at(ideal, START + cut)
+    truth = summarize(ideal, ideal_window or window).output_tok_s
+    bound = client_bounds(records, window, [ClientStats(process="p", lag=monitor(loop, 40.0))], 0.05)["output_tok_s"]
+    return abs(truth / summarize(records, window).output_tok_s - 1), bound
+
+
+def _window(start: float, end: float, run_end: float) -> Window:
+    return Window(start=START + start, end=START + end, run_start=START, run_end=START + run_end, steady=True, opened_by="simulated")
+
+
+def test_a_stall_just_after_an_edge_holds_back_the_reads_of_what_crossed_it():
+    """An independent review's misses (2026-12-05), each now inside its bound: sends late by a stall
+    just before the window's end, whose tokens a second stall just after it read late, beyond the
+    tokens read near the edge (1.1% under a bound of 0.0002%); a replay's window that closes when the
+    client read the last response (0.8% under 0.006%); a run cut at its end just after a stall (1.0%
+    under 0.008%)."""
+    scheduled = open_loop(None, 256, 60.0, 25.0, 16, 0.05, 0.01, 0)[1]
+    last = scheduled[-1]
+    error, bound = _open_loop_error_and_bound(stalls_at([(last - 0.32, 0.3), (last + 0.015, 0.3)], 40.0), _window(2.0, last, 33.0))
+    assert error > 0.005 and bound.bound is not None and error <= bound.bound, (error, bound)
+    loop = stalls_at([(last - 0.001, 0.2)], 40.0)
+    drained = max(r.t_end for r in open_loop(loop, 256, 60.0, 25.0, 16, 0.05, 0.01, 0)[0]) - START
+    ideal_drained = max(r.t_end for r in open_loop(None, 256, 60.0, 25.0, 16, 0.05, 0.01, 0)[0]) - START
+    error, bound = _open_loop_error_and_bound(loop, _window(0.0, drained, drained), ideal_window=_window(0.0, ideal_drained, ideal_drained))
+    assert error > 0.005 and bound.bound is not None and error <= bound.bound, (error, bound)
+    error, bound = _open_loop_error_and_bound(stalls_at([(19.6, 0.3)], 40.0), _window(2.0, 20.0, 20.0), cut=20.0)
+    assert error > 0.005 and bound.bound is not None and error <= bound.bound, (error, bound)
 
 
 def test_a_stall_over_a_pending_connect_after_a_failure_is_the_clients():

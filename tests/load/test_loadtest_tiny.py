@@ -223,3 +223,17 @@ def test_locusts_processes_stop_when_rig_is_killed(tiny, tmp_path):
     load.communicate(timeout=60)
     _, alive = psutil.wait_procs(children, timeout=60)
     assert not alive, [p.cmdline()[:4] for p in alive]
+
+
+def test_a_second_ctrl_c_waits_for_the_run_to_be_written_up(tiny, tmp_path):
+    """Impatient users press Ctrl-C again: the second (and third) came while Locust stopped or the
+    summary was computed and lost the whole summary (the records kept, nothing said so)."""
+    load, results = _streaming_loadtest(tiny[0], tmp_path, "120", start_new_session=True)
+    time.sleep(1)
+    for pause in (0.0, 0.05, 0.2, 0.3):
+        time.sleep(pause)
+        os.killpg(load.pid, signal.SIGINT)
+    stdout, stderr = load.communicate(timeout=120)
+    assert load.returncode == 128 + signal.SIGINT, stderr[-2000:]
+    [summary_path] = list(results.glob("**/summary.json"))
+    assert json.loads(summary_path.read_text())["interrupted"] and "Traceback" not in stderr, stderr[-2000:]

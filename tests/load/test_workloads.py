@@ -187,6 +187,8 @@ def test_open_loop_window_opens_after_one_lifetime_and_closes_at_the_last_arriva
                              factor=gamma_schedule(10.0, 1.0, 300, 5)[1])
     assert arrivals.unsent == 0 and arrivals.queued == 0 and arrivals.achieved_rate == pytest.approx(10.0, rel=0.05)
     assert arrivals.gaps.ks_p > 0.01 and arrival_problems(arrivals) == []
+    # the window closes at the last arrival, which is sent just after it: it is sent, not missing
+    assert arrivals.sent == arrivals.scheduled == arrivals.sent + arrivals.unsent
 
 
 def test_an_uncapped_pool_that_ran_dry_and_late_sends_make_the_client_invalid():
