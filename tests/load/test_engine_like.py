@@ -41,8 +41,11 @@ def test_bursts_of_every_stream_at_each_step_are_measured_or_named(users, tmp_pa
         server.wait()
     server_late = float(re.search(r"^rig_timed_step_late_max_seconds (\S+)$", page, re.M).group(1))
     metrics = summary.metrics
-    if users > MAX_NUM_SEQS:  # beyond the cap requests waited, as on an engine
-        assert summary.observations.server.metrics["waiting_requests"].max > 0
+    server_metrics = summary.observations.server
+    if users > MAX_NUM_SEQS and server_metrics.scrapes:  # beyond the cap requests waited, as on an engine
+        assert server_metrics.metrics["waiting_requests"].max > 0
+    elif users > MAX_NUM_SEQS:  # a box too busy for a scrape inside the window (CI, one core busy-looping): none is claimed
+        assert not server_metrics.metrics, server_metrics
     if not metrics.requests.completed:  # a client too slow to reach a steady state with a completed request says so
         assert any("steady state" in p or "no completed request" in p for p in summary.problems()), summary.problems()
         print(f"\n{users} streams: not measured: {'; '.join(summary.problems())}")
