@@ -157,7 +157,7 @@ class NativeDriver:
         foreign = [pid for pid in found if pid is None or (pid not in ours and kernel.boot_id_of(pid) != record.boot_id)]
         if not foreign:
             return None
-        names = ", ".join("a process of another user" if pid is None else f"pid {pid} ({_name(pid)})" for pid in foreign)
+        names = ", ".join("a process of another user" if pid is None else f"pid {pid} ({kernel.command_name(pid)})" for pid in foreign)
         return f"port {address.port} is served by {names}, not by this boot's process group {record.pid}"
 
     def down(self, record: BootRecord) -> None:
@@ -194,13 +194,6 @@ class NativeDriver:
 
 
 DRIVERS[NativeDriver.name] = NativeDriver
-
-
-def _name(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip() or "?"
-    except OSError:
-        return "gone"
 
 
 def _reap(pid: int) -> None:

@@ -128,6 +128,15 @@ def group_alive(pgid: int) -> bool:
     return bool(group_members(pgid))
 
 
+def command_name(pid: int) -> str:
+    """The process's command name (/proc/PID/comm), or "gone"."""
+    try:
+        with open(f"{PROC}/{pid}/comm") as handle:
+            return handle.read().strip() or "?"
+    except OSError:
+        return "gone"
+
+
 def listeners(host: str, port: int) -> list[int | None]:
     """The processes listening on `port` where a connection to `host` would reach them (that address
     or a wildcard); None for one whose process this user cannot see (another user's)."""

@@ -342,8 +342,10 @@ def aggregate_parts(inputs: FigureInputs) -> AggregateParts | None:
     # tokens a request the run's end cut would have brought: the fastest stream of the run stands in
     # (a cut run's late sends lost 1% where the user's mean rate counted 0.4%: an independent review).
     # (over each request's whole life, send to last chunk: a backlog read in a burst compresses its gaps, not its life)
-    streaming = max((sum(per_chunk[id(r)]) / (r.chunks[-1] - r.t_send) for r in inputs.records
-                     if r.chunks and r.chunks[-1] > r.t_send), default=0.0)
+    @functools.cache
+    def streaming() -> float:
+        return max((sum(per_chunk[id(r)]) / (r.chunks[-1] - r.t_send) for r in inputs.records
+                    if r.chunks and r.chunks[-1] > r.t_send), default=0.0)
     timelines: list[_Timeline] = []
     for requests in users.values():
         requests.sort(key=lambda r: r.t_send)
@@ -353,7 +355,7 @@ def aggregate_parts(inputs: FigureInputs) -> AggregateParts | None:
         if all(r.t_scheduled is not None for r in requests):  # an arrival schedule's: each send anchored to its arrival
             cut = any(_span_end(r, window.run_end) >= window.run_end for r in requests)  # in flight when reads stopped
             timelines.append(_Timeline(times, cumulative, _scheduled_shifts(requests, max(late), window.run_end),
-                                       max(user_rate, streaming) if cut else user_rate, scheduled=True))
+                                       max(user_rate, streaming()) if cut else user_rate, scheduled=True))
             continue
         # before its first send, every stretch since the process began: the spawn paces the users from
         # when it woke, so a stall delays every batch after it, sends it never reached included

@@ -16,6 +16,7 @@ import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from rig import paths
 from rig.atomic import write_text_atomic
@@ -186,14 +187,12 @@ class LocustRun:
                   "-t", run_time, "-H", self.base_url, USER_CLASS.get(self.scenario.kind, "LLMUser")]
         log = open(self.out_dir / "locust.log", "ab")  # noqa: SIM115 - shared by the child processes
         if not self.distributed:
-            self.processes.append(subprocess.Popen(_locust() + common, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                                  start_new_session=True))
+            self._spawn(_locust() + common, log)
             return
         port = _free_port()
         master = _locust() + common + ["--master", "--expect-workers", str(self.workers + self.remote_workers),
                                        "--master-bind-host", self.master_bind, "--master-bind-port", str(port)]
-        self.processes.append(subprocess.Popen(master, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                                  start_new_session=True))
+        self._spawn(master, log)
         if self.remote_workers:
             # The same worker code runs on other client machines; their records come back through
             # Locust's worker reports because this run's directory is not on those machines.
@@ -205,8 +204,11 @@ class LocustRun:
         self.port = port
         for _ in range(self.workers):
             worker = _locust() + ["--worker", "--master-host", "127.0.0.1", "--master-port", str(port)]
-            self.processes.append(subprocess.Popen(worker, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                                  start_new_session=True))
+            self._spawn(worker, log)
+
+    def _spawn(self, argv: list[str], log: IO[bytes]) -> None:
+        """One Locust process, in a session of its own: rig alone stops it (stop), never a terminal's Ctrl-C."""
+        self.processes.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True))
 
     def wait(self, progress: bool = True) -> None:
         deadline = time.monotonic() + self.run_time_s() + 60 + (30 if self.distributed else 0) + 600 * bool(self.remote_workers)
