@@ -70,10 +70,13 @@ from rig.load.workload import OutputLengths, gamma_offsets
 def _stop_with_rig() -> None:
     """rig starts Locust's processes in sessions of their own and stops them itself (SIGTERM, Locust's
     own shutdown); one whose rig is gone (killed: `timeout -k`, the OOM killer) gets the same SIGTERM
-    from the kernel instead of running to its planned end beside whatever runs next."""
+    from the kernel instead of running to its planned end beside whatever runs next. Both signals
+    must be deliverable: a mask inherited from whatever started rig (a CI wrapper that blocked them)
+    left the run going on to its planned end and the client statistics lost."""
     parent = os.environ.get(RIG_PARENT_ENV)
     if not parent or not sys.platform.startswith("linux"):
         return  # a remote worker, started by hand on another machine
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     import ctypes
 
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG

@@ -148,15 +148,23 @@ def test_up_removes_a_stale_state_and_does_not_touch_its_pid(rig_dirs):
         victim.wait()
 
 
+def _deliverable_stop_signals() -> None:
+    """rig honours an ignored SIGHUP (nohup), and a blocked one never reaches it, so the test sets the
+    dispositions and the mask it depends on: a test run under nohup, or by a CI wrapper that blocks
+    SIGHUP (a fresh CI machine did: rig up ran on to healthy and exited 0), would hand rig neither."""
+    stop_signals = (signal.SIGTERM, signal.SIGHUP)
+    for signum in stop_signals:
+        signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_signal_during_up_stops_the_server_and_fails_the_boot(rig_dirs, signum):
     env, root = rig_dirs
     state = root / "state" / "tiny-cpu.json"
-    # rig honours an ignored SIGHUP (nohup), so the test sets the dispositions it depends on: a test
-    # run under nohup, as schedulers and CI wrappers do, would otherwise hand rig an ignored SIGHUP.
     up = subprocess.Popen([sys.executable, "-m", "rig", "up", "tiny-cpu", "--port", str(free_port())], cwd=REPO,
                           env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGTERM, signal.SIGHUP)])
+                          preexec_fn=_deliverable_stop_signals)
     deadline = time.monotonic() + 60
     while not (state.exists() and json.loads(state.read_text()).get("pid_start_ticks")):
         assert up.poll() is None and time.monotonic() < deadline, up.communicate()

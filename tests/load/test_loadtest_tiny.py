@@ -152,13 +152,22 @@ def test_sigterm_during_a_load_run_writes_it_up_and_exits_128_plus_the_signal(ti
     assert list(results.glob("**/summary.json")), stdout[-2000:]
 
 
-def test_a_ctrl_c_at_the_terminal_stops_the_run_and_keeps_its_client_statistics(tiny, tmp_path):
+def _block_stop_signals() -> None:
+    """What a CI wrapper did to a fresh machine's tests: SIGTERM and SIGHUP blocked, a mask every
+    process it starts inherits (rig's Locust processes stopped only at their planned end)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGHUP})
+
+
+@pytest.mark.parametrize("preexec", [None, _block_stop_signals], ids=["", "stop signals blocked"])
+def test_a_ctrl_c_at_the_terminal_stops_the_run_and_keeps_its_client_statistics(tiny, tmp_path, preexec):
     """A terminal's Ctrl-C reaches the whole foreground process group. Locust's processes run in
     sessions of their own and rig stops them with Locust's own shutdown (SIGTERM): the run ends
     there, not at its planned end (a SIGINT raised in a greenlet was at times printed and ignored,
     and the run went on), and its client statistics are written whole (a second SIGINT cut the
-    write: a 0-byte .json.tmp, and 'no client statistics were written')."""
-    load, results = _streaming_loadtest(tiny[0], tmp_path, "120", start_new_session=True)  # a terminal's foreground group
+    write: a 0-byte .json.tmp, and 'no client statistics were written'); also when rig was started
+    with SIGTERM blocked."""
+    load, results = _streaming_loadtest(tiny[0], tmp_path, "120", start_new_session=True,  # a terminal's foreground group
+                                        preexec_fn=preexec)
     time.sleep(1)
     os.killpg(load.pid, signal.SIGINT)  # what the terminal sends
     stdout, stderr = load.communicate(timeout=120)
@@ -210,13 +219,15 @@ def test_loadtest_of_another_variant_than_the_one_up_is_refused(tiny):
     assert measured_target.resolved.ref == target.record.ref
 
 
-def test_locusts_processes_stop_when_rig_is_killed(tiny, tmp_path):
+@pytest.mark.parametrize("preexec", [None, _block_stop_signals], ids=["", "stop signals blocked"])
+def test_locusts_processes_stop_when_rig_is_killed(tiny, tmp_path, preexec):
     """Locust's processes run in sessions of their own (rig stops them), so a kill of rig alone
     (`timeout -k`, the OOM killer) reaches them through the kernel's parent-death signal: they stop
-    instead of loading the server, and the host, until their planned end."""
+    instead of loading the server, and the host, until their planned end; also when rig was started
+    with SIGTERM blocked."""
     import psutil
 
-    load, _ = _streaming_loadtest(tiny[0], tmp_path, "300")
+    load, _ = _streaming_loadtest(tiny[0], tmp_path, "300", preexec_fn=preexec)
     children = psutil.Process(load.pid).children()
     assert children, "Locust runs in processes of its own"
     load.kill()
