@@ -20,12 +20,12 @@ import numpy as np
 from rig.load.records import RequestRecord
 from rig.load.request_metrics import (
     Done,
-    chunk_token_counts,
     decode_time,
     done_in_window,
     e2e,
     itl,
     run_tokens_per_chunk,
+    tokens_read_between,
     tpot,
     ttft,
 )
@@ -199,14 +199,8 @@ def summarize(records: list[RequestRecord], window: Window,
     bursts = [view.record.id for view in done_views if median_itl > 0 and _bursty(view, BURST_GAP_FRACTION * median_itl)]
     # Aggregate throughput: each chunk's tokens count at its arrival, clipped to the window, so
     # streams the window's edges cut still count what they produced inside it.
-    window_tokens = 0.0
-    window_prompt_tokens = 0
-    for r in records:
-        for arrival, tokens in zip(r.chunks, chunk_token_counts(r, ratio)):
-            if start <= arrival <= end:
-                window_tokens += tokens
-        if r.t_first is not None and start <= r.t_first <= end:
-            window_prompt_tokens += int(r.prompt_tokens or 0)
+    window_tokens = tokens_read_between(records, start, end, ratio)
+    window_prompt_tokens = sum(int(r.prompt_tokens or 0) for r in records if r.t_first is not None and start <= r.t_first <= end)
     errors = Counter(r.error for r in records if r.error)
     prompt_targets = [float(r.prompt_tokens_target) for r in done if r.prompt_tokens_target]
     prompt_actual = [float(r.prompt_tokens_usage) for r in done if r.prompt_tokens_usage]

@@ -40,6 +40,7 @@ COLUMN_FIGURES = {"user tok/s": "user_decode_tok_s", "output tok/s": "output_tok
                   "TTFT p50 ms": "ttft_p50_ms", "TTFT p99 ms": "ttft_p99_ms", "ITL p50 ms": "itl_p50_ms", "TPOT p50 ms": "tpot_p50_ms",
                   "E2E p50 ms": "e2e_p50_ms"}
 UNBOUND_MARK = " (client)"
+TOKEN_AGREEMENT_LIMIT = 0.02  # the client's output tokens and the server's counter, further apart than this: named
 
 
 def _ms(value: float | None) -> float | None:
@@ -143,9 +144,46 @@ def notes(summary: RunSummary) -> list[str]:
         out.append(f"{name}: interrupted; the summary covers what was measured")
     if summary.client.figures:
         out.append(client_note(summary, name))
+    out += observation_notes(summary, name)
     for problem in summary.problems():
         if problem != "warmup run":
             out.append(f"{name}: not usable: {problem}")
+    return out
+
+
+def observation_notes(summary: RunSummary, name: str) -> list[str]:
+    """What the server's /metrics and the GPUs said over the window: its queue, the output tokens it
+    counted beside the client's, and the energy per output token."""
+    observations = summary.observations
+    if observations is None:
+        return []
+    out = []
+    server = observations.server
+    parts = []
+    for metric, label in (("running_requests", "running"), ("waiting_requests", "waiting")):
+        figure = server.metrics.get(metric)
+        if figure is not None and figure.mean is not None and figure.max is not None:
+            parts.append(f"{label} {figure.mean:,.0f} mean, {figure.max:,.0f} max")
+    kv_cache = server.metrics.get("kv_cache_usage")
+    if kv_cache is not None and kv_cache.mean is not None and kv_cache.max is not None:
+        parts.append(f"KV cache {kv_cache.mean:.0%} mean, {kv_cache.max:.0%} max")
+    preemptions = server.metrics.get("preemptions_per_s")
+    if preemptions is not None and preemptions.rate:
+        parts.append(f"{preemptions.rate:.2f} preemptions/s")
+    if parts:
+        out.append(f"{name}: server ({server.engine} /metrics, {server.scrapes} scrapes in the window): " + "; ".join(parts))
+    agreement = observations.output_tokens
+    if agreement is not None:
+        apart = abs(agreement.difference) > TOKEN_AGREEMENT_LIMIT
+        out.append(f"{name}: output tokens over the {agreement.seconds:.1f} s between the server's first and last scrape in "
+                   f"the window: client {agreement.client_tokens:,.0f}, server {agreement.server_tokens:,.0f} "
+                   f"({agreement.difference:+.2%}{f', more than {TOKEN_AGREEMENT_LIMIT:.0%} apart' if apart else ''})")
+    gpu = observations.gpu
+    if gpu is not None and gpu.power_w_mean_total is not None:
+        serving = ", ".join(str(index) for index in gpu.serving_gpus) or "all"
+        energy = f", {gpu.j_per_output_token:.3g} J per output token" if gpu.j_per_output_token is not None else ""
+        events = f"; clock events: {', '.join(gpu.clock_events)}" if gpu.clock_events else ""
+        out.append(f"{name}: GPU {serving}: {gpu.power_w_mean_total:.0f} W mean{energy}{events}")
     return out
 
 

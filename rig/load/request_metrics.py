@@ -51,6 +51,13 @@ def chunk_token_counts(record: RequestRecord, ratio: float) -> list[float]:
     return [record.usage_tokens / len(record.chunks)] * len(record.chunks)  # type: ignore[operator]
 
 
+def tokens_read_between(records: list[RequestRecord], start: float, end: float, ratio: float) -> float:
+    """Output tokens whose chunks the client read inside [start, end], every stream's (the
+    aggregate's count: streams an edge cut count what arrived inside)."""
+    return sum(tokens for r in records for arrival, tokens in zip(r.chunks, chunk_token_counts(r, ratio))
+               if start <= arrival <= end)
+
+
 @dataclass(frozen=True)
 class Done:
     """A completed request: sent, first and last output chunk (wall-clock seconds), tokens per chunk."""

@@ -39,9 +39,19 @@ from rig.load.metrics import (
 )
 from rig.load.prompts import TokenCounter, build_prompts
 from rig.load.records import RequestRecord, read_records
-from rig.load.request_metrics import chunk_token_counts, run_tokens_per_chunk
+from rig.load.request_metrics import chunk_token_counts, run_tokens_per_chunk, tokens_read_between
 from rig.load.scenarios import ARRIVAL_KINDS, LOADTESTS, Scenario
-from rig.load.summary import HEADLINE, ClientSetup, Metrics, Observations, Provenance, RunSummary, ScenarioRun, Window
+from rig.load.summary import (
+    HEADLINE,
+    ClientSetup,
+    Metrics,
+    Observations,
+    Provenance,
+    RunSummary,
+    ScenarioRun,
+    TokenAgreement,
+    Window,
+)
 from rig.load.wire import (
     CONFIG_FILE,
     RIG_PARENT_ENV,
@@ -59,7 +69,7 @@ from rig.load.wire import (
 )
 from rig.load.workload import gamma_schedule
 from rig.observe.gpu import GpuSampler, summarize_gpu_samples
-from rig.observe.server_metrics import MetricsScraper, summarize_server_metrics
+from rig.observe.server_metrics import MetricsScraper, ServerMetrics, summarize_server_metrics
 from rig.observe.timeline import write_timeline
 from rig.redaction import redact_for
 
@@ -395,13 +405,26 @@ def interrupts_held() -> Iterator[None]:
 def observe(out_dir: Path, records: list[RequestRecord], window: Window, metrics: Metrics, title: str,
             serving_gpus: list[int] | None = None) -> Observations:
     """What the server and the GPUs did inside the window, and the run's timeline picture."""
-    observations = Observations(server=summarize_server_metrics(out_dir / SERVER_METRICS, (window.start, window.end)))
+    server = summarize_server_metrics(out_dir / SERVER_METRICS, (window.start, window.end))
+    observations = Observations(server=server, output_tokens=token_agreement(server, records))
     if (out_dir / GPU_SAMPLES).exists():
         tokens = metrics.output_tok_s * window.seconds
         observations.gpu = summarize_gpu_samples(out_dir / GPU_SAMPLES, (window.start, window.end), tokens, serving_gpus)
     picture = draw_timeline(out_dir, records, window, title)
     observations.timeline = picture.name if picture else None
     return observations
+
+
+def token_agreement(server: ServerMetrics, records: list[RequestRecord]) -> TokenAgreement | None:
+    """The client's output tokens read between the server's first and last scrape inside the window,
+    beside the increase of the server's generation-token counter over the same scrapes."""
+    generated = server.metrics.get("generation_tokens_per_s")
+    if server.span is None or generated is None or generated.increase is None or generated.increase <= 0:
+        return None
+    first, last = server.span
+    client = tokens_read_between(records, first, last, run_tokens_per_chunk(records))
+    return TokenAgreement(seconds=last - first, client_tokens=client, server_tokens=generated.increase,
+                          difference=client / generated.increase - 1)
 
 
 def timeline_title(scenario: str, ref: str, boot_id: str | None) -> str:

@@ -315,12 +315,24 @@ class ScenarioRun(Typed):
                    unique_prompts=unique_prompts)
 
 
+class TokenAgreement(Typed):
+    """The client's output tokens against the server's own counter (vLLM's generation_tokens_total,
+    SGLang's generation tokens) over the same span: the server's first and last scrape inside the
+    window (a counter's increase covers no more). Where they part, one of the two counts is wrong."""
+
+    seconds: float
+    client_tokens: float
+    server_tokens: float
+    difference: float  # client / server - 1
+
+
 class Observations(Typed):
     """What the server and the GPUs did inside the window, and the run's timeline picture."""
 
     server: ServerMetrics
     gpu: GpuSummary | None = None
     timeline: str | None = None
+    output_tokens: TokenAgreement | None = None  # None: no counter, or fewer than two scrapes inside the window
 
 
 @dataclass(frozen=True)

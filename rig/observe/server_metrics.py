@@ -216,6 +216,7 @@ class ServerMetrics(Typed):
     scrapes: int
     window: tuple[float, float] | None
     notes: list[str]
+    span: tuple[float, float] | None = None  # the first and the last scrape inside the window: what counters' increases cover
     metrics: dict[str, ServerFigure | None]  # None where the engine did not expose the metric
 
 
@@ -271,7 +272,8 @@ def summarize_server_metrics(path: Path | str, window: tuple[float, float] | Non
         start, end = window
         scrapes = [scrape for scrape in scrapes if start <= scrape["time"] <= end]
     engine = detect_engine(scrapes)
-    summary = ServerMetrics(engine=engine, scrapes=len(scrapes), window=window, notes=notes, metrics={})
+    summary = ServerMetrics(engine=engine, scrapes=len(scrapes), window=window, notes=notes, metrics={},
+                            span=(scrapes[0]["time"], scrapes[-1]["time"]) if scrapes else None)
     if engine is None:
         if scrapes:
             summary.notes = [*notes, "no sglang: or vllm: series on the page"]
