@@ -6,6 +6,7 @@ the shifts' move across a steady window, pooled over the processes), so that nei
 other to hold.
 
     python benchmarks/aggregate_bound_scan.py --seeds 50 --at-scale 3   # ~1000 runs, ~12 minutes on one core
+    python benchmarks/aggregate_bound_scan.py --at-scale 20 --family "at scale: distributed spawn"   # one family
 
 Seeds 1000+ of the closed-loop profiles (quiet, busy, stalled, starved, frozen) at 4, 16 and 48
 users, and seeds 500+ of the engine-like steps (as is, chunks spread over 1.5 ms, a monitor locked
@@ -13,7 +14,9 @@ onto the steps' quiet part): held out from the tests' own seeds. At scale (--at-
 engine steps of 50 ms at 16, 100 and 300 users a process (a pass of 300 reads takes 18 ms, as at
 250 streams a process on the H200), 4 x 50 and 12 x 100 users over several processes on the same
 step clock, closed loops of 8-300 users under the busy to frozen profiles, and 60-300 users
-spawned in Locust's batches with 1-4 stalls of 0.2-1 s during the spawn; each run closes its
+spawned in Locust's batches with 1-4 stalls of 0.2-1 s during the spawn, and 60-300 users of a
+distributed run's worker (the master paces the batches, each loop with its own stalls, the
+worker's at every batch too; the records carry each user's dispatch); each run closes its
 window with the run, as c3000 does. Arrival schedules (--open-loop seeds, 3000+): Poisson arrivals
 taken by a pool of users, from one that keeps up to one that queues, under every profile (their
 window closes at the last scheduled arrival; only the edges' rule reads them). Prints figures;
@@ -48,17 +51,19 @@ START = simulation.START
 AGGREGATE = "output_tok_s"
 
 
-def bounds_by_rule(records: list[RequestRecord], window: Window, clients: list[ClientStats]) -> dict[str, float | None]:
-    """The aggregate's bound as rig reports it, and each rule's alone (None: the rule gives none)."""
+def bounds_by_rule(records: list[RequestRecord], window: Window, clients: list[ClientStats],
+                   master: ClientStats | None = None) -> dict[str, float | None]:
+    """The aggregate's bound as rig reports it, and each rule's alone (None: the rule gives none);
+    `master`: a distributed run's master."""
     out: dict[str, float | None] = {}
     per_process, pooled = client_error.BOUNDS[AGGREGATE], client_error.POOLED[AGGREGATE]
     try:
-        out[RULES[0]] = client_bounds(records, window, clients, limit=0.01)[AGGREGATE].bound
+        out[RULES[0]] = client_bounds(records, window, clients, 0.01, master)[AGGREGATE].bound
         del client_error.POOLED[AGGREGATE]
-        out[RULES[1]] = client_bounds(records, window, clients, limit=0.01)[AGGREGATE].bound
+        out[RULES[1]] = client_bounds(records, window, clients, 0.01, master)[AGGREGATE].bound
         client_error.POOLED[AGGREGATE] = pooled
         client_error.BOUNDS[AGGREGATE] = lambda inputs: UNBOUNDED
-        alone = client_bounds(records, window, clients, limit=0.01)[AGGREGATE].bound
+        alone = client_bounds(records, window, clients, 0.01, master)[AGGREGATE].bound
         out[RULES[2]] = None if alone is None or alone >= UNBOUNDED else alone
     finally:
         client_error.BOUNDS[AGGREGATE], client_error.POOLED[AGGREGATE] = per_process, pooled
@@ -113,6 +118,26 @@ def spawn_at_scale(seed: int, users: int, stalls: int, seconds: float = 25.0, ra
     return error_of(records, ideal, window), bounds_by_rule(records, window, [ClientStats(process="p", lag=simulation.monitor(loop, end + 1))])
 
 
+def distributed_spawn_at_scale(seed: int, users: int, stalls: int, seconds: float = 25.0, rate: float = 100.5) -> tuple[float, dict]:
+    """A distributed run's spawn: the master paces the batches, a worker spawns each when its loop is
+    free, each loop with its own stalls (the worker's at every batch: the spawn's own work); the
+    records carry each user's dispatch, as the locustfile's do."""
+    rng = random.Random(seed)
+    span = users / rate
+    master = simulation.stalls_at([(rng.uniform(0.1, span), rng.uniform(0.05, 1.0)) for _ in range(rng.randint(0, stalls))], 200.0)
+    worker = simulation.stalls_at([(k * int(rate) / rate, rng.uniform(0.02, 0.15)) for k in range(int(span) + 1)]
+                                  + [(rng.uniform(0.1, span), rng.uniform(0.2, 1.2)) for _ in range(stalls)], 200.0)
+    dispatched, starts, spawned = simulation.distributed_batches(master, worker, users, rate)
+    _, ideal_starts, _ = simulation.distributed_batches(None, None, users, rate)
+    tokens, ttft, itl, end = 64, 0.2, 0.05, spawned + seconds
+    window = closing_window(START + spawned + ttft + tokens * itl + 0.5, START + end, START + spawned)
+    records = simulation.cut_at(simulation.spawned_users(worker, starts, end + 1, tokens, ttft, itl, 1, 0.05, dispatched), window.end)
+    ideal = simulation.cut_at(simulation.spawned_users(None, ideal_starts, end + 1, tokens, ttft, itl, 1, 0.05), window.end)
+    clients = [ClientStats(process="p", lag=simulation.monitor(worker, end + 1))]
+    return error_of(records, ideal, window), bounds_by_rule(records, window, clients,
+                                                            ClientStats(process="master", lag=simulation.monitor(master, end + 1)))
+
+
 OPEN_LOOP_SHAPES = (  # (pool, rate, tokens, ttft, itl): a pool that keeps up, one that queues, long and short requests
     (64, 8.0, 64, 0.2, 0.02), (16, 8.0, 64, 0.2, 0.02), (8, 4.0, 64, 0.2, 0.02), (4, 6.0, 64, 0.2, 0.02),
     (256, 60.0, 16, 0.05, 0.01), (32, 20.0, 8, 0.02, 0.005), (128, 10.0, 200, 0.3, 0.03), (6, 12.0, 16, 0.05, 0.01))
@@ -134,7 +159,10 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=50)
     parser.add_argument("--at-scale", type=int, default=3, help="seeds of the at-scale cases (~25 runs a seed, ~5 s a run)")
     parser.add_argument("--open-loop", type=int, default=5, help="seeds of the arrival schedules (40 runs a seed, ~0.3 s a run)")
+    parser.add_argument("--family", help="only the at-scale and open-loop cases whose name begins so, e.g. 'at scale: distributed spawn'")
     args = parser.parse_args()
+    if args.family:
+        args.seeds = 0
     runs: list[tuple[str, float, dict[str, float | None]]] = []  # (case, error, bound by rule)
     original_bounds = client_error.client_bounds
 
@@ -169,10 +197,15 @@ def main() -> int:
         for users, stalls in ((60, 1), (300, 2), (300, 4)):
             at_scale.append((f"at scale: spawn, {users} users, {stalls} stalls, seed {seed}",
                              lambda s=seed, u=users, n=stalls: spawn_at_scale(s, u, n)))
+        for users, stalls in ((60, 0), (60, 1), (300, 0), (300, 2), (300, 4)):
+            at_scale.append((f"at scale: distributed spawn, {users} users, up to {stalls} stalls, seed {seed}",
+                             lambda s=seed, u=users, n=stalls: distributed_spawn_at_scale(s, u, n)))
     for seed, profile, shape in itertools.product(range(3000, 3000 + args.open_loop), simulation.PROFILES, OPEN_LOOP_SHAPES):
         at_scale.append((f"open loop: {profile}, pool {shape[0]} at {shape[1]:g}/s, {shape[2]} tokens, seed {seed}",
                          lambda s=seed, p=profile, o=shape: open_loop_run(s, p, o)))
     for case, run in at_scale:
+        if args.family and not case.startswith(args.family):
+            continue
         error, found = run()
         runs.append((case, error, found))
     print(f"{len(runs)} runs ({len(at_scale)} at scale)")
@@ -183,7 +216,8 @@ def main() -> int:
         print(f"{rule} bound: {len(bounded)} runs bounded, {sum(1 for b in bounded if b[0] > 1)} with the truth outside it, {median}")
         for ratio, error, bound, case in bounded[:3]:
             print(f"  error/bound {ratio:.2f}: error {100 * error:.3f}%, bound {100 * bound:.3f}% ({case})")
-    for family in ("open loop", "at scale: engine, 300", "at scale: engine, 12 x", "at scale: spawn, 300", "at scale: frozen, 300"):
+    for family in ("open loop", "at scale: engine, 300", "at scale: engine, 12 x", "at scale: spawn, 300", "at scale: distributed spawn, 300",
+                   "at scale: frozen, 300"):
         chosen = [(error, found) for case, error, found in runs if case.startswith(family)]
         if chosen:
             print(f"{family}...: median error {100 * statistics.median(e for e, _ in chosen):.3f}%, median bound "

@@ -62,6 +62,7 @@ from rig.load.wire import (
     WindowEvent,
     WindowEventName,
     client_file,
+    dispatched_at,
     dispatcher_file,
 )
 from rig.load.workload import OutputLengths, gamma_offsets
@@ -292,6 +293,8 @@ def _on_init(environment: Any, **_: Any) -> None:
         return
     if isinstance(environment.runner, WorkerRunner):
         environment.runner.register_message("rig_epoch", _on_epoch)
+        if os.environ.get(RIG_PARENT_ENV):  # on the master's host: its clock is this one
+            _record_spawns(environment.runner)
     # Thousands of live streams keep many objects alive; default GC thresholds then stop the
     # event loop for full collections of ~10 ms, which shows up as client lag. Collect rarely
     # until the users exist; during the measured run the collector is off (see _on_spawned).
@@ -299,6 +302,26 @@ def _on_init(environment: Any, **_: Any) -> None:
     gc.set_threshold(100_000, 50, 1000)
     PASSES.watch()
     gevent.spawn(_lag_monitor)
+
+
+# The spawn messages this worker received: (the master's timestamp, the users it asked for in all).
+SPAWNS: list[tuple[float, int]] = []
+
+
+def _record_spawns(runner: WorkerRunner) -> None:
+    """The master paces the spawn and a worker spawns each batch as it comes: a worker's stall holds
+    back the batch it met, not the later ones, whose messages the master sends on its own clock
+    (records' t_dispatched; rig.load.client_error). Locust keeps no list of them, so the worker's
+    message handler is wrapped; a message of another shape is passed on unrecorded."""
+    handle = runner.handle_message
+
+    def recorded(message: Any) -> None:
+        data = message.data if message.type == "spawn" else None
+        if isinstance(data, dict) and isinstance(data.get("timestamp"), float) and isinstance(data.get("user_classes_count"), dict):
+            SPAWNS.append((data["timestamp"], sum(data["user_classes_count"].values())))
+        handle(message)
+
+    runner.handle_message = recorded
 
 
 @events.spawning_complete.add_listener
@@ -579,6 +602,8 @@ class StreamingUser(HttpUser):
         self.client.headers.update(auth_headers())
         local = next(USER_IDS)
         self.user_key = f"{PROCESS_ID}-u{local}"
+        self.dispatched = dispatched_at(SPAWNS, local)
+        self.opening: tuple[float, float] | None = None
         # Prompt choice and nonces follow (run label, worker, user): unique inside a run, and the
         # same sequence in the same round of every boot, so outputs can be compared across arms.
         self.worker = getattr(self.environment.runner, "worker_index", 0) or 0
@@ -586,7 +611,9 @@ class StreamingUser(HttpUser):
         self.rng = random.Random(f"{config().nonce_seed}/{self.worker}/{local}")
         # Open the keep-alive connection before measuring: the first stream should not pay the TCP
         # handshake and the client's first-call costs (18 ms measured on loopback vs 3 ms after).
+        began = time.time()
         self.client.get("/v1/models", name="connect", timeout=30)
+        self.opening = (began, time.time())
 
     def next_prompt(self) -> tuple[Prompt, str | None]:
         prompts = config().prompts
@@ -594,8 +621,11 @@ class StreamingUser(HttpUser):
         return prompts[self.prompt_index % len(prompts)], _nonce(self.rng)
 
     def new_record(self, prompt: str, target: int | None, nonce: str | None, max_tokens: int) -> RequestRecord:
-        return RequestRecord(id=f"{PROCESS_ID}-{next(REQUEST_IDS)}", process=PROCESS_ID, user=self.user_key, prompt=prompt,
-                             prompt_tokens_target=target, prompt_nonce=nonce, t_send=0.0, max_tokens=max_tokens)
+        record = RequestRecord(id=f"{PROCESS_ID}-{next(REQUEST_IDS)}", process=PROCESS_ID, user=self.user_key, prompt=prompt,
+                               prompt_tokens_target=target, prompt_nonce=nonce, t_send=0.0, max_tokens=max_tokens,
+                               t_dispatched=self.dispatched, opening=self.opening)
+        self.dispatched = self.opening = None  # the user's first request only
+        return record
 
     def send(self, content: str | list[dict[str, str]], record: RequestRecord) -> str | None:
         """Streams one request and writes its record, also when the run's end cuts it; returns the

@@ -271,9 +271,8 @@ class AggregateParts:
 
 def aggregate_parts(inputs: FigureInputs) -> AggregateParts | None:
     """Tokens counted at their arrival inside the window, every stream's. A late client shifts a
-    user's timeline later by what held that user back: before its first send, every long stretch
-    since the process began (the spawn paces users from when it woke: a stall delays every later
-    batch, sends it never reached included); at each of its requests' ends, the time from the end
+    user's timeline later by what held that user back: before its first send, what held back its
+    batch of the spawn (_first_send_late); at each of its requests' ends, the time from the end
     as read to the next request's send (plus how late that end may have been read: a long stretch
     that reached it, its wait in its loop pass, the mean short delay of the run so far or of the
     window, the larger); after a failed request only to the next request's start (the new
@@ -357,11 +356,8 @@ def aggregate_parts(inputs: FigureInputs) -> AggregateParts | None:
             timelines.append(_Timeline(times, cumulative, _scheduled_shifts(requests, max(late), window.run_end),
                                        max(user_rate, streaming()) if cut else user_rate, scheduled=True))
             continue
-        # before its first send, every stretch since the process began: the spawn paces the users from
-        # when it woke, so a stall delays every batch after it, sends it never reached included
         first = requests[0]
-        dispatched = inputs.dispatcher.held_by(first.t_send) if inputs.dispatcher is not None else 0.0
-        holds = [(first.t_send, profile.held_by(first.t_send) + dispatched)]
+        holds = [(first.t_send, _first_send_late(first, profile, inputs.dispatcher, per_end))]
         for previous, following in zip(requests, requests[1:]):
             # the response's end as read (after the last chunk: the usage, [DONE]), where the next send begins
             ended = next(t for t in (previous.t_end, previous.t_last, previous.t_send) if t is not None)
@@ -392,6 +388,31 @@ def aggregate_parts(inputs: FigureInputs) -> AggregateParts | None:
     between = short.mean / mean_e2e if mean_e2e > 0 else 1.0
     by_edges = _traded_at_the_edges(timelines) / tokens + between + _drain_moved(inputs, late[1])
     return AggregateParts(tokens, by_edges, read_late_traded, between, timelines)
+
+
+OPENING_EVENTS = 2  # the opening call's connect completing (its request is written at once) and its answer read
+
+
+def _first_send_late(first: RequestRecord, profile: LagProfile, master: LagProfile | None, per_event: float) -> float:
+    """How much later than the ideal client a closed-loop user sent its first request.
+    On a worker of a distributed run (its first record has t_dispatched): the master paces the spawn
+    on its own clock, so the master's stretches before it sent the user's spawn message held the
+    batch back, and from that message to the send everything is the client's (the worker spawning the
+    batch, the users before this one, building the request) except the server's answer to the opening
+    call: its time, less the worker's stretches over it and the mean short delay at each of its two
+    wake-ups (as at a request's end: summed over many users, the mean), is left out. A worker's stall holds back the batch it met, not the later ones (2026-12-05, H200 c3000:
+    each worker's 70-110 ms stall at each of the master's six batches, 1.00 s apart, none later than
+    the master's pace; charged to every later batch they made the aggregate's bound 1.1%).
+    Otherwise (Locust's local runner, or no samples of the master): the spawn paces the users from
+    when it woke, so every stretch since the process began delays every batch after it, sends it
+    never reached included, and the master's too."""
+    if first.t_dispatched is not None and master is not None:
+        late = master.held_by(first.t_dispatched) + first.t_send - first.t_dispatched
+        if first.opening is not None:
+            began, read = first.opening
+            late -= max(0.0, read - began - profile.held_between(began, read) - OPENING_EVENTS * per_event)
+        return late
+    return profile.held_by(first.t_send) + (master.held_by(first.t_send) if master is not None else 0.0)
 
 
 def _scheduled_shifts(requests: list[RequestRecord], read_late: float, run_end: float) -> tuple[tuple[float, float], ...]:

@@ -60,6 +60,12 @@ class RequestRecord(Versioned):
     queued: bool | None = None
     conversation: str | None = None  # multi_turn: the conversation and the turn (0-based) this request is
     turn: int | None = None
+    # A user's first request, on a worker of a distributed run on the master's host: when the master
+    # sent the spawn message that started the user (its clock is this one), and the user's opening
+    # call (GET /v1/models) as it began and as its answer was read. The ideal client sends the first
+    # request at the dispatch plus the server's answer to that call: what lies between is the client's.
+    t_dispatched: float | None = None
+    opening: tuple[float, float] | None = None
 
     @model_validator(mode="after")
     def _plausible(self, info: ValidationInfo) -> RequestRecord:
@@ -74,6 +80,9 @@ class RequestRecord(Versioned):
             raise ValueError("chunk arrivals go backwards (or come before the request was sent)")
         if self.t_start is not None and self.t_start > self.t_send:
             raise ValueError("t_start is after t_send")
+        spawn = [t for t in (self.t_dispatched, *(self.opening or ())) if t is not None]
+        if any(not 0 <= t <= MAX_TIME for t in spawn) or any(b < a for a, b in zip(spawn, [*spawn[1:], self.t_send])):
+            raise ValueError("t_dispatched, the opening call and t_send are not in the order they happen")
         if self.t_first is not None and self.t_first < self.t_send:
             raise ValueError("t_first is before t_send")
         if self.t_last is not None and self.t_first is not None and self.t_last < self.t_first:

@@ -200,6 +200,15 @@ class BootMarker(Versioned):
 # ---- reading -----------------------------------------------------------------------------------
 
 RIG_PARENT_ENV = "RIG_PARENT_PID"  # the rig process that started a Locust process (it stops when rig is gone)
+
+
+def dispatched_at(spawns: list[tuple[float, int]], index: int) -> float | None:
+    """When the master sent the spawn message that started a worker's user number `index` (from 0,
+    in the order the worker spawned them), from the spawn messages the worker received, each (the
+    master's timestamp, the users it asked this worker to run in all). A message that came while the
+    worker had not yet acted on the one before it replaced it (Locust kills the spawn it had not run),
+    so the earliest message that asked for the user counts. None: no message asked for it."""
+    return min((sent for sent, target in spawns if target > index), default=None)
 LINES_MAX_BYTES = 64 << 20  # a boot's runs, a run's window events: a few kB
 
 

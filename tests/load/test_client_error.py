@@ -21,7 +21,7 @@ from rig.load.client_error import BOUNDS, client_bounds
 from rig.load.metrics import summarize
 from rig.load.records import RequestRecord
 from rig.load.summary import HEADLINE, LATENCY, Metrics, Window
-from rig.load.wire import ClientStats
+from rig.load.wire import ClientStats, dispatched_at
 
 PERIOD = 0.01  # the locustfile's lag monitor
 START = 1_700_000_000.0
@@ -258,9 +258,11 @@ def test_a_stall_moves_the_aggregate_by_the_users_it_held_back():
 
 
 def spawned_users(loop: Loop | None, starts: list[float], seconds: float, tokens: int, ttft: float, itl: float,
-                  per_chunk: int, connect: float) -> list[RequestRecord]:
+                  per_chunk: int, connect: float, dispatched: list[float] | None = None) -> list[RequestRecord]:
     """Closed-loop users as closed_loop, user i's first send at starts[i] plus its opening call
-    (`connect` seconds: Locust's on_start GET), both read late by the loop like any read."""
+    (`connect` seconds: Locust's on_start GET), both read late by the loop like any read.
+    `dispatched`: a distributed run's worker, whose users' first records say when the master sent
+    their spawn message and when their opening call began and was read, as the locustfile's do."""
     records = []
     for user, begin in enumerate(starts):
         sent, k = begin + connect, 0
@@ -268,6 +270,9 @@ def spawned_users(loop: Loop | None, starts: list[float], seconds: float, tokens
         while sent < seconds:
             _, seen = request_times(loop, user, k, sent, tokens, ttft, itl)
             records.append(record(user, k, sent, seen, tokens, per_chunk))
+            if k == 0 and dispatched is not None:
+                records[-1] = records[-1].model_copy(update={"t_dispatched": START + dispatched[user],
+                                                             "opening": (START + begin, START + sent)})
             sent, k = seen[-1], k + 1
     return records
 
@@ -283,6 +288,71 @@ def locust_batches(loop: Loop | None, users: int, rate: float) -> tuple[list[flo
         if len(starts) < users:
             t += wait + (loop.delay(t + wait) if loop else 0.0)
     return starts, t
+
+
+def distributed_batches(master: Loop | None, worker: Loop | None, users: int, rate: float) -> tuple[list[float], list[float], float]:
+    """A distributed run's spawn: the master paces the batches on its own loop (locust_batches) and
+    sends each to the worker, which spawns it once its loop is free: a worker's stall holds back the
+    batch it meets, not the later ones. Returns each user's dispatch (the master's message), its
+    start on the worker, and when the last batch was sent (spawning_complete)."""
+    per, wait = max(1, int(rate)), max(1, int(rate)) / rate
+    dispatched: list[float] = []
+    starts: list[float] = []
+    t = 0.0
+    while len(starts) < users:
+        batch, begin = min(per, users - len(starts)), t + (worker.delay(t) if worker else 0.0)
+        dispatched += [t] * batch
+        starts += [begin + 0.0005 * j for j in range(batch)]
+        if len(starts) < users:
+            t += wait + (master.delay(t + wait) if master else 0.0)
+    return dispatched, starts, t
+
+
+def distributed_spawn(master_stalls: list[tuple[float, float]], worker_stalls: list[tuple[float, float]], users: int = 120,
+                      rate: float = 20.5, seconds: float = 12.0, connect: float = 0.05) -> tuple[float, float | None, float | None]:
+    """One worker's users spawned by a master, each loop with its own stalls; the window opens at
+    spawning_complete and the run's end cuts the streams, as c3000's. Returns the aggregate's error,
+    its bound from the records as the locustfile writes them, and the bound from the same records
+    without the dispatches (the local runner's rule: every stretch since the process began)."""
+    tokens, ttft, itl, per_chunk = 300, 1.5, 0.03, 4
+    master, worker = stalls_at(master_stalls, 80.0), stalls_at(worker_stalls, 80.0)
+    dispatched, starts, spawned = distributed_batches(master, worker, users, rate)
+    _, ideal_starts, _ = distributed_batches(None, None, users, rate)
+    end = spawned + seconds
+    window = Window(start=START + spawned, end=START + end, run_start=START + spawned, run_end=START + end, steady=False,
+                    opened_by="simulated: spawning_complete")
+    records = cut_at(spawned_users(worker, starts, end + 1, tokens, ttft, itl, per_chunk, connect, dispatched), START + end)
+    truth = summarize(cut_at(spawned_users(None, ideal_starts, end + 1, tokens, ttft, itl, per_chunk, connect), START + end),
+                      window).output_tok_s
+    error = abs(truth / summarize(records, window).output_tok_s - 1)
+    clients, dispatcher = [ClientStats(process="p", lag=monitor(worker, end + 1))], ClientStats(process="master", lag=monitor(master, end + 1))
+    bound = client_bounds(records, window, clients, 0.01, dispatcher)["output_tok_s"].bound
+    undispatched = [r.model_copy(update={"t_dispatched": None, "opening": None}) for r in records]
+    return error, bound, client_bounds(undispatched, window, clients, 0.01, dispatcher)["output_tok_s"].bound
+
+
+def test_a_workers_stall_holds_back_the_batch_it_met_and_not_the_later_ones():
+    """2026-12-05, H200 c3000: each worker stalled 70-110 ms at each of the master's six batches, and
+    the batches still came 1.00 s apart: the master paces them. Charged to every later batch, those
+    stalls made the aggregate's bound 1.1%. With the master's dispatch of each user recorded the
+    bound counts each batch's own hold-up; the truth stays inside it, here too where a worker's stall
+    outlasts a batch (the next message waits for it) and where the master stalls as well."""
+    batches = [(k / 20.5 * 20, 0.09) for k in range(6)]  # the spawn's work at each batch
+    for master_stalls, worker_stalls in (([], batches), ([], [*batches, (2.5, 1.2)]), ([(1.5, 0.6)], [*batches, (3.2, 0.4)])):
+        error, bound, undispatched = distributed_spawn(master_stalls, worker_stalls)
+        assert bound is not None and undispatched is not None and error <= bound, (master_stalls, worker_stalls, error, bound)
+        assert bound < undispatched, (bound, undispatched)
+    _, bound, undispatched = distributed_spawn([], batches)
+    assert bound is not None and undispatched is not None and bound < undispatched / 2, (bound, undispatched)
+
+
+def test_which_spawn_message_started_a_user():
+    """A worker's users in the order it spawned them, against the messages it received (the
+    master's timestamp, the users it asked for in all): a message that replaced one the worker had not
+    acted on yet does not hide the earlier dispatch of the users that one asked for."""
+    spawns = [(10.0, 3), (11.0, 6), (12.0, 9), (12.5, 12)]  # 12.0's spawn replaced by 12.5's before it ran
+    assert [dispatched_at(spawns, i) for i in range(13)] == [10.0] * 3 + [11.0] * 3 + [12.0] * 3 + [12.5] * 3 + [None]
+    assert dispatched_at([], 0) is None
 
 
 @pytest.mark.parametrize("stall, connect", [(0.6, 0.05), (1.0, 0.2)])

@@ -224,6 +224,8 @@ def test_stalled_client_is_invalid_or_right(timed_target, tmp_path):
 
 
 def test_distributed_run_master_and_workers(timed_target, tmp_path):
+    from rig.load.records import read_records
+
     target, _ = timed_target
     summary = run_scenario(target, scenario(users=6, distributed=True, spawn_rate=6, kind="concurrency", duration_s=3.0),
                            tmp_path / "run", workers=2, counter=FixedPrompts("fixed test prompts"), prompts=PROMPTS, progress=False, settle_s=2.0)
@@ -234,6 +236,15 @@ def test_distributed_run_master_and_workers(timed_target, tmp_path):
     # the master's own loop is monitored too (its stalls start later batches late), in a file of its own
     master = read_dispatcher(tmp_path / "run")
     assert master is not None and master.lag and master.process not in {c.process for c in read_clients(tmp_path / "run")}
+    # each user's first request says when the master sent the spawn message that started it, and when
+    # its opening call began and was read (the aggregate's bound reads the spawn's hold-up from them)
+    firsts = {}
+    for r in sorted(read_records(tmp_path / "run"), key=lambda r: r.t_send):
+        first = firsts.setdefault(r.user, r)
+        if r is not first:
+            assert r.t_dispatched is None and r.opening is None, r
+    assert len(firsts) == 6 and all(r.t_dispatched is not None and r.opening is not None for r in firsts.values()), firsts
+    assert all(r.t_dispatched <= r.opening[0] <= r.opening[1] <= r.t_send for r in firsts.values()), firsts
     itl_p50_is_the_truth_or_named_unusable(summary)
 
 
