@@ -62,6 +62,7 @@ from rig.load.wire import (
     WindowEvent,
     WindowEventName,
     client_file,
+    dispatch_wait,
     dispatched_at,
     dispatcher_file,
 )
@@ -602,7 +603,8 @@ class StreamingUser(HttpUser):
         self.client.headers.update(auth_headers())
         local = next(USER_IDS)
         self.user_key = f"{PROCESS_ID}-u{local}"
-        self.dispatched = dispatched_at(SPAWNS, local)
+        rate = config().spawn_rate
+        self.dispatched = dispatched_at(SPAWNS, local, dispatch_wait(rate)) if rate else None
         self.opening: tuple[float, float] | None = None
         # Prompt choice and nonces follow (run label, worker, user): unique inside a run, and the
         # same sequence in the same round of every boot, so outputs can be compared across arms.
@@ -623,7 +625,8 @@ class StreamingUser(HttpUser):
     def new_record(self, prompt: str, target: int | None, nonce: str | None, max_tokens: int) -> RequestRecord:
         record = RequestRecord(id=f"{PROCESS_ID}-{next(REQUEST_IDS)}", process=PROCESS_ID, user=self.user_key, prompt=prompt,
                                prompt_tokens_target=target, prompt_nonce=nonce, t_send=0.0, max_tokens=max_tokens,
-                               t_dispatched=self.dispatched, opening=self.opening)
+                               t_dispatched=self.dispatched[0] if self.dispatched else None,
+                               dispatch_behind=self.dispatched[1] if self.dispatched else None, opening=self.opening)
         self.dispatched = self.opening = None  # the user's first request only
         return record
 

@@ -64,7 +64,9 @@ class RequestRecord(Versioned):
     # sent the spawn message that started the user (its clock is this one), and the user's opening
     # call (GET /v1/models) as it began and as its answer was read. The ideal client sends the first
     # request at the dispatch plus the server's answer to that call: what lies between is the client's.
+    # dispatch_behind: how far that message ran behind the master's own pace (its earlier wake-ups late).
     t_dispatched: float | None = None
+    dispatch_behind: float | None = None
     opening: tuple[float, float] | None = None
 
     @model_validator(mode="after")
@@ -80,6 +82,8 @@ class RequestRecord(Versioned):
             raise ValueError("chunk arrivals go backwards (or come before the request was sent)")
         if self.t_start is not None and self.t_start > self.t_send:
             raise ValueError("t_start is after t_send")
+        if self.dispatch_behind is not None and not 0 <= self.dispatch_behind <= MAX_TIME:
+            raise ValueError("dispatch_behind is not a duration")
         spawn = [t for t in (self.t_dispatched, *(self.opening or ())) if t is not None]
         if any(not 0 <= t <= MAX_TIME for t in spawn) or any(b < a for a, b in zip(spawn, [*spawn[1:], self.t_send])):
             raise ValueError("t_dispatched, the opening call and t_send are not in the order they happen")

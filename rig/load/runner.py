@@ -328,7 +328,8 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
                         nonce=nonce, nonce_seed=label, out_dir=str(out_dir), read_timeout_s=scenario.read_timeout_s,
                         keep_text_chars=keep_text_chars(), arrival_processes=run.processes_sending,
                         output_lengths=scenario.output_lengths, arrivals=workload.arrivals, trace=workload.trace,
-                        conversations=workload.conversations, turns=workload.turns, think_time_s=workload.think_time_s)
+                        conversations=workload.conversations, turns=workload.turns, think_time_s=workload.think_time_s,
+                        spawn_rate=scenario.spawn_rate or scenario.pool)
     run.configure(config, offsets[-1] if offsets else 0.0)
     interrupted = False
     local = urllib.parse.urlsplit(record.base_url).hostname in ("127.0.0.1", "localhost", "::1")

@@ -13,6 +13,7 @@ only: the locustfile imports this (also on remote workers), and it must stay che
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -133,6 +134,7 @@ class LoadConfig(Versioned):
     conversations: list[ConversationScript] | None = None
     turns: int | None = None
     think_time_s: float = 0.0
+    spawn_rate: float | None = None  # Locust's -r: the master's pace of spawn messages (dispatch_wait)
 
     @classmethod
     def read(cls, path: Path | str) -> LoadConfig:
@@ -202,13 +204,26 @@ class BootMarker(Versioned):
 RIG_PARENT_ENV = "RIG_PARENT_PID"  # the rig process that started a Locust process (it stops when rig is gone)
 
 
-def dispatched_at(spawns: list[tuple[float, int]], index: int) -> float | None:
+def dispatch_wait(spawn_rate: float) -> float:
+    """The master's pace: Locust's UsersDispatcher (2.47) sends one round of spawn messages, one to
+    every worker, each max(1, floor(rate)) / rate seconds after the last round began, sleeping what
+    the round left of it; a round late to begin (a wake-up late by however little) is never made up."""
+    return max(1, math.floor(spawn_rate)) / spawn_rate
+
+
+def dispatched_at(spawns: list[tuple[float, int]], index: int, wait: float) -> tuple[float, float] | None:
     """When the master sent the spawn message that started a worker's user number `index` (from 0,
-    in the order the worker spawned them), from the spawn messages the worker received, each (the
-    master's timestamp, the users it asked this worker to run in all). A message that came while the
-    worker had not yet acted on the one before it replaced it (Locust kills the spawn it had not run),
-    so the earliest message that asked for the user counts. None: no message asked for it."""
-    return min((sent for sent, target in spawns if target > index), default=None)
+    in the order the worker spawned them), and how far that message ran behind the master's own pace
+    (round k due `wait` x k after the first; every round sends this worker a message), from the spawn
+    messages the worker received, each (the master's timestamp, the users it asked this worker to run
+    in all). A message that came while the worker had not yet acted on the one before it replaced it
+    (Locust kills the spawn it had not run), so the earliest message that asked for the user counts.
+    None: no message asked for it."""
+    asked = [(sent, k) for k, (sent, target) in enumerate(spawns) if target > index]
+    if not asked:
+        return None
+    sent, k = min(asked)
+    return sent, max(0.0, sent - spawns[0][0] - k * wait)
 LINES_MAX_BYTES = 64 << 20  # a boot's runs, a run's window events: a few kB
 
 

@@ -242,8 +242,9 @@ def test_distributed_run_master_and_workers(timed_target, tmp_path):
     for r in sorted(read_records(tmp_path / "run"), key=lambda r: r.t_send):
         first = firsts.setdefault(r.user, r)
         if r is not first:
-            assert r.t_dispatched is None and r.opening is None, r
-    assert len(firsts) == 6 and all(r.t_dispatched is not None and r.opening is not None for r in firsts.values()), firsts
+            assert r.t_dispatched is None and r.dispatch_behind is None and r.opening is None, r
+    assert len(firsts) == 6 and all(r.t_dispatched is not None and r.opening is not None and r.dispatch_behind is not None
+                                    for r in firsts.values()), firsts
     assert all(r.t_dispatched <= r.opening[0] <= r.opening[1] <= r.t_send for r in firsts.values()), firsts
     itl_p50_is_the_truth_or_named_unusable(summary)
 
