@@ -400,19 +400,19 @@ OPENING_EVENTS = 2  # the opening call's connect completing (its request is writ
 
 def _first_send_late(first: RequestRecord, profile: LagProfile, master: LagProfile | None, short_stretch: float) -> float:
     """How much later than the ideal client a closed-loop user sent its first request.
-    On a worker of a distributed run (its first record has t_dispatched): the master paces the spawn
-    on its own clock, so the master's stretches before it sent the user's spawn message held the
-    batch back, and so did every late wake-up of its pace before it, however short (dispatch_behind:
-    an independent review's 0.69% under a bound of 0.25%, a master 9.5 ms late at each of 47 rounds;
-    a long stretch may count in both), and from that message to the send everything is the client's (the worker spawning the
-    batch, the users before this one, building the request) except the server's answer to the opening
-    call: its time, less what the worker's stretches held of it (the spawn's own stretch, which ends
-    as the first users begin, only its part after a user began) and, at each of its two wake-ups, the
-    longest stretch a short sample may come from (`short_stretch`: the sample and a period before it;
-    the spawn is the loop's busiest time, so its mean short delay is no measure of the opening calls',
-    an independent review), is left out. A worker's stall holds back the batch it met, not the later ones (2026-12-05, H200 c3000:
-    each worker's 70-110 ms stall at each of the master's six batches, 1.00 s apart, none later than
-    the master's pace; charged to every later batch they made the aggregate's bound 1.1%).
+    On a worker of a distributed run (its first record has t_dispatched) the master paces the spawn
+    on its own clock, and a worker's stall holds back the batch it met, not the later ones (the H200
+    c3000 of 2026-12-05: each worker stalled 70-110 ms at each of the master's six batches, which
+    still came 1.00 s apart; charged to every later batch, those stalls made the bound 1.1%). So:
+    - the master's stretches before it sent the user's spawn message, and every late wake-up of its
+      pace before then, however short (dispatch_behind; an independent review: a master 9.5 ms late
+      at each of 47 rounds, 0.69% under a bound of 0.25%; a long stretch may count in both);
+    - from that message to the send, everything is the client's (the worker spawning the batch, the
+      users before this one, building the request), except the server's answer to the opening call:
+      its time, less what the worker's stretches held of it (a stretch counts its part inside the
+      call only: the spawn's own ends as the first users begin) and, at each of its two wake-ups, the
+      longest stretch a short sample may come from (`short_stretch`; the spawn is the loop's busiest
+      time, so its mean short delay is no measure of the opening calls': the same review).
     Otherwise (Locust's local runner, or no samples of the master): the spawn paces the users from
     when it woke, so every stretch since the process began delays every batch after it, sends it
     never reached included, and the master's too."""
