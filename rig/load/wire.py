@@ -224,6 +224,8 @@ def dispatched_at(spawns: list[tuple[float, int]], index: int, wait: float) -> t
         return None
     sent, k = min(asked)
     return sent, max(0.0, sent - spawns[0][0] - k * wait)
+
+
 LINES_MAX_BYTES = 64 << 20  # a boot's runs, a run's window events: a few kB
 
 
