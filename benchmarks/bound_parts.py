@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +19,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from rig.load import client_error, request_metrics  # noqa: E402
+from rig.load import client_error  # noqa: E402
 from rig.load.records import read_records  # noqa: E402
 from rig.load.runner import read_clients, read_dispatcher  # noqa: E402
 from rig.load.summary import RunSummary  # noqa: E402
@@ -34,23 +33,7 @@ def main() -> int:
     records, clients, dispatcher = read_records(args.run), read_clients(args.run), read_dispatcher(args.run)
     bounds = client_error.client_bounds(records, window, clients, 0.01, dispatcher)
     print("bounds: " + ", ".join(f"{name} {'-' if b.bound is None else f'{100 * b.bound:.3f}%'}" for name, b in bounds.items()))
-    done = request_metrics.done_in_window(records, window.start, window.end)
-    measured = request_metrics.measured_tokens_per_chunk(records)
-    ratio, known = (1.0, False) if measured is None else (measured, True)
-    records_of, done_of = defaultdict(list), defaultdict(list)
-    for r in records:
-        records_of[r.process].append(r)
-    for d in done:
-        done_of[d.record.process].append(d)
-    profiles = {c.process: c for c in clients}
-    master = client_error.LagProfile.of(dispatcher, window.start, window.end) if dispatcher is not None else None
-    inputs = []
-    for process in sorted(records_of):
-        if process not in profiles:
-            continue
-        end = max(window.end, max((d.last for d in done_of[process]), default=window.end))
-        inputs.append(client_error.FigureInputs(done_of[process], client_error.LagProfile.of(profiles[process], window.start, end),
-                                                window, records_of[process], ratio, known, master, 0.0))
+    inputs = client_error.figure_inputs(records, window, clients, dispatcher)
     parts = []
     for i in inputs:
         part = i.aggregate

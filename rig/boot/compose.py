@@ -82,6 +82,7 @@ class ComposeDriver:
 
     def up(self, resolved: Resolved, overlay: dict[str, str] | None = None, port: int | None = None,
            progress: bool = True, cold_caches: bool = False, unset: Collection[str] = ()) -> BootRecord:
+        # `unset` needs nothing here: a container gets only the environment its compose files name
         client = docker_client()
         if resolved.topology.nodes > 1:
             raise RigError(f"recipes/{resolved.recipe.name}.yaml", "topology.nodes",

@@ -304,7 +304,7 @@ def aggregate_parts(inputs: FigureInputs) -> AggregateParts | None:
     if not inputs.ratio_known and any(request_metrics.counted_at_the_run_ratio(r) for r in inputs.records):
         return AggregateParts(1.0, 1.0, (0.0, 0.0), 0.0, None)  # the whole figure: unbounded
     per_chunk = {id(r): request_metrics.chunk_token_counts(r, inputs.ratio) for r in inputs.records}
-    tokens = sum(n for r in inputs.records for a, n in zip(r.chunks, per_chunk[id(r)]) if window.start <= a <= window.end)
+    tokens = request_metrics.tokens_read_between(inputs.records, window.start, window.end, inputs.ratio)
     if tokens <= 0:
         return None
     short = profile.short()
@@ -683,13 +683,9 @@ assert {f.name for f in HEADLINE.values()} <= set(BOUNDS), "every headline figur
 POOLED: dict[str, Callable[[list[FigureInputs]], float | None]] = {"output_tok_s": _aggregate_at_steady_state}
 
 
-def client_bounds(records: list[RequestRecord], window: Window, clients: list[ClientStats],
-                  limit: float, dispatcher: ClientStats | None = None, pause_s: float = 0.0) -> dict[str, ClientBound]:
-    """Per figure, the most the client's timing could have moved it (a share of the figure): the
-    worst over the Locust processes, each bounded with its own delays and its own requests (and
-    the master's, `dispatcher`, where it dispatched them; `pause_s`: the think time between a
-    conversation's turns, which the ideal client waits too). A figure with no samples has bound
-    None, which never holds."""
+def figure_inputs(records: list[RequestRecord], window: Window, clients: list[ClientStats],
+                  dispatcher: ClientStats | None = None, pause_s: float = 0.0) -> list[FigureInputs]:
+    """Each Locust process's requests and delays, as the bounds read them (client_bounds)."""
     done = done_in_window(records, window.start, window.end)
     measured = request_metrics.measured_tokens_per_chunk(records)
     ratio, ratio_known = (1.0, False) if measured is None else (measured, True)
@@ -716,6 +712,17 @@ def client_bounds(records: list[RequestRecord], window: Window, clients: list[Cl
         end = max(window.end, max((d.last for d in process_done), default=window.end))
         inputs.append(FigureInputs(process_done, LagProfile.of(client, window.start, end), window,
                                    records_of[process], ratio, ratio_known, master, pause_s))
+    return inputs
+
+
+def client_bounds(records: list[RequestRecord], window: Window, clients: list[ClientStats],
+                  limit: float, dispatcher: ClientStats | None = None, pause_s: float = 0.0) -> dict[str, ClientBound]:
+    """Per figure, the most the client's timing could have moved it (a share of the figure): the
+    worst over the Locust processes, each bounded with its own delays and its own requests (and
+    the master's, `dispatcher`, where it dispatched them; `pause_s`: the think time between a
+    conversation's turns, which the ideal client waits too). A figure with no samples has bound
+    None, which never holds."""
+    inputs = figure_inputs(records, window, clients, dispatcher, pause_s)
     unmonitored = not inputs or any(not i.profile.samples for i in inputs)  # a process whose delays are unknown
     out = {}
     for name, bound_of in BOUNDS.items():
