@@ -3,7 +3,8 @@ directories, read from the environment at call time (RIG_RESULTS_DIR, RIG_STATE_
 so a test or a second run points them elsewhere by setting a variable, never by patching a module.
 
 A directory named by the environment must be a path of its own: empty means the default, and a
-system directory (/, /etc, /usr, ...) is refused in one line before anything is written there.
+system directory (/, /etc, /usr, ...) is refused in one line before anything is written there. A
+relative one is taken from the directory rig was started in, and used as an absolute path.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ def _from_environment(variable: str, default: Path) -> Path:
     if resolved in SYSTEM_DIRS or resolved.parent == Path("/") and not path.exists():
         raise Invalid("environment", variable, f"{raw!r} is a system directory (rig would write into it)",
                       f"set {variable} to a directory of its own, e.g. {default}, or unset it")
-    return path
+    # absolute and normalized: a boot record names its paths under it, and `results2`, `./results2`
+    # and the absolute spelling are one directory (compared as spelled, they read as another one)
+    return Path(os.path.abspath(path))
 
 
 def results_dir() -> Path:

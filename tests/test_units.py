@@ -243,6 +243,18 @@ def test_an_empty_results_directory_variable_means_the_default(monkeypatch, tmp_
     assert paths.results_dir() == tmp_path / "mine" and paths.boots_dir() == tmp_path / "mine" / "boots"
 
 
+@pytest.mark.parametrize("spelled", ["mine", "./mine", "other/../mine", "mine/", "{cwd}/mine"])
+def test_a_relative_results_directory_is_one_directory_however_spelled(monkeypatch, tmp_path, spelled):
+    """A boot record names its paths under the results directory and rig checks them against it: a
+    relative RIG_RESULTS_DIR is the absolute path from where rig started, so `mine` and `./mine` are
+    one directory (compared as spelled, a boot started with one read as started elsewhere)."""
+    from rig import paths
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RIG_RESULTS_DIR", spelled.format(cwd=Path.cwd()))
+    assert paths.results_dir() == Path.cwd() / "mine" and paths.boots_dir() == Path.cwd() / "mine" / "boots"
+
+
 def test_a_server_that_exited_unreaped_is_not_up(tmp_path):
     """A native server killed where nobody reaps it (PID 1 of a container that reaps nothing) stays a
     zombie that answers kill(0): `rig status` must say it is down, and `rig up` may boot again."""
