@@ -185,28 +185,32 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
+    import os as os_module
     import time
+    from pathlib import Path
 
+    from rig import paths as rig_paths
     from rig.boot.record import BootRecord
-    from rig.boot.state import boots_of
+    from rig.boot.state import ANY_VARIANT, boots_of
     from rig.deploy.recipe import parse_ref
+    from rig.errors import NotFound
+    from rig.strict_yaml import open_inside
 
-    name = parse_ref(args.recipe)[0]
+    name, variant = parse_ref(args.recipe)
     try:
         record = _running(name)
     except RigError:
-        boots = boots_of(name)
-        if not boots:
+        if not boots_of(name):
             raise
+        record = None
+    # recipe:variant is that variant's boot: the one up, else its last; the bare name is the recipe's, any variant
+    up = record is not None and (variant is None or record.variant == variant)
+    if not up:
+        boots = boots_of(name, ANY_VARIANT if variant is None else variant)
+        if not boots:
+            raise NotFound(str(rig_paths.boots_dir()), "(boot)", f"{args.recipe} has never been started here",
+                           f"start it with `rig up {args.recipe}`; `rig status` lists what is up")
         record = BootRecord.load(boots[-1])
-        up = False
-    else:
-        up = True
-    import os as os_module
-    from pathlib import Path
-
-    from rig.errors import NotFound
-    from rig.strict_yaml import open_inside
 
     try:  # a regular file inside the boot's own directory: never a FIFO, a device or a link elsewhere
         descriptor = open_inside(Path(record.log_path), Path(record.boot_dir))
@@ -215,7 +219,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
                        f"read {record.boot_dir}/boot.json for its status and error") from None
     os_module.set_blocking(descriptor, True)
     if not up:  # say whose log this is, on stderr (stdout stays the log itself)
-        print(f"rig: {name} is not up; the log of its last boot, {record.boot_id} ({record.status}):", file=sys.stderr)
+        print(f"rig: {args.recipe} is not up; the log of its last boot, {record.boot_id} ({record.status}):", file=sys.stderr)
     with open(descriptor, errors="replace", closefd=True) as handle:
         sys.stdout.write(handle.read())
         while args.follow:

@@ -128,14 +128,17 @@ def state_path(recipe_name: str) -> Path:
     return paths.state_dir() / f"{recipe_name}.json"
 
 
-def boots_of(recipe_name: str) -> list[Path]:
-    """The boot.json of every boot of `recipe_name` (any variant), oldest first; `a` never matches
-    the boots of `a-b`."""
+ANY_VARIANT = object()
+
+
+def boots_of(recipe_name: str, variant: str | None | object = ANY_VARIANT) -> list[Path]:
+    """The boot.json of every boot of `recipe_name` (any variant, or only `variant`'s: None is the
+    recipe without one), oldest first; `a` never matches the boots of `a-b`."""
     state_path(recipe_name)  # the name's grammar
     found = []
     for path in paths.boots_dir().glob("*/boot.json"):
         match = BOOT_ID.fullmatch(path.parent.name)
-        if match and match.group("recipe") == recipe_name:
+        if match and match.group("recipe") == recipe_name and (variant is ANY_VARIANT or match.group("variant") == variant):
             found.append(path)
     return sorted(found, key=lambda path: path.parent.name)
 

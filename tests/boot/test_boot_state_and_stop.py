@@ -229,6 +229,31 @@ def test_missing_boot_log_is_one_line(rig_dirs):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+def test_logs_of_a_variant_are_that_variants(rig_dirs):
+    """`rig logs tiny-cpu:serial` is the serial variant's last boot, also when a later boot of
+    another variant exists (it printed the recipe's last log, whatever its variant); the bare name is
+    the recipe's last boot; a variant never started is one line."""
+    env, root = rig_dirs
+    for boot_id, ref, variant in (("20260101-000000-tiny-cpu.serial-0000", "tiny-cpu:serial", "serial"),
+                                  ("20260101-000001-tiny-cpu-0001", "tiny-cpu", None)):
+        boot_dir = root / "results" / "boots" / boot_id
+        boot_dir.mkdir(parents=True)
+        (boot_dir / "server.log").write_text(f"the log of {ref}\n")
+        (boot_dir / "boot.json").write_text(json.dumps({
+            "boot_id": boot_id, "ref": ref, "recipe": "tiny-cpu", "variant": variant, "driver": "native",
+            "base_url": "http://127.0.0.1:8321", "boot_dir": str(boot_dir), "log_path": str(boot_dir / "server.log"),
+            "manifest_dir": str(boot_dir / "manifests"), "overlay": {}, "started": 1.0, "healthy_after_s": 1.0,
+            "stopped": 2.0, "status": "stopped", "served_model": "m", "pid": None, "pid_start_ticks": None,
+            "kernel_boot_time": None, "compose_project": None, "compose_files": [], "image": {}, "error": None}))
+    for ref, printed in (("tiny-cpu:serial", "tiny-cpu:serial"), ("tiny-cpu", "tiny-cpu")):
+        result = rig_cli("logs", ref, env=env)
+        assert result.returncode == 0 and result.stdout == f"the log of {printed}\n", (ref, result)
+        assert f"rig: {ref} is not up" in result.stderr, result.stderr
+    result = rig_cli("logs", "tiny-cpu:cb", env=env)
+    assert result.returncode == 2 and "tiny-cpu:cb has never been started here" in result.stderr, result
+    assert len(result.stderr.strip().splitlines()) == 1 and not result.stdout, result
+
+
 def test_compose_record_without_container_is_one_line(rig_dirs, monkeypatch, capsys):
     """`rig status` on a compose boot whose container is gone: one line, no traceback."""
     import types
