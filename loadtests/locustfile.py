@@ -40,7 +40,7 @@ import urllib3.connection
 from gevent.event import Event
 from gevent.socket import wait_read
 from locust import HttpUser, events, task
-from locust.runners import MasterRunner, WorkerRunner
+from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 from locust.user.task import LOCUST_STATE_STOPPING
 
 from rig.atomic import write_text_atomic
@@ -296,6 +296,8 @@ def _on_init(environment: Any, **_: Any) -> None:
         environment.runner.register_message("rig_epoch", _on_epoch)
         if os.environ.get(RIG_PARENT_ENV):  # on the master's host: its clock is this one
             _record_spawns(environment.runner)
+    elif isinstance(environment.runner, LocalRunner):
+        _record_rounds(environment.runner)
     # Thousands of live streams keep many objects alive; default GC thresholds then stop the
     # event loop for full collections of ~10 ms, which shows up as client lag. Collect rarely
     # until the users exist; during the measured run the collector is off (see _on_spawned).
@@ -305,7 +307,9 @@ def _on_init(environment: Any, **_: Any) -> None:
     gevent.spawn(_lag_monitor)
 
 
-# The spawn messages this worker received: (the master's timestamp, the users it asked for in all).
+# The spawn's rounds as this process met them, each (when the round was dispatched, the users it and
+# the rounds before asked this process for in all): a worker's spawn messages (the master's timestamp),
+# or the local runner's own rounds.
 SPAWNS: list[tuple[float, int]] = []
 
 
@@ -323,6 +327,20 @@ def _record_spawns(runner: WorkerRunner) -> None:
         handle(message)
 
     runner.handle_message = recorded
+
+
+def _record_rounds(runner: LocalRunner) -> None:
+    """Locust's local runner paces the spawn on this process's own loop: round k is due k waits after
+    the first (dispatch_wait), and a wake-up late by however little, a stretch the lag monitor saw as
+    a short sample too, delays that round and every later one. Each round calls spawn_users once, the
+    rounds that add nobody too (Locust keeps no list of them: the method is wrapped)."""
+    spawn = runner.spawn_users
+
+    def recorded(user_classes_spawn_count: dict[str, int], *args: Any, **kwargs: Any) -> Any:
+        SPAWNS.append((time.time(), (SPAWNS[-1][1] if SPAWNS else 0) + sum(user_classes_spawn_count.values())))
+        return spawn(user_classes_spawn_count, *args, **kwargs)
+
+    runner.spawn_users = recorded
 
 
 @events.spawning_complete.add_listener

@@ -109,8 +109,9 @@ class LagProfile:
     # spawn's and the ramp's too: the spawn paces users from the time it woke): one that reached a
     # user's read of its last chunk, or its way to a send, held that user's next request back.
     held: tuple[tuple[float, float, float], ...] = ()
-    # The mean short delay over the same span (the ramp is often busier than the window)
+    # The mean and the largest short delay over the same span (the ramp is often busier than the window)
     short_mean_run: float = 0.0
+    short_largest_run: float = 0.0
 
     @classmethod
     def of(cls, client: ClientStats, start: float, end: float) -> LagProfile:
@@ -128,7 +129,8 @@ class LagProfile:
             if wake <= end + 1.0:
                 held.append(stretch)
         short = [lag for t, lag in timed if t <= end + 1.0 and lag <= LAG_PERIOD_S]
-        return cls(client.process, tuple(inside), tuple(stretches), tuple(held), float(np.mean(short)) if short else 0.0)
+        return cls(client.process, tuple(inside), tuple(stretches), tuple(held), float(np.mean(short)) if short else 0.0,
+                   max(short, default=0.0))
 
     def late_by(self, t: float) -> float:
         """How late a long stretch may have made an event recorded at t (0: none reached it)."""
@@ -154,6 +156,12 @@ class LagProfile:
     def held_by(self, t: float) -> float:
         """Seconds of every long stretch begun by t."""
         return sum(delay for begin, _, delay in self.held if begin <= t)
+
+    def short_stretch(self) -> float:
+        """The longest stretch a short sample of the run may come from (a sample under the monitor's
+        period may end a stretch begun up to a period before its timer was due): the most one event
+        was held up outside the long stretches, the spawn's busy time included."""
+        return max(self.short().largest, self.short_largest_run) + LAG_PERIOD_S
 
     def short(self) -> ShortDelays:
         """The short stretches' delay distribution: the samples under the monitor's period."""
@@ -362,7 +370,7 @@ def aggregate_parts(inputs: FigureInputs) -> AggregateParts | None:
                                        max(user_rate, streaming()) if cut else user_rate, scheduled=True))
             continue
         first = requests[0]
-        holds = [(first.t_send, _first_send_late(first, profile, inputs.dispatcher, short.largest + LAG_PERIOD_S))]
+        holds = [(first.t_send, _first_send_late(first, profile, inputs.dispatcher))]
         for previous, following in zip(requests, requests[1:]):
             # the response's end as read (after the last chunk: the usage, [DONE]), where the next send begins
             ended = next(t for t in (previous.t_end, previous.t_last, previous.t_send) if t is not None)
@@ -398,29 +406,40 @@ def aggregate_parts(inputs: FigureInputs) -> AggregateParts | None:
 OPENING_EVENTS = 2  # the opening call's connect completing (its request is written at once) and its answer read
 
 
-def _first_send_late(first: RequestRecord, profile: LagProfile, master: LagProfile | None, short_stretch: float) -> float:
+def _first_send_late(first: RequestRecord, profile: LagProfile, master: LagProfile | None) -> float:
     """How much later than the ideal client a closed-loop user sent its first request.
-    On a worker of a distributed run (its first record has t_dispatched) the master paces the spawn
-    on its own clock, and a worker's stall holds back the batch it met, not the later ones (the H200
-    c3000 of 2026-12-05: each worker stalled 70-110 ms at each of the master's six batches, which
-    still came 1.00 s apart; charged to every later batch, those stalls made the bound 1.1%). So:
-    - the master's stretches before it sent the user's spawn message, and every late wake-up of its
-      pace before then, however short (dispatch_behind; an independent review: a master 9.5 ms late
-      at each of 47 rounds, 0.69% under a bound of 0.25%; a long stretch may count in both);
-    - from that message to the send, everything is the client's (the worker spawning the batch, the
-      users before this one, building the request), except the server's answer to the opening call:
-      its time, less what the worker's stretches held of it (a stretch counts its part inside the
-      call only: the spawn's own ends as the first users begin) and, at each of its two wake-ups, the
-      longest stretch a short sample may come from (`short_stretch`; the spawn is the loop's busiest
-      time, so its mean short delay is no measure of the opening calls': the same review).
-    Otherwise (Locust's local runner, or no samples of the master): the spawn paces the users from
-    when it woke, so every stretch since the process began delays every batch after it, sends it
-    never reached included, and the master's too."""
-    if first.t_dispatched is not None and first.dispatch_behind is not None and master is not None:
-        late = master.held_by(first.t_dispatched) + first.dispatch_behind + first.t_send - first.t_dispatched
+    Where its first record says which round of the spawn started it (t_dispatched: the master's
+    spawn message on a worker of a distributed run, the local runner's own round in one process),
+    the round's pacer (the master; in one process the process itself) and the user's own way from
+    the round to its send are counted apart: a worker's stall holds back the batch it met, not the
+    later ones, which the master paces on its own clock (the H200 c3000 of 2026-12-05: each worker
+    stalled 70-110 ms at each of the master's six batches, which still came 1.00 s apart; charged
+    to every later batch, those stalls made the bound 1.1%). So:
+    - the pacer's stretches before the round, the first round's own wake-up (the longest stretch a
+      short sample of the pacer may come from: dispatch_behind counts from that round; a review of
+      the local runner: an 18 ms stretch over it, 8.4% under a bound of 3.8%), and every late
+      wake-up of its pace after it, however short (dispatch_behind; an independent review: a master
+      9.5 ms late at each of 47 rounds, 0.69% under a bound of 0.25%; a long stretch may count in
+      both);
+    - from the round to the send, everything is the client's (spawning the batch, the users before
+      this one, building the request), except the server's answer to the opening call: its time,
+      less what the process's stretches held of it (a stretch counts its part inside the call only:
+      the spawn's own ends as the first users begin) and, at each of its two wake-ups, the longest
+      stretch a short sample of the run may come from (`LagProfile.short_stretch`; the spawn is the
+      loop's busiest time, so its mean short delay is no measure of the opening calls': the same
+      review; nor is the window's largest: 18.5 ms stretches every 19.5 ms during the spawn alone,
+      each read as 9.5 ms, put the truth 17.2% away under a bound of 12.2%).
+    A worker whose master wrote no samples has its own stretches in the master's place: its
+    dispatch_behind still holds every late round after the first.
+    Otherwise (records that do not say): the spawn paces the users from when it woke, so every
+    stretch since the process began delays every batch after it, sends it never reached included,
+    and the master's too; a pace's late wake-ups under the monitor's period are not counted."""
+    if first.t_dispatched is not None and first.dispatch_behind is not None:
+        pacer = master if master is not None else profile
+        late = pacer.held_by(first.t_dispatched) + pacer.short_stretch() + first.dispatch_behind + first.t_send - first.t_dispatched
         if first.opening is not None:
             began, read = first.opening
-            late -= max(0.0, read - began - profile.held_within(began, read) - OPENING_EVENTS * short_stretch)
+            late -= max(0.0, read - began - profile.held_within(began, read) - OPENING_EVENTS * profile.short_stretch())
         return late
     return profile.held_by(first.t_send) + (master.held_by(first.t_send) if master is not None else 0.0)
 

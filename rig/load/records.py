@@ -60,11 +60,12 @@ class RequestRecord(Versioned):
     queued: bool | None = None
     conversation: str | None = None  # multi_turn: the conversation and the turn (0-based) this request is
     turn: int | None = None
-    # A user's first request, on a worker of a distributed run on the master's host: when the master
-    # sent the spawn message that started the user (its clock is this one), and the user's opening
-    # call (GET /v1/models) as it began and as its answer was read. The ideal client sends the first
-    # request at the dispatch plus the server's answer to that call: what lies between is the client's.
-    # dispatch_behind: how far that message ran behind the master's own pace (its earlier wake-ups late).
+    # A user's first request: when the round of the spawn that started the user was dispatched (on a
+    # worker of a distributed run on the master's host, the master's spawn message: its clock is this
+    # one; in Locust's local runner, the process's own round), and the user's opening call (GET
+    # /v1/models) as it began and as its answer was read. The ideal client sends the first request at
+    # the dispatch plus the server's answer to that call: what lies between is the client's.
+    # dispatch_behind: how far that round ran behind the spawn's own pace (its earlier wake-ups late).
     t_dispatched: float | None = None
     dispatch_behind: float | None = None
     opening: tuple[float, float] | None = None

@@ -212,13 +212,14 @@ def dispatch_wait(spawn_rate: float) -> float:
 
 
 def dispatched_at(spawns: list[tuple[float, int]], index: int, wait: float) -> tuple[float, float] | None:
-    """When the master sent the spawn message that started a worker's user number `index` (from 0,
-    in the order the worker spawned them), and how far that message ran behind the master's own pace
-    (round k due `wait` x k after the first; every round sends this worker a message), from the spawn
-    messages the worker received, each (the master's timestamp, the users it asked this worker to run
-    in all). A message that came while the worker had not yet acted on the one before it replaced it
-    (Locust kills the spawn it had not run), so the earliest message that asked for the user counts.
-    None: no message asked for it."""
+    """When the round of the spawn that started a process's user number `index` (from 0, in the order
+    it spawned them) was dispatched, and how far that round ran behind the spawn's own pace (round k
+    due `wait` x k after the first), from the rounds as the process met them, each (when it was
+    dispatched, the users it and the rounds before asked this process to run in all): a worker's
+    spawn messages (the master's timestamp; every round sends each worker one), or the local runner's
+    own rounds. A message that came while the worker had not yet acted on the one before it replaced
+    it (Locust kills the spawn it had not run), so the earliest message that asked for the user
+    counts. None: no round asked for it."""
     asked = [(sent, k) for k, (sent, target) in enumerate(spawns) if target > index]
     if not asked:
         return None

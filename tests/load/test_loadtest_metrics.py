@@ -21,7 +21,7 @@ from rig.load.prompts import FixedPrompts, TokenCounter
 from rig.load.runner import LoadTarget, read_clients, read_dispatcher, run_scenario
 from rig.load.scenarios import Scenario
 from rig.load.summary import SUMMARY_SCHEMA
-from rig.load.wire import LAG_PROBE_KERNEL, Prompt
+from rig.load.wire import LAG_PROBE_KERNEL, Prompt, dispatch_wait
 
 pytestmark = pytest.mark.timed  # Locust against the timed server, held to its known timing
 
@@ -246,6 +246,32 @@ def test_distributed_run_master_and_workers(timed_target, tmp_path):
     assert len(firsts) == 6 and all(r.t_dispatched is not None and r.opening is not None and r.dispatch_behind is not None
                                     for r in firsts.values()), firsts
     assert all(r.t_dispatched <= r.opening[0] <= r.opening[1] <= r.t_send for r in firsts.values()), firsts
+    itl_p50_is_the_truth_or_named_unusable(summary)
+
+
+def test_a_local_runs_records_say_which_round_of_the_spawn_started_each_user(timed_target, tmp_path):
+    """Locust's local runner paces the spawn's rounds on the process's own loop (two users a second
+    here): each user's first record says which round started it and how far that round ran behind
+    the pace (the locustfile's _record_rounds), so the aggregate's bound counts the rounds' late
+    wake-ups, however short."""
+    from rig.load.records import read_records
+
+    target, _ = timed_target
+    summary = run_scenario(target, scenario(users=4, spawn_rate=2, kind="concurrency", duration_s=3.0), tmp_path / "run",
+                           counter=FixedPrompts("fixed test prompts"), prompts=PROMPTS, progress=False, settle_s=2.0)
+    assert not summary.provenance.client.distributed and summary.client.processes == 1
+    firsts = {}
+    for r in sorted(read_records(tmp_path / "run"), key=lambda r: r.t_send):
+        first = firsts.setdefault(r.user, r)
+        if r is not first:
+            assert r.t_dispatched is None and r.dispatch_behind is None and r.opening is None, r
+    rounds = sorted({r.t_dispatched for r in firsts.values()})
+    assert len(firsts) == 4 and len(rounds) == 2, firsts  # two rounds of two users, dispatch_wait(2) = 1 s apart
+    assert sorted(sum(r.t_dispatched == t for r in firsts.values()) for t in rounds) == [2, 2], firsts
+    for r in firsts.values():
+        behind = max(0.0, r.t_dispatched - rounds[0] - rounds.index(r.t_dispatched) * dispatch_wait(2))
+        assert r.dispatch_behind == pytest.approx(behind, abs=1e-9) and r.opening is not None, r
+        assert r.t_dispatched <= r.opening[0] <= r.opening[1] <= r.t_send, r
     itl_p50_is_the_truth_or_named_unusable(summary)
 
 
