@@ -157,10 +157,12 @@ class LagProfile:
         """Seconds of every long stretch begun by t."""
         return sum(delay for begin, _, delay in self.held if begin <= t)
 
+    @functools.cached_property
     def short_stretch(self) -> float:
         """The longest stretch a short sample of the run may come from (a sample under the monitor's
         period may end a stretch begun up to a period before its timer was due): the most one event
-        was held up outside the long stretches, the spawn's busy time included."""
+        was held up outside the long stretches, the spawn's busy time included (read once per process:
+        every user's first send asks for it)."""
         return max(self.short().largest, self.short_largest_run) + LAG_PERIOD_S
 
     def short(self) -> ShortDelays:
@@ -436,10 +438,10 @@ def _first_send_late(first: RequestRecord, profile: LagProfile, master: LagProfi
     and the master's too; a pace's late wake-ups under the monitor's period are not counted."""
     if first.t_dispatched is not None and first.dispatch_behind is not None:
         pacer = master if master is not None else profile
-        late = pacer.held_by(first.t_dispatched) + pacer.short_stretch() + first.dispatch_behind + first.t_send - first.t_dispatched
+        late = pacer.held_by(first.t_dispatched) + pacer.short_stretch + first.dispatch_behind + first.t_send - first.t_dispatched
         if first.opening is not None:
             began, read = first.opening
-            late -= max(0.0, read - began - profile.held_within(began, read) - OPENING_EVENTS * profile.short_stretch())
+            late -= max(0.0, read - began - profile.held_within(began, read) - OPENING_EVENTS * profile.short_stretch)
         return late
     return profile.held_by(first.t_send) + (master.held_by(first.t_send) if master is not None else 0.0)
 

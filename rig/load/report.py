@@ -160,13 +160,11 @@ def observation_notes(summary: RunSummary, name: str) -> list[str]:
     out = []
     server = observations.server
     parts = []
-    for metric, label in (("running_requests", "running"), ("waiting_requests", "waiting")):
+    for metric, label, shown in (("running_requests", "running", ",.0f"), ("waiting_requests", "waiting", ",.0f"),
+                                 ("kv_cache_usage", "KV cache", ".0%")):
         figure = server.metrics.get(metric)
         if figure is not None and figure.mean is not None and figure.max is not None:
-            parts.append(f"{label} {figure.mean:,.0f} mean, {figure.max:,.0f} max")
-    kv_cache = server.metrics.get("kv_cache_usage")
-    if kv_cache is not None and kv_cache.mean is not None and kv_cache.max is not None:
-        parts.append(f"KV cache {kv_cache.mean:.0%} mean, {kv_cache.max:.0%} max")
+            parts.append(f"{label} {figure.mean:{shown}} mean, {figure.max:{shown}} max")
     preemptions = server.metrics.get("preemptions_per_s")
     if preemptions is not None and preemptions.rate:
         parts.append(f"{preemptions.rate:.2f} preemptions/s")
