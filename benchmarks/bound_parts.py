@@ -41,15 +41,17 @@ def main() -> int:
             print(f"{i.profile.process}: no bound")
             continue
         parts.append(part)
-        start, end = (sum(line.traded[k] for line in part.timelines) / part.tokens for k in (0, 1))
+        start, end = (client_error._Traded.of([line.traded[k] for line in part.timelines]).total(i.first_chunks) / part.tokens
+                      for k in (0, 1))
         print(f"{i.profile.process}: {part.tokens:,.0f} tokens; edges' rule {100 * part.by_edges:.3f}% (shifts traded at the start "
               f"{100 * start:.3f}%, at the end {100 * end:.3f}%; between requests {100 * part.between:.3f}%)")
     lines = [line for part in parts for line in part.timelines]
     if not lines:
         return 1
     tokens = sum(part.tokens for part in parts)
-    moved = client_error._steady_state_moved(lines, window)
-    traded = max(sum(p.read_late_traded[0] for p in parts), sum(p.read_late_traded[1] for p in parts))
+    first_chunks = inputs[0].first_chunks
+    moved = client_error._steady_state_moved(lines, window, first_chunks)
+    traded = max(client_error._Traded.of([p.read_late_traded[k] for p in parts]).total(first_chunks) for k in (0, 1))
     print("steady-state rule: " + ("none (no steady window, or shifts as long as the window)" if moved is None else
                                    f"shifts moved {100 * moved / tokens:.3f}%, late reads traded {100 * traded / tokens:.3f}%"))
     first = np.array([line.holds[0][1] for line in lines]) * 1e3

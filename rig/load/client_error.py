@@ -58,7 +58,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy.stats import binom
@@ -279,7 +279,7 @@ class AggregateParts:
 
     tokens: float
     by_edges: float
-    read_late_traded: tuple[float, float]
+    read_late_traded: tuple[_Traded, _Traded]
     between: float
     timelines: list[_Timeline] | None
 
@@ -297,7 +297,7 @@ def aggregate_parts(inputs: FigureInputs) -> AggregateParts | None:
     largest short delay or a monitor period, a read's wait in its loop pass reaching back across
     it), counted by their reads up to as far past S_u as a stretch met there held them (forward);
     past the run's end nothing was read: twice the user's mean rate in the window over that span
-    stands in for it.
+    stands in for it, and no less than its streams the end cut could bring then (_Timeline.trade).
     Inside the run a stretch shifts only the users it reached at a request's end or on the way to a
     send: a user mid-stream reads what it held back when it ends, the server's schedule unmoved.
     An arrival schedule's requests (open loop, trace) are each sent at their arrival by the ideal
@@ -360,6 +360,27 @@ def aggregate_parts(inputs: FigureInputs) -> AggregateParts | None:
     def streaming() -> float:
         return max((sum(per_chunk[id(r)]) / (r.chunks[-1] - r.t_send) for r in inputs.records
                     if r.chunks and r.chunks[-1] > r.t_send), default=0.0)
+
+    # What a user may still have brought past the run's end (_Unread): each stream the end cut, at the
+    # larger of its own decode rate and the process's median one (a stream with fewer than two chunks:
+    # the median), one that had not begun its first chunk at once (the largest first chunk of the
+    # process); a closed-loop user with no stream open, the next request it was about to send.
+    decodes = [rate for r in inputs.records if (rate := _decode_rate(r.chunks, per_chunk[id(r)])) is not None]
+    typical_decode = float(np.median(decodes)) if decodes else streaming()
+    first_chunk = max((per_chunk[id(r)][0] for r in inputs.records if r.chunks), default=1.0)
+    longest = math.inf if any(r.max_tokens is None for r in inputs.records) else max(r.max_tokens or 0 for r in inputs.records)
+
+    def unread(requests: list[RequestRecord], closed_loop: bool) -> tuple[_Unread, ...]:
+        open_at_the_end = [r for r in requests if _open_at_the_end(r, window.run_end)]
+        if not open_at_the_end and closed_loop:
+            # its next send was due at the run's end at the latest (else it had sent it), the ideal
+            # client's its shift before: a think time the records cannot tell from a turnaround
+            # (a conversation's last turn starts the next at once) counts as none
+            return (_Unread(longest, first_chunk, typical_decode),)
+        return tuple(_Unread(math.inf if r.max_tokens is None else max(0.0, r.max_tokens - sum(per_chunk[id(r)])),
+                             0.0 if r.chunks else first_chunk, max(_decode_rate(r.chunks, per_chunk[id(r)]) or 0.0, typical_decode))
+                     for r in open_at_the_end)
+
     timelines: list[_Timeline] = []
     for requests in users.values():
         requests.sort(key=lambda r: r.t_send)
@@ -369,7 +390,7 @@ def aggregate_parts(inputs: FigureInputs) -> AggregateParts | None:
         if all(r.t_scheduled is not None for r in requests):  # an arrival schedule's: each send anchored to its arrival
             cut = any(_span_end(r, window.run_end) >= window.run_end for r in requests)  # in flight when reads stopped
             timelines.append(_Timeline(times, cumulative, _scheduled_shifts(requests, max(late), window.run_end),
-                                       max(user_rate, streaming()) if cut else user_rate, scheduled=True))
+                                       max(user_rate, streaming()) if cut else user_rate, unread(requests, False), scheduled=True))
             continue
         first = requests[0]
         holds = [(first.t_send, _first_send_late(first, profile, inputs.dispatcher))]
@@ -386,22 +407,22 @@ def aggregate_parts(inputs: FigureInputs) -> AggregateParts | None:
             # the next turn of a conversation waits the scenario's think time: the ideal client's too
             paused = inputs.pause_s if _next_turn(previous, following) else 0.0
             holds.append((ended, max(0.0, began - ended - paused) + late_read + per_end + pending))
-        timelines.append(_Timeline(times, cumulative, tuple(holds), user_rate))
+        timelines.append(_Timeline(times, cumulative, tuple(holds), user_rate, unread(requests, True)))
 
-    def traded(line: _Timeline, edge: float, shift: float) -> float:
+    def traded(line: _Timeline, edge: float, shift: float) -> _Traded:
         return line.trade(edge, shift, window.run_end, forward(edge, shift))
 
     timelines = [replace(line, traded=(traded(line, window.start, late[0] + line.held_by(window.start)),
                                        traded(line, window.end, late[1] + line.held_by(window.end))))
                  for line in timelines]
-    read_late_traded = (sum(traded(line, window.start, late[0]) for line in timelines),
-                        sum(traded(line, window.end, late[1]) for line in timelines))
+    read_late_traded = (_Traded.of([traded(line, window.start, late[0]) for line in timelines]),
+                        _Traded.of([traded(line, window.end, late[1]) for line in timelines]))
 
     # No request sent inside the window finished: no user went back for another inside it, so the
     # hold-back between requests happened at most once per window.
     mean_e2e = float(np.mean([e2e(d) for d in done] or [window.seconds]))
     between = short.mean / mean_e2e if mean_e2e > 0 else 1.0
-    by_edges = _traded_at_the_edges(timelines) / tokens + between + _drain_moved(inputs, late[1])
+    by_edges = _traded_at_the_edges(timelines, inputs.first_chunks) / tokens + between + _drain_moved(inputs, late[1])
     return AggregateParts(tokens, by_edges, read_late_traded, between, timelines)
 
 
@@ -490,11 +511,11 @@ def _span_end(record: RequestRecord, run_end: float) -> float:
     return max(ends) if record.t_end is not None and record.error is None else max([run_end, *ends])
 
 
-def _traded_at_the_edges(timelines: list[_Timeline]) -> float:
+def _traded_at_the_edges(timelines: list[_Timeline], first_chunks: _FirstChunks) -> float:
     """The users' shifts traded at both edges: a late client only moves tokens later, so the start
     edge gains what it trades and the end edge loses it; the figure moves by their difference, at
     most the larger of the two."""
-    return max(sum(line.traded[0] for line in timelines), sum(line.traded[1] for line in timelines))
+    return max(_Traded.of([line.traded[k] for line in timelines]).total(first_chunks) for k in (0, 1))
 
 
 def _aggregate_bound(inputs: FigureInputs) -> float | None:
@@ -512,11 +533,82 @@ def _aggregate_at_steady_state(inputs: list[FigureInputs]) -> float | None:
     if not inputs or not inputs[0].window.steady or any(p is None or p.timelines is None for p in parts):
         return None
     window = inputs[0].window
-    moved = _steady_state_moved([line for p in parts for line in p.timelines], window)
+    moved = _steady_state_moved([line for p in parts for line in p.timelines], window, inputs[0].first_chunks)
     if moved is None:
         return None
-    traded = max(sum(p.read_late_traded[0] for p in parts), sum(p.read_late_traded[1] for p in parts))
+    first_chunks = inputs[0].first_chunks
+    traded = max(_Traded.of([p.read_late_traded[k] for p in parts]).total(first_chunks) for k in (0, 1))
     return _share_of_reported((moved + traded) / sum(p.tokens for p in parts) + max(p.between for p in parts))
+
+
+def _decode_rate(chunks: list[float], tokens: list[float]) -> float | None:
+    """A stream's tokens per second after its first chunk, as read (a backlog read in a burst only
+    makes it faster); None for fewer than two chunks apart."""
+    return sum(tokens[1:]) / (chunks[-1] - chunks[0]) if len(chunks) > 1 and chunks[-1] > chunks[0] else None
+
+
+def _open_at_the_end(record: RequestRecord, run_end: float) -> bool:
+    """A stream still running when the run's end stopped the reads (cut by it, or never ended; one
+    that finished, however late, brings nothing more)."""
+    return record.error in (None, "cut_by_window") and not record.complete and (record.t_end is None or record.t_end >= run_end)
+
+
+@dataclass(frozen=True)
+class _Unread:
+    """A stream the run's end cut, or the next one a user was about to send: what it may have brought
+    past that end."""
+
+    remaining: float  # tokens it had still to bring: its max_tokens less those read (inf: not known)
+    first: float  # tokens at once: its first chunk, where none had come (0: it was streaming)
+    rate: float  # tokens per second once streaming
+
+    def within(self, seconds: float, first: bool = True) -> float:
+        """The most it brings in `seconds` after the run's end: its first chunk (`first` False: left
+        out), then its decode rate doubled (the margin of the users' own rates), never more than it had
+        still to bring."""
+        return min(self.remaining, (self.first if first else 0.0) + 2 * self.rate * seconds)
+
+
+@dataclass(frozen=True)
+class _Traded:
+    """What a user's shift trades at an edge: tokens (those read within it, and past the run's end
+    what its streams bring once begun), the first chunks of streams not begun that may have come past
+    the run's end (apart: _FirstChunks caps how many), and how far past that end its span reached."""
+
+    tokens: float
+    first: float
+    beyond: float
+
+    @classmethod
+    def of(cls, parts: list[_Traded]) -> _Traded:
+        return cls(sum(p.tokens for p in parts), sum(p.first for p in parts), max((p.beyond for p in parts), default=0.0))
+
+    def total(self, first_chunks: _FirstChunks) -> float:
+        return self.tokens + min(self.first, first_chunks.most_within(self.beyond))
+
+
+NOTHING_TRADED = _Traded(0.0, 0.0, 0.0)
+
+
+@dataclass(frozen=True)
+class _FirstChunks:
+    """The run's first chunks as read (every process's, sorted) and the most tokens one carried. At a
+    steady state (every user had begun a stream before the window opened, so the engine's way of
+    beginning streams, one by one or a batch at a time, was seen) no more streams begin within a span
+    past the run's end than twice the most that began within any span as long inside the run; before
+    it (a late round of the spawn may begin all its streams together, past the run's end) no cap."""
+
+    times: np.ndarray
+    tokens: float
+    steady: bool  # a closed loop's steady window (metrics.steady_window)
+
+    def most_within(self, seconds: float) -> float:
+        if not self.steady:
+            return math.inf
+        if seconds <= 0 or not len(self.times):
+            return 0.0
+        begun = np.searchsorted(self.times, self.times + seconds, side="right") - np.arange(len(self.times))
+        return 2 * float(begun.max()) * self.tokens
 
 
 @dataclass(frozen=True)
@@ -528,7 +620,8 @@ class _Timeline:
     cumulative: np.ndarray
     holds: tuple[tuple[float, float], ...]
     rate: float  # its tokens per second in the window
-    traded: tuple[float, float] = (0.0, 0.0)  # the tokens within its shift of each edge (start, end)
+    unread: tuple[_Unread, ...] = ()  # what it may have brought past the run's end
+    traded: tuple[_Traded, _Traded] = (NOTHING_TRADED, NOTHING_TRADED)  # within its shift of each edge (start, end)
     scheduled: bool = False  # an arrival schedule's user: its shifts are its requests' own (_scheduled_shifts)
 
     def held_by(self, t: float) -> float:
@@ -537,15 +630,29 @@ class _Timeline:
     def tokens_between(self, a: float, b: float) -> float:
         return float(self.cumulative[np.searchsorted(self.times, b, side="right")] - self.cumulative[np.searchsorted(self.times, a)])
 
-    def trade(self, edge: float, shift: float, run_end: float, forward: float = 0.0) -> float:
+    def trade(self, edge: float, shift: float, run_end: float, forward: float = 0.0) -> _Traded:
         """Its tokens within `shift` of the edge, and `forward` beyond (where reads of tokens that
-        arrived within `shift` after it were held back), and past the run's end twice its mean rate
-        in the window over that span for what was never read."""
+        arrived within `shift` after it were held back), and past the run's end what was never read:
+        twice its mean rate in the window over that span, and no less than what it may have brought
+        in it (_Unread). Its rate alone missed a user whose stream had not begun inside the window (a
+        rate of 0 there), and users in step, whose streams all begin together (independent reviews:
+        a round of the spawn 0.67 s late, TTFT 8 s, 8 tokens, a 6 s window to the run's end, 10% under
+        a bound of 3.2%; one round of users in step under a steady window, a stall of 0.67 s over
+        their sends inside it, 39% under 15%; conversation users thinking at the run's end while the
+        ideal client streams, 17% under 4.7%). A stream not begun is charged a first chunk, apart
+        (_Traded.first): summed over the users, no more first chunks count than a steady run read
+        within so long a span (_FirstChunks)."""
         # what never was read: tokens that arrived within `shift` after the edge but past the run's end
         # (an estimate of arrivals, so the reads' `forward` does not widen it), or before it and read
         # past it (at most those of `shift`)
         beyond = max(0.0, edge + shift - run_end) or min(shift, max(0.0, edge + shift + forward - run_end))
-        return self.tokens_between(edge - shift, min(edge + shift + forward, max(run_end, edge + shift))) + 2 * self.rate * beyond
+        read = self.tokens_between(edge - shift, min(edge + shift + forward, max(run_end, edge + shift)))
+        if beyond <= 0:
+            return _Traded(read, 0.0, 0.0)
+        rated = 2 * self.rate * beyond
+        streaming = max(rated, sum(stream.within(beyond, first=False) for stream in self.unread))
+        beginning = max(rated, sum(stream.within(beyond) for stream in self.unread))
+        return _Traded(read + streaming, beginning - streaming, beyond)
 
     def cycle(self, run_end: float) -> float:
         """The longest stretch between its first send, its requests' ends and the run's end: a
@@ -560,7 +667,7 @@ class _Timeline:
 STEADY_GRID = 10_000  # where the shifted counts are read across the window (3 ms apart over 30 s)
 
 
-def _steady_state_moved(timelines: list[_Timeline], window: Window) -> float | None:
+def _steady_state_moved(timelines: list[_Timeline], window: Window, first_chunks: _FirstChunks) -> float | None:
     """How many tokens the users' hold-backs moved across the window's edges, at a steady state.
     A user's timeline runs behind the ideal client's by a_u at the window's start (what held it back
     before: the spawn's pacing, its requests' turnarounds) and by a_u + d_u at its end (d_u: the
@@ -602,7 +709,7 @@ def _steady_state_moved(timelines: list[_Timeline], window: Window) -> float | N
         least_before += line.counts(grid + step, max(before - step, 0.0))
         least_through += line.counts(grid + step, max(before + inside - step, 0.0))
     moved = max(most_through.max() - least_before.min(), most_before.max() - least_through.min())
-    return float(moved + _traded_at_the_edges(outlasting))
+    return float(moved + _traded_at_the_edges(outlasting, first_chunks))
 
 
 @dataclass(frozen=True)
@@ -619,6 +726,7 @@ class FigureInputs:
     # dispatches the users, so a stall of its loop before a user's first send started it late too.
     dispatcher: LagProfile | None = None
     pause_s: float = 0.0  # the scenario's think time between a conversation's turns (rig.load.scenarios)
+    first_chunks: _FirstChunks = field(default_factory=lambda: _FirstChunks(np.array([]), 1.0, False))  # the run's
 
     @functools.cached_property
     def aggregate(self) -> AggregateParts | None:
@@ -718,6 +826,10 @@ def figure_inputs(records: list[RequestRecord], window: Window, clients: list[Cl
         by_process[d.record.process].append(d)
     profiles = {c.process: c for c in clients}
     master = LagProfile.of(dispatcher, window.start, window.end) if dispatcher is not None else None
+    # (an arrival schedule's window is no closed loop's steady state: a trace replay's is its whole trace)
+    first_chunks = _FirstChunks(np.sort([r.chunks[0] for r in records if r.chunks]),
+                                max((request_metrics.chunk_token_counts(r, ratio)[0] for r in records if r.chunks), default=1.0),
+                                window.steady and all(r.t_scheduled is None for r in records))
     inputs: list[FigureInputs] = []
     # every process whose streams the window counts: one whose requests all outlast it finished none
     # inside it, and its tokens are bounded all the same
@@ -732,7 +844,7 @@ def figure_inputs(records: list[RequestRecord], window: Window, clients: list[Cl
         # the delays that reached these requests: from the window's start to the last chunk read of one sent inside it
         end = max(window.end, max((d.last for d in process_done), default=window.end))
         inputs.append(FigureInputs(process_done, LagProfile.of(client, window.start, end), window,
-                                   records_of[process], ratio, ratio_known, master, pause_s))
+                                   records_of[process], ratio, ratio_known, master, pause_s, first_chunks))
     return inputs
 
 
