@@ -219,7 +219,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
                        f"read {record.boot_dir}/boot.json for its status and error") from None
     os_module.set_blocking(descriptor, True)
     if not up:  # say whose log this is, on stderr (stdout stays the log itself)
-        print(f"rig: {args.recipe} is not up; the log of its last boot, {record.boot_id} ({record.status}):", file=sys.stderr)
+        print(f"rig: {args.recipe} is not up; the log of its last boot, {record.boot_id} (its record says {record.status}; "
+              "not running now):", file=sys.stderr)
     with open(descriptor, errors="replace", closefd=True) as handle:
         sys.stdout.write(handle.read())
         while args.follow:
@@ -255,8 +256,9 @@ def cmd_status(args: argparse.Namespace) -> int:
                 sick = unhealthy(record, _health_path(record.recipe))
             except RigError as error:  # e.g. a malformed RIG_API_KEY: the list still prints, unprobed
                 print(f"{record.ref}: health not probed ({error.problem})")
-        broken += bool(sick)
-        state = (f"DOWN ({gone})" if gone else "booting" if record.status == "booting"
+        broken += bool(sick) or bool(gone)  # a server that died without `rig down` is a failure too
+        state = (f"DOWN ({gone}; `rig logs {record.ref}` says why, `rig down {record.ref}` clears it)" if gone
+                 else "booting" if record.status == "booting"
                  else f"UNHEALTHY ({sick}; `rig logs {record.recipe}` says why)" if sick else "up")
         print(f"{record.ref:22} {record.driver:8} {record.base_url:28} {state}  boot {record.boot_id}")
     return Exit.FAILED if broken else Exit.OK
@@ -370,7 +372,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from rig.compare.command import compare
+    from rig.compare.command import compare, exit_status
 
     _keep_text(args)
     small = True if args.small else (False if args.full else None)
@@ -378,12 +380,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                           args.workers, args.resume, duration_s=args.duration, target_pct=args.target,
                           max_boots=args.max_boots, goodput=args.goodput, accept_fingerprint=args.accept_fingerprint,
                           cold_caches=args.cold_caches, burn_in=not args.no_burn_in, port=args.port)
-    if analysis.void:
-        return Exit.VOID
-    if analysis.no_data:
-        return Exit.UNUSABLE
-    blind = analysis.greedy.control is not None and analysis.greedy.control.discriminates is False
-    return Exit.BLIND_CONTROL if blind else Exit.OK
+    return exit_status(analysis)
 
 
 def cmd_kernelbench(args: argparse.Namespace) -> int:

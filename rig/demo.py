@@ -13,9 +13,8 @@ from __future__ import annotations
 from rig.boot import driver_for
 from rig.boot.state import refuse_if_port_taken
 from rig.chat import stream_chat
-from rig.compare.command import compare
+from rig.compare.command import compare, exit_status
 from rig.deploy.recipe import load
-from rig.exits import Exit
 from rig.load.report import markdown_table, notes
 from rig.load.runner import LoadTarget, results_root
 from rig.load.session import model_dir_for, run_scenarios
@@ -68,6 +67,6 @@ def run_demo(port: int | None = None) -> int:
     print(f"comparison: token_delay off vs on ({DEMO_ARMS[1].split(':')[1]}: a known slowdown), {DEMO_PAIRS} boots each "
           f"in ABBA order, {DEMO_ROUNDS} measured rounds of {DEMO_ROUND_S:g} s per boot")
     print(COMPARE_FIELDS)
-    compare(DEMO_RECIPE, DEMO_ARMS, None, boots=DEMO_PAIRS, rounds=DEMO_ROUNDS, scenarios=DEMO_SCENARIOS, small=True,
-            workers=None, resume=None, duration_s=DEMO_ROUND_S, port=port)
-    return Exit.OK
+    _, analysis = compare(DEMO_RECIPE, DEMO_ARMS, None, boots=DEMO_PAIRS, rounds=DEMO_ROUNDS, scenarios=DEMO_SCENARIOS,
+                          small=True, workers=None, resume=None, duration_s=DEMO_ROUND_S, port=port)
+    return exit_status(analysis)  # as `rig compare` would: a void or no-data comparison is no demonstration

@@ -34,6 +34,9 @@ def _from_environment(variable: str, default: Path) -> Path:
     if resolved in SYSTEM_DIRS or resolved.parent == Path("/") and not path.exists():
         raise Invalid("environment", variable, f"{raw!r} is a system directory (rig would write into it)",
                       f"set {variable} to a directory of its own, e.g. {default}, or unset it")
+    if path.exists() and not path.is_dir():  # found at once, not when a boot first writes below it
+        raise Invalid("environment", variable, f"{raw!r} is not a directory",
+                      f"set {variable} to a directory (rig creates it if missing), or unset it for {default}")
     # absolute and normalized: a boot record names its paths under it, and `results2`, `./results2`
     # and the absolute spelling are one directory (compared as spelled, they read as another one)
     return Path(os.path.abspath(path))

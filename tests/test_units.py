@@ -381,3 +381,64 @@ def test_the_loadtest_table_marks_a_figure_the_clients_timing_could_move_beyond_
     assert columns["ITL p50 ms"] == "10.00 (client)" and columns["TTFT p50 ms"] == "50.00" and columns["user tok/s"] != "-"
     assert not columns["user tok/s"].endswith("(client)")
     assert rest[-1].startswith("(client): not usable, the client's timing could move it beyond its limit")
+
+
+def test_a_sweeps_table_marks_what_its_load_test_calls_unusable_and_its_knee_stops_there(tmp_path):
+    """A new user's sweep printed output tok/s, TTFT p50 and TPOT p50 at c=4 beside 'usable yes' while
+    that run's own summary.md called them NOT USABLE (the client's timing could move them by 13%, 29%,
+    5.8%), and judged the knee on them. The sweep's cells now carry the load test's mark, and a goodput
+    share counting a latency the client could move ends the knee's walk."""
+    from conftest import synthetic_run
+
+    from rig.load.client_error import BOUNDS
+    from rig.load.goodput import Goodput
+    from rig.load.report import UNBOUND_MARK
+    from rig.load.summary import ClientBound, RunSummary
+    from rig.load.sweep import COLUMN_FIGURES, COLUMNS, SLO_COLUMNS, knee, point_row, table
+
+    assert set(COLUMN_FIGURES) <= {name for name, _ in COLUMNS} and set(COLUMN_FIGURES.values()) <= set(BOUNDS)
+    assert {column for columns in SLO_COLUMNS.values() for column in columns} <= set(COLUMN_FIGURES)
+    synthetic_run(tmp_path / "run")
+    summary = RunSummary.read(tmp_path / "run")
+    assert not summary.problems()
+    figures = {**summary.client.figures,
+               "output_tok_s": ClientBound(bound=0.13, limit=0.01, holds=False, reason="lag"),
+               "ttft_p50_ms": ClientBound(bound=0.29, limit=0.01, holds=False, reason="lag"),
+               "tpot_p50_ms": ClientBound(bound=0.001, limit=0.01, holds=True)}
+    summary = summary.model_copy(update={"client": summary.client.model_copy(update={"figures": figures})})
+    good = Goodput(slos_s={"tpot": 0.05}, requests_per_s=1.0, met=10, completed=10, share=1.0)
+    row = point_row(4.0, summary, good, tmp_path / "run")
+    assert row.client_unusable == ["output_tok_s", "ttft_p50_ms"] and not row.problems  # the tpot SLO counts no moved figure
+    cells = table([row], "concurrency (users)").splitlines()[-1]
+    assert f"{row.output_tok_s:,.1f}{UNBOUND_MARK}" in cells and "| yes |" in cells
+    ttft = point_row(4.0, summary, good.model_copy(update={"slos_s": {"ttft": 2.0}}), tmp_path / "run")
+    assert ttft.problems == ["goodput: the client's timing could move ttft_p50_ms beyond its limit, and the ttft SLO counts those requests"]
+    assert knee([row, ttft], 0.9).load == 4.0 and "not usable" in knee([ttft], 0.9).status
+
+
+def test_a_results_directory_that_is_a_file_is_refused_in_one_line_naming_the_variable(monkeypatch, tmp_path):
+    """A new user's RIG_RESULTS_DIR naming a file failed only once a boot had started, naming a path below
+    it ('.../boots/<boot>/manifests: Not a directory') with a generic fix."""
+    from rig import paths
+    from rig.errors import Invalid
+
+    (tmp_path / "afile").write_text("")
+    monkeypatch.setenv("RIG_RESULTS_DIR", str(tmp_path / "afile"))
+    with pytest.raises(Invalid) as caught:
+        paths.results_dir()
+    assert caught.value.field == "RIG_RESULTS_DIR" and "is not a directory" in str(caught.value) and "\n" not in str(caught.value)
+    monkeypatch.setenv("RIG_RESULTS_DIR", str(tmp_path / "missing"))
+    assert paths.results_dir() == tmp_path / "missing"  # a directory still to create is fine
+
+
+def test_a_comparisons_unknown_scenario_is_refused_without_offering_a_file(tmp_path, monkeypatch):
+    """`rig compare ... --scenario nope` told a new user to pass 'the path of a .yaml file', which a
+    comparison then refuses: its own line names the scenarios and where a file of one's own goes."""
+    from rig.compare.command import compare
+    from rig.errors import RigError
+
+    monkeypatch.setenv("RIG_RESULTS_DIR", str(tmp_path))
+    with pytest.raises(RigError) as caught:
+        compare("tiny-cpu", ["a:RIG_TOKEN_DELAY_MS=0", "b:RIG_TOKEN_DELAY_MS=1"], None, 1, 1, ["nope"], None, None, None)
+    assert caught.value.field == "--scenario" and "prose-c1" in caught.value.fix and ".yaml file" not in caught.value.fix
+    assert "loadtests/scenarios/" in caught.value.fix and not any(tmp_path.iterdir())

@@ -19,8 +19,9 @@ from rig.compare.stats import MIN_PAIRS_FOR_TARGET
 from rig.deploy.recipe import load, split_ref
 from rig.engines import ENGINES, Engine
 from rig.errors import Invalid, NotFound, RigError
+from rig.exits import Exit
 from rig.load.goodput import parse_slos
-from rig.load.scenarios import load_scenario
+from rig.load.scenarios import load_scenario, scenario_names
 from rig.load.session import default_small
 from rig.typed import first_problem
 
@@ -29,6 +30,16 @@ def _state_unknowable(engine: Engine) -> bool:
     """An engine that keeps compile caches but whose log does not say whether a boot compiled: its
     comparisons open with a burn-in boot. One with no caches (transformers serve) has no such state."""
     return bool(engine.compile_caches) and engine.compile_log is None
+
+
+def exit_status(analysis: Analysis) -> Exit:
+    """What a comparison's answer exits with (rig compare, make demo)."""
+    if analysis.void:
+        return Exit.VOID
+    if analysis.no_data:
+        return Exit.UNUSABLE
+    blind = analysis.greedy.control is not None and analysis.greedy.control.discriminates is False
+    return Exit.BLIND_CONTROL if blind else Exit.OK
 
 
 def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, rounds: int, scenarios: list[str] | None,
@@ -45,6 +56,9 @@ def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, 
         if ref.endswith((".yaml", ".yml")):
             raise RigError("command line", "--scenario", f"{ref!r} is a file: a comparison names its scenarios, so its "
                            "report can be re-read and resumed later", "copy the file into loadtests/scenarios/ and pass its name")
+        if ref not in scenario_names():  # load_scenario's fix would offer a file, which a comparison refuses above
+            raise RigError("command line", "--scenario", f"no scenario {ref!r}",
+                           f"use one of {', '.join(scenario_names())} (a file of yours: copy it into loadtests/scenarios/)")
         load_scenario(ref)  # refused in one line before anything is written
     arms = [parse_arm(spec) for spec in arm_specs]
     if len(arms) < 2 or len({a.name for a in arms}) != len(arms):

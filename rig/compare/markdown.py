@@ -46,7 +46,9 @@ def _interval(c: Comparison) -> str:
 def _details(c: Comparison) -> str:
     parts = [f"{c.pairs} pair(s), " + (f"{100 * c.confidence:.4g}% interval" if c.ci is not None else "too few for an interval")]
     unit = c.noise.unit if c.noise.unit == "%" else f" {c.noise.unit}"
-    if c.noise.boot_sd is not None:
+    if c.noise.boot_sd == 0:  # the estimate clamped at zero: not boots that were identical
+        parts.append("boot sd ~0 (the boots differed no more than their rounds' noise explains)")
+    elif c.noise.boot_sd is not None:
         parts.append(f"boot sd {c.noise.boot_sd:.3g}{unit}")
     if c.noise.round_sd is not None:
         parts.append(f"round sd {c.noise.round_sd:.3g}{unit}")

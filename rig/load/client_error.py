@@ -804,6 +804,8 @@ BOUNDS: dict[str, Callable[[FigureInputs], float | None]] = {
     "prefill_tok_s": _prefill,
     "output_tok_s": _aggregate_bound,
     "e2e_p50_ms": _percentile(_SPANS["e2e"], 0.50),
+    "e2e_p99_ms": _percentile(_SPANS["e2e"], 0.99),  # a sweep's tail columns (rig.load.sweep)
+    "tpot_p99_ms": _percentile(_SPANS["tpot"], 0.99, per_token=True),
     **{f.name: _percentile(_SPANS[f.samples], f.quantile, per_token=f.samples == "tpot") for f in LATENCY},
 }
 assert {f.name for f in HEADLINE.values()} <= set(BOUNDS), "every headline figure has a client bound"

@@ -22,6 +22,7 @@ from rig.exits import Exit
 from rig.load.goodput import Goodput, goodput, parse_slos
 from rig.load.prompts import TokenCounter
 from rig.load.records import read_records
+from rig.load.report import UNBOUND_MARK
 from rig.load.runner import LoadTarget, results_root, run_scenario
 from rig.load.scenarios import ARRIVAL_KINDS, MAX_RATE, MAX_USERS, Scenario
 from rig.load.session import acquire_target, default_small, note_run, scenarios_for, settle_estimate, warmup_pending
@@ -82,8 +83,11 @@ class SweepPoint(Typed):
     e2e_p50_ms: float | None
     e2e_p99_ms: float | None
     completed: int
-    problems: list[str]
+    problems: list[str]  # why the run's headline may not be used (RunSummary.problems)
     dir: str
+    # the columns whose figure the client's timing could move beyond its limit (as a load test's table
+    # marks them: rig.load.report): printed marked, and the goodput share not usable where it counts one
+    client_unusable: list[str] = Field(default_factory=list)
 
 
 class Knee(Typed):
@@ -113,8 +117,23 @@ class SweepInterrupted(KeyboardInterrupt):
         self.rows = rows
 
 
+# The figure (its client bound: rig.load.client_error.BOUNDS) of each column, and the columns whose
+# figures an SLO's per-request values are the samples of.
+COLUMN_FIGURES = {"output_tok_s": "output_tok_s", **{name: name for name in (
+    "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "e2e_p50_ms", "e2e_p99_ms")}}
+SLO_COLUMNS = {"ttft": ("ttft_p50_ms", "ttft_p99_ms"), "tpot": ("tpot_p50_ms", "tpot_p99_ms"), "e2e": ("e2e_p50_ms", "e2e_p99_ms")}
+
+
 def point_row(load: float, summary: RunSummary, good: Goodput | None, run_dir: Path) -> SweepPoint:
     metrics = summary.metrics
+    bounds = summary.client.figures
+    client_unusable = [column for column, figure in COLUMN_FIGURES.items() if figure in bounds and not bounds[figure].holds]
+    problems = summary.problems()
+    for key in good.slos_s if good else ():
+        moved = [column for column in SLO_COLUMNS[key] if column in client_unusable]
+        if moved:
+            problems.append(f"goodput: the client's timing could move {', '.join(moved)} beyond its limit, and the {key} SLO "
+                            "counts those requests")
 
     def ms(value: float | None) -> float | None:
         return None if value is None else 1000 * value
@@ -126,7 +145,7 @@ def point_row(load: float, summary: RunSummary, good: Goodput | None, run_dir: P
                       ttft_p50_ms=ms(metrics.ttft_s.p50), ttft_p99_ms=ms(metrics.ttft_s.p99),
                       tpot_p50_ms=ms(metrics.tpot_s.p50), tpot_p99_ms=ms(metrics.tpot_s.p99),
                       e2e_p50_ms=ms(metrics.e2e_s.p50), e2e_p99_ms=ms(metrics.e2e_s.p99),
-                      completed=completed, problems=summary.problems(), dir=str(run_dir))
+                      completed=completed, problems=problems, dir=str(run_dir), client_unusable=client_unusable)
 
 
 def knee(rows: list[SweepPoint], share: float) -> Knee:
@@ -155,9 +174,10 @@ COLUMNS = [("load", "{:g}"), ("achieved_rate", "{:.2f}"), ("requests_per_s", "{:
 
 def table(rows: list[SweepPoint], unit: str) -> str:
     header = [unit if name == "load" else name for name, _ in COLUMNS] + ["usable"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]  # (client): see point_row
     for row in rows:
-        cells = ["-" if getattr(row, name) is None else form.format(getattr(row, name)) for name, form in COLUMNS]
+        cells = ["-" if getattr(row, name) is None else form.format(getattr(row, name))
+                 + (UNBOUND_MARK if name in row.client_unusable else "") for name, form in COLUMNS]
         cells.append("yes" if not row.problems else "NO: " + "; ".join(row.problems)[:160])
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

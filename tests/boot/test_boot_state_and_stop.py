@@ -120,6 +120,7 @@ def test_down_leaves_an_unrelated_group_leader_alone(rig_dirs, recorded):
         state = _stale_state(root, victim.pid, earlier)
         status = rig_cli("status", env=env)
         assert "DOWN (" in status.stdout and f"pid {victim.pid}" in status.stdout, status.stdout
+        assert status.returncode == 1, status.returncode
         down = rig_cli("down", "tiny-cpu", env=env)
         assert down.returncode == 0, down.stderr
         assert "stale state" in down.stdout and "nothing was signalled" in down.stdout
@@ -269,9 +270,9 @@ def test_compose_record_without_container_is_one_line(rig_dirs, monkeypatch, cap
     monkeypatch.setattr(compose, "docker_client", lambda: client)
     monkeypatch.setenv("RIG_STATE_DIR", str(root / "state"))
     monkeypatch.setenv("RIG_RESULTS_DIR", str(root / "results"))  # where the record says its boot lives
-    assert main(["status"]) == 0
+    assert main(["status"]) == 1  # a server that died without `rig down`: a script checking the status sees it
     out = capsys.readouterr().out.strip().splitlines()
-    assert len(out) == 1 and "DOWN (tiny-cpu:cb: compose started no container)" in out[0], out
+    assert len(out) == 1 and "DOWN (tiny-cpu:cb: compose started no container; `rig logs tiny-cpu:cb` says why" in out[0], out
 
 
 class ArgvWatcher:

@@ -603,3 +603,15 @@ def test_the_plot_holds_every_delta_it_draws_and_warns_of_nothing(tmp_path, pair
     drawn = [x for _, _, c in rows if (shown := as_percent(c)) for x in (shown[0], *shown[1], *shown[2])]
     assert low < high and all(low < x < high for x in drawn + [0.0]), (low, high, drawn)
     assert pairs == 1 or min(drawn) < -50  # a 4x slower step, inside the axis
+
+
+def test_a_boot_sd_clamped_at_zero_does_not_read_as_identical_boots():
+    """The boot variance is the boot means' spread less the rounds' share, clamped at zero: a new user
+    read 'boot sd 0%' as boots that were identical, where the demo's boots differ by 10-20%."""
+    from rig.compare.stats import noise_components
+
+    noise = noise_components({"a": [[100.0, 110.0], [104.0, 98.0]]})  # the boot means differ less than the rounds do
+    assert noise.boot_sd == 0
+    c = compare_boots({0: [100.0, 110.0], 1: [104.0, 98.0]}, {0: [90.0, 95.0], 1: [91.0, 93.0]}, unit="tok/s")
+    line = comparison_line(SCENARIO, "a -> b", c.model_copy(update={"noise": noise}))
+    assert "boot sd ~0 (the boots differed no more than their rounds' noise explains)" in line and "boot sd 0%" not in line

@@ -136,6 +136,8 @@ FIGURES = {
     "itl_p50_ms": lambda m: m.itl_s.p50,
     "itl_p99_ms": lambda m: m.itl_s.p99,
     "tpot_p50_ms": lambda m: m.tpot_s.p50,
+    "tpot_p99_ms": lambda m: m.tpot_s.p99,
+    "e2e_p99_ms": lambda m: m.e2e_s.p99,
 }
 
 PROFILES = {  # (stretches per second, longest stretch, stalls): from a quiet client to a starved one
@@ -170,7 +172,10 @@ def trial(seed: int, profile: str, users: int, tokens: int = 64, ttft: float = 0
 
 
 def test_every_reported_figure_has_a_bound():
-    assert set(FIGURES) == set(BOUNDS) == {f.name for f in HEADLINE.values()} | {f.name for f in LATENCY}
+    from rig.load.sweep import COLUMN_FIGURES
+
+    reported = {f.name for f in HEADLINE.values()} | {f.name for f in LATENCY} | set(COLUMN_FIGURES.values())
+    assert set(FIGURES) == set(BOUNDS) == reported
 
 
 @pytest.mark.slow  # a calibration simulation: `make test` runs it, `make test-fast` does not
