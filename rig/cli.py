@@ -531,21 +531,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_pin)
 
     p = sub.add_parser("up", help="boot a recipe (name[:variant]) and wait until healthy")
-    p.add_argument("recipe")
+    p.add_argument("recipe", help="a recipe name, or name:variant (`rig validate` lists them with their variants)")
     p.add_argument("--env", action="append", help="extra environment for the server, KEY=VALUE")
     p.add_argument("--port", type=int, help="the port the server listens on (default: the recipe's serving.port)")
-    p.add_argument("--driver", choices=["native", "compose"])
+    p.add_argument("--driver", choices=["native", "compose"],
+                   help="native: the server as processes of this host; compose: the recipe's image with Docker Compose "
+                        "(default: the recipe's own driver)")
     p.add_argument("--cold-caches", action="store_true", help="empty compile/kernel caches of this boot's own (the "
                    "user's caches are not touched): a boot that compiles, as a machine's first boot does")
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("down", help="stop a booted recipe")
-    p.add_argument("recipe")
+    p.add_argument("recipe", help="the recipe name it was booted as (a variant's name:variant works too)")
     p.set_defaults(func=cmd_down)
 
     p = sub.add_parser("logs", help="print a recipe's boot log")
-    p.add_argument("recipe")
-    p.add_argument("-f", "--follow", action="store_true")
+    p.add_argument("recipe", help="a recipe name: its boot that is up, else its last; name:variant: that variant's")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing as the log grows (Ctrl-C stops)")
     p.set_defaults(func=cmd_logs)
 
     p = sub.add_parser("status", help="what rig has up")
@@ -570,7 +572,8 @@ def build_parser() -> argparse.ArgumentParser:
     size.add_argument("--small", action="store_true", help="scaled-down sizes (default for native recipes)")
     size.add_argument("--full", action="store_true", help="full sizes (default for GPU recipes)")
     p.add_argument("--workers", type=_count(1, MAX_WORKERS), help="Locust worker processes for distributed scenarios (default: cores - 1)")
-    p.add_argument("--duration", type=_window_seconds, help="override every scenario's measurement window, seconds")
+    p.add_argument("--duration", type=_window_seconds, help="override every scenario's measurement window, seconds (at least: the window opens at "
+                   "the steady state, which may come before the time planned for it)")
     p.add_argument("--remote-workers", type=_count(0, 4096), default=0,
                    help="distributed scenarios also wait for this many Locust workers on other client machines")
     p.add_argument("--master-bind", default="127.0.0.1", help="address the Locust master listens on (remote workers need a reachable one)")
@@ -592,7 +595,7 @@ def build_parser() -> argparse.ArgumentParser:
     size.add_argument("--small", action="store_true", help="scaled-down sizes (default for native recipes)")
     size.add_argument("--full", action="store_true", help="full sizes (default for GPU recipes)")
     p.add_argument("--workers", type=_count(1, MAX_WORKERS), help="Locust worker processes for distributed scenarios (default: cores - 1)")
-    p.add_argument("--duration", type=_window_seconds, help="override the scenario's measurement window, seconds")
+    p.add_argument("--duration", type=_window_seconds, help="override the scenario's measurement window, seconds (at least, as for loadtest)")
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("export", help="a run directory as vLLM's result JSON or AIPerf's profile export, for their dashboards")

@@ -109,9 +109,12 @@ def refuse_if_port_taken(resolved: Resolved, port: int | None) -> None:
             if error.errno != errno.EADDRINUSE:
                 raise RigError(where, "serving.port", f"port {port} on {serving.bind} cannot be bound ({error.strerror})",
                                "choose a port this user may bind (--port)") from None
+            holder = current_boot(resolved.recipe.name)
+            ours = (f"`rig down {holder.ref}`" if holder is not None else
+                    "no boot of this recipe is up in rig: a container (`docker ps`) or another process")
             raise RigError(where, "serving.port", f"port {port} on {serving.bind} is already in use",
-                           f"stop what uses it (`ss -ltnp 'sport = :{port}'`, `rig status`, `rig down {resolved.recipe.name}`) "
-                           "or pass a free one with --port N (rig up, loadtest, compare, demo; make demo PORT=N)") from None
+                           f"stop what uses it ({ours}; `ss -ltnp 'sport = :{port}'`) or pass a free one with --port N "
+                           "(rig up, loadtest, compare, demo; make demo PORT=N)") from None
 
 
 def _client_host(bind: str) -> str:
