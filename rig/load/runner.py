@@ -242,8 +242,7 @@ class LocustRun:
             self._seen[path] = (offset + len(chunk), lines + chunk.count(b"\n"))
             done += self._seen[path][1]
         line = (f"{self.scenario.name}: {done} requests done, {self.scenario.pool} users, {self.run_time_s():.0f}s planned "
-                f"(at least {self.scenario.duration_s:g}s measured: the window opens at the steady state, which may come "
-                "before the time planned for it, and closes with the run)")
+                f"(at least {self.scenario.duration_s:g}s measured, from the steady state on)")
         end = "" if sys.stderr.isatty() else "\n"
         print(("\r" if sys.stderr.isatty() else "") + line, end=end, file=sys.stderr)
 

@@ -53,13 +53,14 @@ def test_gate_off_vs_gate_on_finds_the_injected_delay(results_dir):
     off = [json.loads(p.read_text()) for p in sorted((out / "boots").glob("*-off.json"))]
     assert all(b["check"]["expected"] == {"token_delay": "off"} for b in off)
     assert all(not b["adapter_stats"] for b in off)
-    # Every token costs `injected` more, so tok/s goes from A to 1 / (1/A + injected). In time per
-    # token the interval is the range of added milliseconds the data allow; the server pays a little
-    # on top of a longer step (0.5-1.5 ms measured), so the interval must meet [injected, 1.1 x injected].
+    # Every token costs about `injected` more, so tok/s goes from A to 1 / (1/A + injected). In time per
+    # token the interval is the range of added milliseconds the data allow; the server pays a little on
+    # top of a longer step (0.5-1.5 ms measured) and streams during a sleep, so the interval must meet
+    # the sleep within the server's response (the report's own known-effect rule, rig.compare.effects).
+    [effect] = [e for e in analysis.known_effects if e.arm == "on" and e.adapter == "token_delay"]
+    assert effect.per_token_ms == pytest.approx(injected_ms)
     if measured_enough:
-        baseline = stats.baseline_mean
-        added = sorted(1000 * (1 / (baseline * (1 + c / 100)) - 1 / baseline) for c in stats.ci)
-        assert added[0] <= injected_ms * 1.10 and added[1] >= injected_ms, (added, injected_ms, stats)
+        assert effect.covered is True, (effect, stats)
     for name in ("compare.json", "compare.md", "compare.png", "boot-log-diff.txt", "plan.json"):
         assert (out / name).exists()
     text = (out / "compare.md").read_text()
