@@ -27,9 +27,10 @@ MEANINGS = {
     Exit.BAD_INPUT: "bad input: one line naming the file, the field and the fix (or a command-line usage error)",
     Exit.BOOT_CHECK: "up: the server is healthy but its boot check failed (adapters not armed, boot-log rules)",
     Exit.UNUSABLE: "loadtest: a measured run is not usable (its notes say why); compare: no boot pair had a usable headline "
-                   "in both arms (\"no data\"; its report says why each round was left out); sweep --goodput: no load met the SLOs",
+                   "in both arms (\"no data\"; its report says why each round was left out); sweep --goodput: no load met the SLOs; "
+                   "make demo: as compare",
     Exit.BLIND_CONTROL: "compare --control: the control arm did not change greedy output (the check cannot discriminate)",
-    Exit.VOID: "compare: the boots ran under different conditions (fingerprints); no verdict stands",
+    Exit.VOID: "compare (and make demo): the boots ran under different conditions (fingerprints); no verdict stands",
     Exit.INTERRUPTED: "interrupted (Ctrl-C); what was measured is kept",
 }
 

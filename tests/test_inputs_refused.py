@@ -345,7 +345,7 @@ def test_a_port_something_else_listens_on_is_refused_before_anything_is_written(
     assert len(result.stderr.strip().splitlines()) == 1 and f"port {port} on 127.0.0.1 is already in use" in result.stderr
     assert "--port" in result.stderr and "Traceback" not in result.stderr
     # rig has nothing of this recipe up: `rig down tiny-cpu` would stop nothing (a new user's container held it)
-    assert "no boot of this recipe is up in rig" in result.stderr and "rig down" not in result.stderr
+    assert "`rig status` lists rig's boots; else a container" in result.stderr and "rig down" not in result.stderr
     assert not (tmp_path / "results").exists() and not (tmp_path / "state").exists()
 
 

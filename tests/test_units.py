@@ -391,26 +391,28 @@ def test_a_sweeps_table_marks_what_its_load_test_calls_unusable_and_its_knee_sto
     from conftest import synthetic_run
 
     from rig.load.client_error import BOUNDS
-    from rig.load.goodput import Goodput
-    from rig.load.report import UNBOUND_MARK
-    from rig.load.summary import ClientBound, RunSummary
-    from rig.load.sweep import COLUMN_FIGURES, COLUMNS, SLO_COLUMNS, knee, point_row, table
+    from rig.load.goodput import SLO_KEYS, Goodput
+    from rig.load.report import UNBOUND_LEGEND, UNBOUND_MARK
+    from rig.load.summary import HEADLINE, ClientBound, RunSummary
+    from rig.load.sweep import BOUNDED_COLUMNS, COLUMNS, SLO_COLUMNS, knee, point_row, table
 
-    assert set(COLUMN_FIGURES) <= {name for name, _ in COLUMNS} and set(COLUMN_FIGURES.values()) <= set(BOUNDS)
-    assert {column for columns in SLO_COLUMNS.values() for column in columns} <= set(COLUMN_FIGURES)
+    assert set(BOUNDED_COLUMNS) <= {name for name, _ in COLUMNS} and set(BOUNDED_COLUMNS.values()) <= set(BOUNDS)
+    assert set(SLO_COLUMNS) == set(SLO_KEYS) and {c for columns in SLO_COLUMNS.values() for c in columns} <= set(BOUNDED_COLUMNS)
     synthetic_run(tmp_path / "run")
     summary = RunSummary.read(tmp_path / "run")
-    assert not summary.problems()
-    figures = {**summary.client.figures,
+    assert not summary.problems() and HEADLINE[summary.kind].name not in ("output_tok_s", "ttft_p50_ms", "tpot_p50_ms")
+    figures = {**summary.client.figures,  # figures beside the headline: the run stays usable, they do not
                "output_tok_s": ClientBound(bound=0.13, limit=0.01, holds=False, reason="lag"),
                "ttft_p50_ms": ClientBound(bound=0.29, limit=0.01, holds=False, reason="lag"),
                "tpot_p50_ms": ClientBound(bound=0.001, limit=0.01, holds=True)}
     summary = summary.model_copy(update={"client": summary.client.model_copy(update={"figures": figures})})
+    assert not summary.problems()
     good = Goodput(slos_s={"tpot": 0.05}, requests_per_s=1.0, met=10, completed=10, share=1.0)
     row = point_row(4.0, summary, good, tmp_path / "run")
     assert row.client_unusable == ["output_tok_s", "ttft_p50_ms"] and not row.problems  # the tpot SLO counts no moved figure
-    cells = table([row], "concurrency (users)").splitlines()[-1]
-    assert f"{row.output_tok_s:,.1f}{UNBOUND_MARK}" in cells and "| yes |" in cells
+    printed = table([row], "concurrency (users)").splitlines()
+    assert f"{row.output_tok_s:,.1f}{UNBOUND_MARK}" in printed[2] and "| yes |" in printed[2]
+    assert printed[-1].startswith(UNBOUND_LEGEND)
     ttft = point_row(4.0, summary, good.model_copy(update={"slos_s": {"ttft": 2.0}}), tmp_path / "run")
     assert ttft.problems == ["goodput: the client's timing could move ttft_p50_ms beyond its limit, and the ttft SLO counts those requests"]
     assert knee([row, ttft], 0.9).load == 4.0 and "not usable" in knee([ttft], 0.9).status

@@ -9,6 +9,7 @@ import secrets
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from rig import grammar, paths
 from rig.atomic import write_text_atomic
@@ -110,8 +111,8 @@ def refuse_if_port_taken(resolved: Resolved, port: int | None) -> None:
                 raise RigError(where, "serving.port", f"port {port} on {serving.bind} cannot be bound ({error.strerror})",
                                "choose a port this user may bind (--port)") from None
             holder = current_boot(resolved.recipe.name)
-            ours = (f"`rig down {holder.ref}`" if holder is not None else
-                    "no boot of this recipe is up in rig: a container (`docker ps`) or another process")
+            ours = (f"`rig down {holder.ref}`" if holder is not None and urlsplit(holder.base_url).port == port else
+                    "`rig status` lists rig's boots; else a container (`docker ps`) or another process")
             raise RigError(where, "serving.port", f"port {port} on {serving.bind} is already in use",
                            f"stop what uses it ({ours}; `ss -ltnp 'sport = :{port}'`) or pass a free one with --port N "
                            "(rig up, loadtest, compare, demo; make demo PORT=N)") from None

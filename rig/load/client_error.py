@@ -33,7 +33,7 @@ A figure's bound follows from how it is computed (rig.load.request_metrics, rig.
   end was read; a stretch that reached no end or send of the user
   moved none of its phase), plus how late a read at the edge may be. Two bounds, the smaller
   taken: each edge trades the user's tokens that arrived within that shift of it (past the run's
-  end, twice the user's mean rate in the window stands in for what was never read), the start only
+  end, what the user may still have brought stands in for what was never read: _Timeline.trade), the start only
   gaining and the end only losing, so by the larger of the two; plus the hold-back between
   requests (mu / mean E2E). And, in a steady window, the shifts' move across it: a window shifted
   whole counts what the ideal client's counted, up to the fluctuation of a sum of tokens in
@@ -312,7 +312,7 @@ def aggregate_parts(inputs: FigureInputs) -> AggregateParts | None:
     if not profile.samples:
         return None
     if not inputs.ratio_known and any(request_metrics.counted_at_the_run_ratio(r) for r in inputs.records):
-        return AggregateParts(1.0, 1.0, (0.0, 0.0), 0.0, None)  # the whole figure: unbounded
+        return AggregateParts(1.0, 1.0, (NOTHING_TRADED, NOTHING_TRADED), 0.0, None)  # the whole figure: unbounded
     per_chunk = {id(r): request_metrics.chunk_token_counts(r, inputs.ratio) for r in inputs.records}
     tokens = request_metrics.tokens_read_between(inputs.records, window.start, window.end, inputs.ratio)
     if tokens <= 0:
@@ -603,9 +603,9 @@ class _FirstChunks:
     steady: bool  # a closed loop's steady window (metrics.steady_window)
 
     def most_within(self, seconds: float) -> float:
-        if not self.steady:
+        if not self.steady or not len(self.times):  # (a steady window follows every user's first chunk)
             return math.inf
-        if seconds <= 0 or not len(self.times):
+        if seconds <= 0:
             return 0.0
         begun = np.searchsorted(self.times, self.times + seconds, side="right") - np.arange(len(self.times))
         return 2 * float(begun.max()) * self.tokens

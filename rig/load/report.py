@@ -40,6 +40,7 @@ COLUMN_FIGURES = {"user tok/s": "user_decode_tok_s", "output tok/s": "output_tok
                   "TTFT p50 ms": "ttft_p50_ms", "TTFT p99 ms": "ttft_p99_ms", "ITL p50 ms": "itl_p50_ms", "TPOT p50 ms": "tpot_p50_ms",
                   "E2E p50 ms": "e2e_p50_ms"}
 UNBOUND_MARK = " (client)"
+UNBOUND_LEGEND = f"{UNBOUND_MARK.strip()}: not usable, the client's timing could move it beyond its limit"
 TOKEN_AGREEMENT_LIMIT = 0.02  # the client's output tokens and the server's counter, further apart than this: named
 
 
@@ -75,8 +76,7 @@ def markdown_table(summaries: list[RunSummary]) -> str:
     rows = [_cells(s) for s in summaries]
     lines = [header, rule] + ["| " + " | ".join(cells) + " |" for cells in rows]
     if any(cell.endswith(UNBOUND_MARK) for cells in rows for cell in cells):
-        lines.append(f"\n{UNBOUND_MARK.strip()}: not usable, the client's timing could move it beyond its limit "
-                     "(the client timing note says by how much)")
+        lines.append(f"\n{UNBOUND_LEGEND} (the client timing note says by how much)")
     return "\n".join(lines)
 
 

@@ -19,10 +19,10 @@ from pydantic import Field
 from rig.atomic import write_text_atomic
 from rig.errors import RigError
 from rig.exits import Exit
-from rig.load.goodput import Goodput, goodput, parse_slos
+from rig.load.goodput import SLO_KEYS, Goodput, goodput, parse_slos
 from rig.load.prompts import TokenCounter
 from rig.load.records import read_records
-from rig.load.report import UNBOUND_MARK
+from rig.load.report import UNBOUND_LEGEND, UNBOUND_MARK
 from rig.load.runner import LoadTarget, results_root, run_scenario
 from rig.load.scenarios import ARRIVAL_KINDS, MAX_RATE, MAX_USERS, Scenario
 from rig.load.session import acquire_target, default_small, note_run, scenarios_for, settle_estimate, warmup_pending
@@ -119,15 +119,15 @@ class SweepInterrupted(KeyboardInterrupt):
 
 # The figure (its client bound: rig.load.client_error.BOUNDS) of each column, and the columns whose
 # figures an SLO's per-request values are the samples of.
-COLUMN_FIGURES = {"output_tok_s": "output_tok_s", **{name: name for name in (
+BOUNDED_COLUMNS = {"output_tok_s": "output_tok_s", **{name: name for name in (
     "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "e2e_p50_ms", "e2e_p99_ms")}}
-SLO_COLUMNS = {"ttft": ("ttft_p50_ms", "ttft_p99_ms"), "tpot": ("tpot_p50_ms", "tpot_p99_ms"), "e2e": ("e2e_p50_ms", "e2e_p99_ms")}
+SLO_COLUMNS = {key: (f"{key}_p50_ms", f"{key}_p99_ms") for key in SLO_KEYS}  # every SLO key's per-request figure
 
 
 def point_row(load: float, summary: RunSummary, good: Goodput | None, run_dir: Path) -> SweepPoint:
     metrics = summary.metrics
     bounds = summary.client.figures
-    client_unusable = [column for column, figure in COLUMN_FIGURES.items() if figure in bounds and not bounds[figure].holds]
+    client_unusable = [column for column, figure in BOUNDED_COLUMNS.items() if figure in bounds and not bounds[figure].holds]
     problems = summary.problems()
     for key in good.slos_s if good else ():
         moved = [column for column in SLO_COLUMNS[key] if column in client_unusable]
@@ -174,12 +174,14 @@ COLUMNS = [("load", "{:g}"), ("achieved_rate", "{:.2f}"), ("requests_per_s", "{:
 
 def table(rows: list[SweepPoint], unit: str) -> str:
     header = [unit if name == "load" else name for name, _ in COLUMNS] + ["usable"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]  # (client): see point_row
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
     for row in rows:
         cells = ["-" if getattr(row, name) is None else form.format(getattr(row, name))
                  + (UNBOUND_MARK if name in row.client_unusable else "") for name, form in COLUMNS]
         cells.append("yes" if not row.problems else "NO: " + "; ".join(row.problems)[:160])
         lines.append("| " + " | ".join(cells) + " |")
+    if any(row.client_unusable for row in rows):
+        lines.append(f"\n{UNBOUND_LEGEND} (each load's own summary.md says by how much)")
     return "\n".join(lines)
 
 

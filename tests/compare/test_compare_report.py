@@ -307,6 +307,10 @@ def test_a_host_sleeps_known_effect_is_the_sleep_within_the_servers_response_eit
         assert found.tolerance == RESPONSE_OF_THE_SERVER and not found.at_least
         return found
 
+    from rig.compare.effects import EFFECT_KINDS
+    from rig_adapters.registry import REGISTRY
+
+    assert all(spec.effect[2] in EFFECT_KINDS for spec in REGISTRY if spec.effect)  # a misspelled kind would read as exact
     assert effect_of(4.12, [3.86, 3.88, 3.90]).covered  # 6% short of the sleep
     assert effect_of(20.3, [21.2, 21.5, 21.3]).covered  # 5% beyond it
     assert effect_of(4.12, [2.9, 3.0, 3.1]).covered is False  # 27% short: the server hid most of it
