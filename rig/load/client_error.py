@@ -365,7 +365,8 @@ def aggregate_parts(inputs: FigureInputs) -> AggregateParts | None:
     # larger of its own decode rate and the process's median one (a stream with fewer than two chunks:
     # the median), one that had not begun its first chunk at once (the largest first chunk of the
     # process); a closed-loop user with no stream open, the next request it was about to send.
-    decodes = [rate for r in inputs.records if (rate := _decode_rate(r.chunks, per_chunk[id(r)])) is not None]
+    decode_of = {id(r): _decode_rate(r.chunks, per_chunk[id(r)]) for r in inputs.records}
+    decodes = [rate for rate in decode_of.values() if rate is not None]
     typical_decode = float(np.median(decodes)) if decodes else streaming()
     first_chunk = max((per_chunk[id(r)][0] for r in inputs.records if r.chunks), default=1.0)
     longest = math.inf if any(r.max_tokens is None for r in inputs.records) else max(r.max_tokens or 0 for r in inputs.records)
@@ -378,7 +379,7 @@ def aggregate_parts(inputs: FigureInputs) -> AggregateParts | None:
             # (a conversation's last turn starts the next at once) counts as none
             return (_Unread(longest, first_chunk, typical_decode),)
         return tuple(_Unread(math.inf if r.max_tokens is None else max(0.0, r.max_tokens - sum(per_chunk[id(r)])),
-                             0.0 if r.chunks else first_chunk, max(_decode_rate(r.chunks, per_chunk[id(r)]) or 0.0, typical_decode))
+                             0.0 if r.chunks else first_chunk, max(decode_of[id(r)] or 0.0, typical_decode))
                      for r in open_at_the_end)
 
     timelines: list[_Timeline] = []
