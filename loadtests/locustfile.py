@@ -486,7 +486,7 @@ def _reads(response: Any) -> Any:
 # When each greenlet's last request was written whole to its socket (wall clock, as the records): the
 # request's send time. Stamped before requests built it, the send time ran ~0.6-0.7 ms early (building
 # the request, and the hub's turn gevent gives others inside urllib3's dropped-connection check), an
-# error that TTFT and E2E carry on top of the read's (an independent review measured it).
+# error that TTFT and E2E carry on top of the read's.
 WRITTEN: dict[int, float] = {}
 
 
@@ -506,7 +506,7 @@ urllib3.connection.HTTPConnection.request = _stamp_when_written(urllib3.connecti
 # Before it reuses a kept-alive connection, urllib3 checks that the server has not closed it: a poll
 # of the socket with a timeout of 0. gevent's poll answers even that from the hub, so the user waits
 # for every read its loop's pass has ready before its next request goes out: at 250 streams a
-# process and an engine's step of chunks arriving at once, 13 ms a request on the H200 (2026-12-04),
+# process and an engine's step of chunks arriving at once, 13 ms a request on an H200 with vLLM,
 # a hold-back of each user that the aggregate's client bound counts. The kernel's own poll with a
 # timeout of 0 never blocks: asked directly, it answers at once and the request goes out now.
 _KERNEL_POLL = gevent.monkey.get_original("select", "poll")
@@ -717,7 +717,7 @@ class LLMUser(StreamingUser):
         # The next request goes out as the last one ends, inside this task. Between tasks Locust
         # sleeps the wait time, and a gevent sleep of 0 queues the user behind every read its loop's
         # pass has ready: at 250 streams a process, with an engine's step of chunks arriving at
-        # once, 13 ms a request on the H200 (2026-12-04), a hold-back the aggregate's client bound
+        # once, 13 ms a request on an H200 with vLLM, a hold-back the aggregate's client bound
         # counts against every user. A failed request goes back to Locust (its sleep yields: a
         # refused connection fails without waiting, and a loop that never waits starves the
         # others), and so does a stopping user after its request, as Locust's own wait would.

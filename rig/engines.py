@@ -47,7 +47,7 @@ class Launch:
 
 def _sglang(launch: Launch) -> list[str]:
     # --random-seed: SGLang draws one per boot when none is given (server_args.py: random.randint), so
-    # boots differed in their sampling state and in their logged server_args (H200, 2026-12-02); vLLM's
+    # boots would differ in their sampling state and in their logged server_args; vLLM's
     # default seed is fixed. A recipe's own --random-seed comes later on the command line and wins.
     argv = ["--model-path", launch.model_path, "--host", launch.host, "--port", launch.port, "--tp-size", str(launch.tp),
             "--random-seed", "0"]

@@ -115,7 +115,7 @@ def _build(out: Path, spec: dict[str, Any]) -> None:
     tokenizer.train_from_iterator(_CORPUS, trainer=trainer)
     # model_max_length is the model's own context: without it transformers reads int(1e30), and
     # SGLang 0.5.17's /v1/tokenize returns that as max_model_len, which its JSON encoder (orjson)
-    # refuses ("Integer exceeds 64-bit range": a 500 on every call; H200, 2026-12-02).
+    # refuses ("Integer exceeds 64-bit range": a 500 on every call).
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
         bos_token="<|bos|>",

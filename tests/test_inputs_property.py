@@ -1,4 +1,4 @@
-"""Property (issue #19): recipe documents with hostile values in every field never end in a
+"""Property: recipe documents with hostile values in every field never end in a
 traceback, never write outside docker/, compose/, results/ or .rig/, and never render a value
 that compose would interpolate (only rig's own variables and a recipe's declared host_env)."""
 

@@ -1,5 +1,6 @@
-"""Hostile inputs, second pass (issue #19): every class of the issue with crafted inputs, each
-refused in one line naming file and field, and nothing written anywhere."""
+"""Hostile inputs beyond the recipe schema (flags, environment, overlays, plans, files, state, the
+command line, checkpoints): every class with crafted inputs, each refused in one line naming file
+and field, and nothing written anywhere."""
 
 from __future__ import annotations
 
@@ -344,7 +345,7 @@ def test_a_port_something_else_listens_on_is_refused_before_anything_is_written(
     assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
     assert len(result.stderr.strip().splitlines()) == 1 and f"port {port} on 127.0.0.1 is already in use" in result.stderr
     assert "--port" in result.stderr and "Traceback" not in result.stderr
-    # rig has nothing of this recipe up: `rig down tiny-cpu` would stop nothing (a new user's container held it)
+    # rig has nothing of this recipe up: `rig down tiny-cpu` would stop nothing (something else holds the port)
     assert "`rig status` lists rig's boots; else a container" in result.stderr and "rig down" not in result.stderr
     assert not (tmp_path / "results").exists() and not (tmp_path / "state").exists()
 

@@ -1,4 +1,4 @@
-"""Property (issue #29): what rig wrote and reads back (records, a run's summary, a comparison's plan
+"""Property: what rig wrote and reads back (records, a run's summary, a comparison's plan
 and boot entries, boot records and state files), a peer's result for `rig import`, and a trace, each
 with random fields replaced, removed or added, or its bytes cut or spliced, is either read as a
 valid document or refused as a RigError of one line: never another exception, and nothing is

@@ -1,4 +1,4 @@
-"""The shared helpers of issue #12: atomic writes, redaction, process identity, strict YAML."""
+"""The shared helpers: atomic writes, redaction, process identity, strict YAML."""
 
 from __future__ import annotations
 
@@ -339,7 +339,7 @@ def test_a_second_interrupt_during_the_stop_grace_kills_the_server_group():
 @pytest.mark.parametrize("how", ["terminate", "kill"])
 def test_the_timed_servers_worker_processes_end_with_it(how):
     """`--processes N` serves from N forked workers: terminate() stops them with the parent, and a
-    parent killed outright takes them along (before, they kept the port and the caller's pipes)."""
+    parent killed outright takes them along (else they keep the port and the caller's pipes)."""
     import signal
 
     from conftest import free_port
@@ -384,10 +384,9 @@ def test_the_loadtest_table_marks_a_figure_the_clients_timing_could_move_beyond_
 
 
 def test_a_sweeps_table_marks_what_its_load_test_calls_unusable_and_its_knee_stops_there(tmp_path):
-    """A new user's sweep printed output tok/s, TTFT p50 and TPOT p50 at c=4 beside 'usable yes' while
-    that run's own summary.md called them NOT USABLE (the client's timing could move them by 13%, 29%,
-    5.8%), and judged the knee on them. The sweep's cells now carry the load test's mark, and a goodput
-    share counting a latency the client could move ends the knee's walk."""
+    """A sweep's cells carry the load test's mark: a figure its run's own summary.md calls NOT USABLE
+    (the client's timing could move it beyond its limit) is never printed beside 'usable yes', and a
+    goodput share counting a latency the client could move ends the knee's walk."""
     from conftest import synthetic_run
 
     from rig.load.client_error import BOUNDS
@@ -419,8 +418,8 @@ def test_a_sweeps_table_marks_what_its_load_test_calls_unusable_and_its_knee_sto
 
 
 def test_a_results_directory_that_is_a_file_is_refused_in_one_line_naming_the_variable(monkeypatch, tmp_path):
-    """A new user's RIG_RESULTS_DIR naming a file failed only once a boot had started, naming a path below
-    it ('.../boots/<boot>/manifests: Not a directory') with a generic fix."""
+    """A RIG_RESULTS_DIR naming a file is refused when it is read, naming the variable, not once a boot
+    has started, naming a path below it ('.../boots/<boot>/manifests: Not a directory')."""
     from rig import paths
     from rig.errors import Invalid
 
@@ -434,8 +433,8 @@ def test_a_results_directory_that_is_a_file_is_refused_in_one_line_naming_the_va
 
 
 def test_a_comparisons_unknown_scenario_is_refused_without_offering_a_file(tmp_path, monkeypatch):
-    """`rig compare ... --scenario nope` told a new user to pass 'the path of a .yaml file', which a
-    comparison then refuses: its own line names the scenarios and where a file of one's own goes."""
+    """`rig compare ... --scenario nope` does not offer 'the path of a .yaml file', which a comparison
+    refuses: its own line names the scenarios and where a file of one's own goes."""
     from rig.compare.command import compare
     from rig.errors import RigError
 

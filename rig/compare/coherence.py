@@ -1,5 +1,5 @@
 """Coherence under load, from the load tests' own outputs: the share of outputs with letters of
-scripts absent from the prompts (the seeds' "CJK 0"), repeated word 4-grams, empty and cut outputs,
+scripts absent from the prompts (a quality gate's "CJK 0"), repeated word 4-grams, empty and cut outputs,
 and the finish-reason mix. Each boot's figures are computed when the boot ran (from its usable
 rounds' records: `boot_coherence`), and each arm's against the baseline by an exact sign-flip test
 over the blocks, Holm across the arm's figures (`coherence_report`)."""

@@ -28,20 +28,20 @@ class FingerprintReport(Typed):
 
 _VOLATILE = [
     # A progress bar's state (tqdm: "12%|█▏   | 6/51 [00:00<00:03, 15.2it/s]"): vLLM's CUDA-graph
-    # capture printed a dozen such lines per boot, each in one arm only by chance (H200, 2026-12-01).
+    # capture prints a dozen such lines per boot, each in one arm only by chance.
     (re.compile(r"\s*\d+%\|[^|]*\|\s*\d+/\d+\s*\[[^\]]*\]"), " <progress>"),
     (re.compile(r"\b\d{1,3}(\.\d{1,3}){3}:\d+"), "<ip>:<port>"),
     (re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d([.,]\d+)?"), "<time>"),
     (re.compile(r"\b(\d\d-\d\d )?\d\d:\d\d:\d\d([.,]\d+)?\b"), "<time>"),  # vLLM's "12-01 23:42:00"
     (re.compile(r"\b\d+ secs?\b"), "<num> secs"),  # "Graph capturing finished in 6 secs"
     # The engines' periodic load lines: vLLM's "Running: 0 reqs, Waiting: 0 reqs" (in one arm only by
-    # when the 10 s logger fired, H200 2026-12-02), SGLang's "#running-req: 1, #token: 2048".
+    # when the 10 s logger fired), SGLang's "#running-req: 1, #token: 2048".
     (re.compile(r"\b\d+ reqs\b"), "<num> reqs"),
     (re.compile(r"(#[\w-]+: )\d+"), r"\1<num>"),
     (re.compile(r"\[\d+\]"), "[<pid>]"),
     (re.compile(r"(?<![A-Za-z])(pid|PID)[ =:]\d+"), r"\1=<pid>"),  # SGLang's "kill_process_tree called: parent_pid=2667"
     # SGLang's request ids ("Received output for rid='3366cef9...' but the state was deleted", when a
-    # client closed a stream at a window's end: in one arm only by chance, H200 2026-12-02)
+    # client closed a stream at a window's end: in one arm only by chance)
     (re.compile(r"\b[0-9a-f]{32}\b"), "<id>"),
     (re.compile(r"\b\d+\.\d+(\s*(s|ms|us|it/s|%|GB|MB|tok/s))?"), "<num>"),
     (re.compile(r"0x[0-9a-fA-F]+"), "<addr>"),

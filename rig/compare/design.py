@@ -5,7 +5,7 @@ Derived from the noise measured on real engines and the calibration simulation t
 comparison's own statistics (rig/compare/calibration.py, benchmarks/design_at_real_noise.py,
 benchmarks/RESULTS.md "Resolution"):
 
-- Boot pairs: on one H200 (vLLM 0.24.0, 8B widths, TP1, CUDA graphs, prose at c=1; 2026-12-01) eight
+- Boot pairs: on one H200 (vLLM 0.24.0, 8B widths, TP1, CUDA graphs, prose at c=1) eight
   warm boots gave boot sd 0.01% and round sd 0.02% (10 s rounds). At that noise 2 pairs already
   resolve a 0.5% change with 98% power; 4 pairs keep 98-99% up to the ~0.1% spread between warm
   boots that two other machines showed (0.1%/0.04%), and 76% even at ten times the measured noise

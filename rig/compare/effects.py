@@ -17,7 +17,7 @@ from rig.typed import Typed
 # A host sleep in each step (token_delay) changes the time per token by what it took, give or take the
 # server's response to a longer step, measured on transformers serve: its other threads stream during
 # the sleep (a 4 ms sleep measured at 4.12 ms moved the time per token +3.88 ms [3.86, 3.90] on a busy
-# 2-core box, 2026-12-05: -6%), and a longer sleep's wake-up costs a little more (20 ms: +0.5-1.5 ms).
+# 2-core box: -6%), and a longer sleep's wake-up costs a little more (20 ms: +0.5-1.5 ms).
 # Its known effect is the sleep within this share, not a bound either way. Measured on transformers serve
 # only: under vLLM's asynchronous scheduling a host sleep can be hidden altogether (0.165 ms a step changed
 # nothing on an H200), and the check then says the interval does NOT agree, as it should (gpu_delay's

@@ -1,4 +1,4 @@
-"""compare.md: the analysis in the seeds' form, one function per section (SECTIONS, in order)."""
+"""compare.md: the analysis as Markdown, one function per section (SECTIONS, in order)."""
 
 from __future__ import annotations
 

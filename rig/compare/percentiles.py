@@ -41,8 +41,8 @@ _LOG_BIN = math.log(BIN_RATIO)
 # its samples' own type-8 quantile. A difference of two arms' mean ln-percentiles is therefore within
 # one bin of the samples' own, and the pairs' sd within one bin * sqrt(n / (n - 1)) of theirs: the
 # comparison widens its interval by both (rig.compare.stats.compare_boots). Without it, boots whose
-# percentiles fall in the same bins (H200 TPOT p50 at c=1: boot sd 0.07%, bins of 0.1%) gave identical
-# pair differences and an interval of zero width (2026-12-01, evening). The price: 2 pairs cannot
+# percentiles fall in the same bins (H200 TPOT p50 at c=1: boot sd 0.07%, bins of 0.1%) give identical
+# pair differences and an interval of zero width. The price: 2 pairs cannot
 # resolve a percentile change much under 1.4% (95%), 4 pairs under 0.3%.
 DIFFERENCE_RESOLUTION = _LOG_BIN
 

@@ -15,7 +15,7 @@ Three measurements, per boot:
   where top-k logprobs came back, whether each side's token was in the other's top-k there
   (vLLM's check_logprobs_close idea): "diverges late, among near-ties" versus "at token 1".
 - Coherence under load, from the load tests' own outputs: share of outputs with letters of scripts
-  absent from the prompts (the seeds' "CJK 0"), repeated word 4-grams, empty and cut outputs, and
+  absent from the prompts (a quality gate's "CJK 0"), repeated word 4-grams, empty and cut outputs, and
   the finish-reason mix, each against the baseline arm with a paired interval.
 """
 

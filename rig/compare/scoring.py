@@ -101,7 +101,7 @@ def check_scoring_tokenizer(engine: str, model_dir: Callable[[], str | None]) ->
     (transformers then reads int(1e30)), or with the integer 1000000000000000019884624838656 many
     checkpoints carry, makes orjson fail ("Integer exceeds 64-bit range"), and a float that is no
     integer of 64 bits (1e30, 2048.5) or a string fails pydantic's int; either way every call answers
-    500 (entrypoints/openai/serving_tokenize.py, seen on an H200 2026-12-02); so does a directory with no
+    500 (entrypoints/openai/serving_tokenize.py); so does a directory with no
     tokenizer_config.json at all. `model_dir` (the served tokenizer's directory: --tokenizer-path when the
     recipe sets it) is asked only for SGLang. Checked where this host can read that directory; elsewhere
     the boots say so."""

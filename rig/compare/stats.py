@@ -8,7 +8,7 @@ highest level of the design that varies, here the boot:
 
 - each boot's figure is the mean of its usable rounds (rounds only sharpen that mean);
 - boots are paired by ABBA block (block k holds one boot of each arm, adjacent in time), so
-  drift over the session (thermal, page cache) cancels within a pair;
+  drift over time (thermal, page cache) cancels within a pair;
 - the effect is the paired log ratio d_k = ln(arm_k / baseline_k); its mean gets a Student t
   interval on (pairs - 1) degrees of freedom, reported back as a percentage, asymmetric as the
   ratio scale makes it. With equal rounds per boot, boot means are independent with variance

@@ -1,4 +1,5 @@
-"""`rig kernelbench`: a table in seed 000's form, and JSON.
+"""`rig kernelbench`: per shape M, a row per backend (us/call [p10-p90], GB/s, ms/step, vs the
+production backend) and a bitwise losslessness check; kernelbench.json holds the same.
 
     rig kernelbench --n 5120 --k 576 --pad-k 640 --m 6 --production torch-fp8-rowwise \\
         --candidate flashinfer-mxfp8-b12x --calls-per-step 43

@@ -341,8 +341,8 @@ def aggregate_parts(inputs: FigureInputs) -> AggregateParts | None:
         """How much later than edge + span the tokens that arrived by then may have been read: a
         token that crossed the edge arrived within `span` after it, and a stretch that held the loop
         then held its read back (the tokens read within `span` of the edge are no count of them: a
-        stall just after an edge moved every such read beyond it, an independent review's 1.1% under
-        a bound of 0.0002%). A read waits out the stretch its bytes met, then its place in the pass."""
+        stall just after an edge moves every such read beyond it). A read waits out the stretch its
+        bytes met, then its place in the pass."""
         held = profile.held_longest(edge, edge + span) + unseen
         near = waits[bisect.bisect_left(wait_times, edge):bisect.bisect_right(wait_times, edge + span + held + longest_wait)]
         return held + max((wait for _, wait in near), default=0.0)  # the waits of the reads that came then
@@ -354,7 +354,7 @@ def aggregate_parts(inputs: FigureInputs) -> AggregateParts | None:
         users[r.user].append(r)
     # An arrival user idles between its requests, so its mean rate in the window is no measure of the
     # tokens a request the run's end cut would have brought: the fastest stream of the run stands in
-    # (a cut run's late sends lost 1% where the user's mean rate counted 0.4%: an independent review).
+    # (the mean rate, idle time included, undercounts what a cut stream's late send loses).
     # (over each request's whole life, send to last chunk: a backlog read in a burst compresses its gaps, not its life)
     @functools.cache
     def streaming() -> float:
@@ -401,7 +401,7 @@ def aggregate_parts(inputs: FigureInputs) -> AggregateParts | None:
             late_read = profile.held_at(ended) + (previous.chunk_wait(len(previous.chunks) - 1) if previous.chunks else 0.0)
             # to the next send: the user's turnaround and its building of the request. After a failed
             # request the pool opens a new connection, whose handshake is the server's (a dropped SYN is
-            # retried after 1 s, 3 s: 2026-12-04, vLLM at 3000 users): then to the user's start only.
+            # retried after 1 s, then 3 s; vLLM drops some at 3000 users): then to the user's start only.
             # (a stretch over that pending connect is still the client's)
             began = following.t_start if previous.error is not None and following.t_start is not None else following.t_send
             pending = profile.held_between(began, following.t_send) if began < following.t_send else 0.0
@@ -436,23 +436,22 @@ def _first_send_late(first: RequestRecord, profile: LagProfile, master: LagProfi
     spawn message on a worker of a distributed run, the local runner's own round in one process),
     the round's pacer (the master; in one process the process itself) and the user's own way from
     the round to its send are counted apart: a worker's stall holds back the batch it met, not the
-    later ones, which the master paces on its own clock (the H200 c3000 of 2026-12-05: each worker
-    stalled 70-110 ms at each of the master's six batches, which still came 1.00 s apart; charged
-    to every later batch, those stalls made the bound 1.1%). So:
+    later ones, which the master paces on its own clock (a worker that stalls at each of the
+    master's batches leaves their spacing as it was: charged to every later batch, its stalls would
+    add up to a bound many times the error). So:
     - the pacer's stretches before the round, the first round's own wake-up (the longest stretch a
-      short sample of the pacer may come from: dispatch_behind counts from that round; a review of
-      the local runner: an 18 ms stretch over it, 8.4% under a bound of 3.8%), and every late
-      wake-up of its pace after it, however short (dispatch_behind; an independent review: a master
-      9.5 ms late at each of 47 rounds, 0.69% under a bound of 0.25%; a long stretch may count in
+      short sample of the pacer may come from: dispatch_behind counts from that round, so a stretch
+      over it is counted nowhere else), and every late wake-up of its pace after it, however short
+      (dispatch_behind: short late wake-ups at every round add up; a long stretch may count in
       both);
     - from the round to the send, everything is the client's (spawning the batch, the users before
       this one, building the request), except the server's answer to the opening call: its time,
       less what the process's stretches held of it (a stretch counts its part inside the call only:
       the spawn's own ends as the first users begin) and, at each of its two wake-ups, the longest
       stretch a short sample of the run may come from (`LagProfile.short_stretch`; the spawn is the
-      loop's busiest time, so its mean short delay is no measure of the opening calls': the same
-      review; nor is the window's largest: 18.5 ms stretches every 19.5 ms during the spawn alone,
-      each read as 9.5 ms, put the truth 17.2% away under a bound of 12.2%).
+      loop's busiest time, so its mean short delay is no measure of the opening calls'; nor is the
+      window's largest: stretches nearly back to back during the spawn alone are read as about half
+      their length).
     A worker whose master wrote no samples has its own stretches in the master's place: its
     dispatch_behind still holds every late round after the first.
     Otherwise (records that do not say): the spawn paces the users from when it woke, so every
@@ -496,8 +495,8 @@ def _drain_moved(inputs: FigureInputs, read_late: float) -> float:
     """A window that closes when the last response was read (a trace replay's drain) closes when the
     client read it: the ideal client, whose last request ran behind the real one's by its shift,
     read it earlier, and the figure's seconds move by up to the largest shift plus how late that
-    read was (an independent review: a 0.2 s stall at the last arrival, 0.8% under a bound of 0.006%).
-    As a share of the window; 0 for a window closed by anything else."""
+    read was (a stall at the last arrival delays that read). As a share of the window; 0 for a window
+    closed by anything else."""
     scheduled = [r for r in inputs.records if r.t_scheduled is not None]
     last = max((r.chunks[-1] for r in inputs.records if r.chunks), default=None)
     if not scheduled or last is None or inputs.window.end < last:
@@ -635,14 +634,12 @@ class _Timeline:
         """Its tokens within `shift` of the edge, and `forward` beyond (where reads of tokens that
         arrived within `shift` after it were held back), and past the run's end what was never read:
         twice its mean rate in the window over that span, and no less than what it may have brought
-        in it (_Unread). Its rate alone missed a user whose stream had not begun inside the window (a
-        rate of 0 there), and users in step, whose streams all begin together (independent reviews:
-        a round of the spawn 0.67 s late, TTFT 8 s, 8 tokens, a 6 s window to the run's end, 10% under
-        a bound of 3.2%; one round of users in step under a steady window, a stall of 0.67 s over
-        their sends inside it, 39% under 15%; conversation users thinking at the run's end while the
-        ideal client streams, 17% under 4.7%). A stream not begun is charged a first chunk, apart
-        (_Traded.first): summed over the users, no more first chunks count than a steady run read
-        within so long a span (_FirstChunks)."""
+        in it (_Unread). Its rate alone misses a user whose stream had not begun inside the window (a
+        rate of 0 there), and users in step, whose streams all begin together: a round of the spawn
+        sent late with a long TTFT, a stall over the sends of users in step inside a steady window,
+        conversation users thinking at the run's end while the ideal client streams. A stream not
+        begun is charged a first chunk, apart (_Traded.first): summed over the users, no more first
+        chunks count than a steady run read within so long a span (_FirstChunks)."""
         # what never was read: tokens that arrived within `shift` after the edge but past the run's end
         # (an estimate of arrivals, so the reads' `forward` does not widen it), or before it and read
         # past it (at most those of `shift`)
@@ -678,14 +675,13 @@ def _steady_state_moved(timelines: list[_Timeline], window: Window, first_chunks
     sums at any time, which the users' timelines as read give across the window (F~(t): their tokens
     in [t, t + a_u), read a_u later; an interval's place in a stationary run does not change what it
     holds): the move lies within [min F~ - max G~, max F~ - min G~]. Before the window the shifts
-    cancel between the edges (the old rule traded every user's a_u at both: 14% at 3000 streams where
-    delivered/offered put the error near 0.3%); inside it the hold-backs d_u are lost tokens, G~ > F~.
+    cancel between the edges (trading every user's a_u at both edges would bound 3000 streams at
+    many times their error); inside it the hold-backs d_u are lost tokens, G~ > F~.
     The stretch read must hold every phase of a user's cycle: users whose request and turnaround
     outlast it (long requests the run's end cuts, admitted together in one of the spawn's batches
-    and in step ever after, read nowhere near their turnaround: an independent review's 1.2% under
-    a bound of 0.34%) keep their own shifts traded at both edges. None where the timelines as read
-    cannot show those sums over half the window (shifts as long as the window leave no steady
-    stretch to read them from)."""
+    and in step ever after, read nowhere near their turnaround) keep their own shifts traded at both
+    edges. None where the timelines as read cannot show those sums over half the window (shifts as
+    long as the window leave no steady stretch to read them from)."""
     if not timelines or any(line.scheduled for line in timelines):
         return None  # an arrival schedule's shifts do not accumulate: the edges' rule reads them (aggregate_parts)
     at_start = [line.held_by(window.start) for line in timelines]

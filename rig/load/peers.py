@@ -45,7 +45,7 @@ AIPERF_AGGREGATE = "profile_export_aiperf.json"
 AIPERF_SCHEMA = "1.5"  # the profile_export_aiperf.json schema version whose fields are written
 NS = 1_000_000_000
 # A peer's per-request export grows with its requests, not like a trace: AIPerf's profile_export.jsonl of
-# 3000 streams over a 33 s benchmark was 91 MB (H200 host, 2026-12-04); this reads ~11 times that.
+# 3000 streams over a 33 s benchmark on an H200 is 91 MB; this reads ~11 times that.
 MAX_PEER_EXPORT_BYTES = 1 << 30
 
 

@@ -1,4 +1,4 @@
-"""shared_pad_k and mxfp8_b12x against SGLang 0.5.23's own classes (issue 26): the wheel's
+"""shared_pad_k and mxfp8_b12x against SGLang 0.5.23's own classes: the wheel's
 layers/linear.py and models/deepseek_v2.py build a small DeepSeek-V3 model on the CPU
 (tests/oracles/sglang_classes.py; attention and kernels stubbed), and the adapters run on it as
 they would in the engine. Stock RowParallelLinear keeps no `prefix`, so the shared expert's

@@ -60,7 +60,7 @@ def test_matrix_for_every_recipe():
     assert "stand-in for dev-dsv41" in result.stdout and "sglang-0.5.23" in result.stdout
 
 
-# ---- call sites, argument order and the kernel library (issue #12) -------------------------
+# ---- call sites, argument order and the kernel library --------------------------------------
 
 import ast  # noqa: E402
 import zipfile  # noqa: E402

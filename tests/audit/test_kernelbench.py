@@ -11,7 +11,7 @@ from rig.kernelbench.command import build_variants, format_row
 
 
 def test_copies_exceed_twice_the_l2():
-    weight = 5120 * 576  # one fp8 copy of the seed's shared down_proj
+    weight = 5120 * 576  # one fp8 copy of DeepSeek-V4.1-Flash's shared down_proj at TP4
     copies = copies_for_cold_l2(weight, 50 * 2**20)
     assert copies * weight > 2 * 50 * 2**20 and (copies - 2) * weight <= 2 * 50 * 2**20
     assert copies_for_cold_l2(10**12, 50 * 2**20) == 2

@@ -1,4 +1,4 @@
-"""Stale state, double boots, signals and secrets with the native driver (issue #12)."""
+"""Stale state, double boots, signals and secrets with the native driver."""
 
 from __future__ import annotations
 
@@ -396,8 +396,8 @@ def test_planted_key_reaches_no_argv_log_result_or_state_through_boot_load_and_c
 
 def test_loadtest_refuses_a_boot_whose_server_is_gone(rig_dirs):
     """A recorded boot whose process no longer runs (`rig status`: DOWN): loadtest says so in one line
-    before any load, instead of a warmup and a run of connection errors (2026-12-04, a new user's
-    trial: ~3,000 failed requests per run, the client at 99% CPU, exit 4)."""
+    before any load, instead of a warmup and a run of connection errors (thousands of failed
+    requests per run, the client at 99% CPU, exit 4)."""
     env, root = rig_dirs
     victim = _victim()
     victim.kill()

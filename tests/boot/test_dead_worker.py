@@ -118,8 +118,8 @@ def test_rig_status_says_unhealthy_for_a_live_process_whose_health_fails(dead_wo
 
 @pytest.mark.parametrize("overlay", [["RIG_IMAGE_TAG=v2"], ["RIG_IMAGE_TAG=v2", "RIG_TOKEN_DELAY_MS=2"], ["HF_TOKEN=a,b", "OMP_NUM_THREADS=2"]])
 def test_rig_up_env_that_is_legitimate_reaches_the_boot(overlay, monkeypatch):
-    """`rig up --env` resolves its overlay as an arm does; an image tag on a compose recipe, a gate
-    and a secret with a comma still reach the driver (the review found RIG_IMAGE_TAG refused)."""
+    """`rig up --env` resolves its overlay as an arm does; an image tag on a compose recipe (compose's
+    image selector, no engine variable), a gate and a secret with a comma still reach the driver."""
     import rig.boot as boot
     import rig.cli as cli
 

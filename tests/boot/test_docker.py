@@ -177,7 +177,7 @@ def test_compare_reaches_the_gate_across_container_boots(tiny_image, rig_env):
                    "BOOTS=1", "ROUNDS=1", "SIZE=small", "DURATION=4", env={**rig_env, "HF_TOKEN": planted}, timeout=1200)
     # rig's 4 (UNUSABLE): a busy box left the one pair's round out for the client's timing; checked below
     # to be why. make exits 2 whatever its recipe's code was and reports that code in its own status
-    # line ("*** [Makefile:N: compare] Error 4"): a busy CI run (2026-12-04) failed here on rig's 4.
+    # line ("*** [Makefile:N: compare] Error 4").
     unusable = compared.returncode == 2 and f"compare] Error {int(Exit.UNUSABLE)}" in compared.stderr
     assert compared.returncode == 0 or unusable, compared.stdout[-3000:] + compared.stderr[-3000:]
     out = max((Path(rig_env["RIG_RESULTS_DIR"]) / "compare").glob("*/compare.json")).parent

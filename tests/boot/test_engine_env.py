@@ -161,7 +161,7 @@ if __name__ == "__main__":
 def test_the_boot_log_says_whether_vllm_reused_its_compilation(tmp_path):
     vllm = ENGINES["vllm"]
     compiled = ("(EngineCore pid=1291) INFO 11-30 13:10:25 [backends.py:393] Compiling a graph for compile range (1, 8192) "
-                "takes 8.87 s")  # a line of the H200 boot 20261130-130911-llama-h200.tp1-303c
+                "takes 8.87 s")  # a line of an H200 boot's log
     reused = "(EngineCore pid=7) INFO [backends.py:293] Directly load the compiled graph(s) for compile range (1, 8192) from the cache"
     assert compile_log_state(vllm, compiled) == "compiled"
     assert compile_log_state(vllm, reused) == "reused"

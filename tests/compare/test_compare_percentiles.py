@@ -93,7 +93,7 @@ def test_a_scale_change_moves_every_estimate_by_that_factor():
 def _quantized_comparison_coverage(resolution: float, pairs: int, repeats: int = 1000, confidence: float = 0.95,
                                    change: float = 1.003) -> tuple[float, float]:
     """Coverage of the true p50 ratio, and the share of zero-width intervals, for boots like the H200's
-    TPOT p50 at c=1 (2026-12-01, evening: 14-15 requests per boot, boot sd 0.07%, the arm +0.30%),
+    TPOT p50 at c=1 (14-15 requests per boot, boot sd 0.07%, the arm +0.30%),
     read through the real histogram and compared by the real compare_boots."""
     from rig.compare.stats import compare_boots
 

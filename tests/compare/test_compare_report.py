@@ -289,8 +289,8 @@ def test_a_known_effect_is_held_against_the_per_token_interval():
 
 def test_a_host_sleeps_known_effect_is_the_sleep_within_the_servers_response_either_way():
     """token_delay's sleep (measured at 4.12 ms) moved the time per token +3.88 ms [3.86, 3.90] on a busy
-    2-core box: the server streams during it. Held as 'at least' it was a false alarm in every demo of
-    2026-12-05; a 20 ms sleep adds more than itself (a slower wake-up). Its effect is the sleep within
+    2-core box: the server streams during it, so 'at least the sleep' is a false alarm; a 20 ms sleep
+    adds more than itself (a slower wake-up). Its effect is the sleep within
     RESPONSE_OF_THE_SERVER, and a per-token interval that misses that is still named."""
     from rig.compare.effects import RESPONSE_OF_THE_SERVER
 
@@ -532,8 +532,8 @@ def test_the_time_left_is_the_median_boot_times_the_boots_not_run():
 
 
 def test_a_compiled_boot_kept_as_a_burn_in_is_timed_apart_from_the_boot_after_it(monkeypatch, tmp_path, capsys):
-    """2026-12-04 on the H200: the compiled burn-in and its second boot counted as one 299 s boot, and
-    the line after the next boot said 20 min left where 11 were. The burn-in is timed apart; it comes
+    """Counted as one boot with the boot after it, a compiled burn-in (~300 s on an H200) would make the
+    time left read nearly twice what it is. The burn-in is timed apart; it comes
     back only for an arm that has not booted yet (its configuration may compile too). A fake clock:
     no wall time is read."""
     import types
@@ -639,8 +639,8 @@ def test_the_plot_holds_every_delta_it_draws_and_warns_of_nothing(tmp_path, pair
 
 
 def test_a_boot_sd_clamped_at_zero_does_not_read_as_identical_boots():
-    """The boot variance is the boot means' spread less the rounds' share, clamped at zero: a new user
-    read 'boot sd 0%' as boots that were identical, where the demo's boots differ by 10-20%."""
+    """The boot variance is the boot means' spread less the rounds' share, clamped at zero: 'boot sd 0%'
+    would read as boots that were identical, where the demo's boots differ by 10-20%."""
     from rig.compare.stats import noise_components
 
     noise = noise_components({"a": [[100.0, 110.0], [104.0, 98.0]]})  # the boot means differ less than the rounds do

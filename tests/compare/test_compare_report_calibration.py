@@ -4,7 +4,7 @@
 
 With nothing changed, a report prints the headline verdict (95% of its own) and the secondary
 family (latency percentiles, goodput), whose Bonferroni-simultaneous intervals must print any
-verdict at most 5% of the time. The same simulated runs judged the old way (each round's own
+verdict at most 5% of the time. The same simulated runs judged naively (each round's own
 percentiles averaged per boot, every figure at 95%) show what the family fixes.
 
 Monte-Carlo error: 1000 comparisons put the standard error of a 5% rate at 0.69 points; the

@@ -222,7 +222,7 @@ def test_resume_redoes_exactly_the_missing_boots(tmp_path, monkeypatch):
         compare_run.run_compare(other, tmp_path, progress=False)
     assert caught.value.field == "arms" and "its arms 'a:X=0 b:X=1', this command's 'a:X=0 c:X=2'" in caught.value.problem
     # Resumed with another recipe: that is what the user hears, before that recipe's arms are resolved
-    # or its checkpoint checked (an SGLang recipe's scoring check used to speak first).
+    # or its checkpoint checked (an SGLang recipe's scoring check must not speak first).
     def unasked(*_):
         raise AssertionError("the other recipe was checked before the saved plan")
 
@@ -562,7 +562,7 @@ def test_a_damaged_plan_is_one_line_and_the_boots_stay(tmp_path):
 
 
 def test_log_normalisation_folds_sglangs_request_ids_and_parent_pids():
-    """SGLang on the H200 (2026-12-02): a client closing its streams at a window's end logs the request's
+    """SGLang: a client closing its streams at a window's end logs the request's
     id, and its shutdown the parent's pid; both put lines in one arm only by chance."""
     rids = {normalize(f"[2026-12-02 18:27:0{k}] Received output for rid='{rid}' but the state was deleted in TokenizerManager.")
             for k, rid in enumerate(("3366cef96d2a40718e18626bc4501672", "36db3783235b40b3a892e92f4804c4d7"))}

@@ -265,7 +265,7 @@ def test_sglang_prompt_ids_are_the_ones_sent_where_sglang_echoes_them_as_zero(to
 ])
 def test_an_sglang_checkpoint_whose_tokenize_would_fail_is_refused_before_any_boot(tmp_path, config, refused):
     """SGLang 0.5.17's /v1/tokenize answers 500 for a tokenizer without a model_max_length that JSON can
-    carry (H200, 2026-12-02: every boot of a comparison voided); rig names the file, field and fix first."""
+    carry (every boot of a comparison would be voided); rig names the file, field and fix first."""
     import json
 
     from rig.compare.scoring import check_scoring_tokenizer
@@ -314,8 +314,8 @@ def test_generated_tokenizers_carry_their_context_as_model_max_length():
 
 
 def test_a_comparison_whose_every_boot_voided_does_not_say_the_engine_returns_no_logprobs():
-    """H200 2026-12-02: every SGLang boot voided at its quality probes (/v1/tokenize answered 500), and the
-    report said "the engine returns no logprobs" of an engine that does; it now says no boot was scored."""
+    """When every SGLang boot is voided at its quality probes (/v1/tokenize answered 500), the report
+    says no boot was scored, not "the engine returns no logprobs" of an engine that does."""
     plan = ComparePlan(recipe="tiny-cpu", arms=[Arm(name="off"), Arm(name="on")], control=None, boots=1, rounds=1,
                        scenarios=["prose-c1"], small=True)
     voided = [BootEntry(index=i, block=0, arm=arm, spec=arm, control=False, attempt=1, voided=True, problems=["HTTPError: 500"])

@@ -1,4 +1,4 @@
-"""Hostile recipes (issue #12): each crafted recipe is refused by `rig validate` with one line,
+"""Hostile recipes: each crafted recipe is refused by `rig validate` with one line,
 `rig render` writes nothing for it, and what render does write cannot be injected into."""
 
 from __future__ import annotations
@@ -260,7 +260,7 @@ def test_a_recipe_name_never_walks_out_of_recipes():
 
 def test_a_recipe_name_written_with_underscores_or_capitals_is_respelled():
     """tiny_cpu and Tiny-CPU are refused like any name outside the grammar, with the recipe they
-    spell as the fix (a new user's trial, 2026-12-04: tiny-cpuu got a suggestion, tiny_cpu none)."""
+    spell as the fix (a near miss such as tiny-cpuu gets a suggestion too)."""
     from rig.deploy.recipe import recipe_path
     from rig.errors import RigError
 

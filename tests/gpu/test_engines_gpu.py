@@ -1,7 +1,8 @@
 """Real vLLM and SGLang on real GPUs, through rig's own commands: `rig up` (the native driver, the
 recipe's Python environment, adapters through the engine's plugin entry point), `rig loadtest`,
-`rig down` with nothing left running. Runs where the recipe's engine environment and enough GPUs exist (the lent
-H200 hosts: benchmarks/h200/README.md); everywhere else each test skips with one line."""
+`rig down` with nothing left running. Runs where the recipe's engine environment and enough GPUs exist (an
+air-gapped H200 host with Python 3.12 and torch 2.11, the engines installed offline); everywhere else each
+test skips with one line."""
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ TP1_SCENARIOS = EVERY_SCENARIO if os.environ.get("RIG_GPU_EVERY_SCENARIO") == "1
     # vLLM and SGLang 0.5.17 (benchmarks/h200/offline-sglang) on the same 8B widths, by the same
     # commands (the engines' table in benchmarks/RESULTS.md): c=1 decode, a long context, a prefill and
     # a loaded decode (decode-c32: 32 users, each one's decode speed, which the client bounds within 1%;
-    # chat-sharegpt's 16-user median latency was not, at 1.1%, on 2026-12-02).
+    # chat-sharegpt's 16-user median latency is not: 1.1% on an H200).
     ("llama8b-h200", "tp1", 1, False, ["prose-c1", "decode-ctx3k", "prefill-8k", "decode-c32"]),
     ("llama8b-sglang-h200", "tp1", 1, False, ["prose-c1", "decode-ctx3k", "prefill-8k", "decode-c32"]),
 ])
@@ -74,7 +75,7 @@ def test_rig_up_loadtest_down_on_a_real_engine(tmp_path, recipe, variant, gpus, 
     if recipe == "qwen2moe-h200":
         site = parse_recipe(REPO / "recipes" / f"{recipe}.yaml").native.pythonpath[0]
         if not list(Path(site).glob("vllm/_moe_C*.so")):
-            pytest.skip("vLLM's MoE kernels are not installed (offline-vllm part-moe)")
+            pytest.skip("vLLM's MoE kernels are not installed (the offline vLLM bundle's MoE part)")
     ref = f"{recipe}:{variant}"
     env = {"RIG_RESULTS_DIR": str(tmp_path / "results"), "RIG_STATE_DIR": str(tmp_path / "state")}
     if keyed:

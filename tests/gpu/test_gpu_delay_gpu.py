@@ -18,9 +18,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 # The stand-in Worker's execute_model is what gpu_delay wraps; the step's own GPU work (a fixed chain
 # of matrix products on the default stream) follows it, as vLLM's forward follows the wrapper's spin.
 # The GPU is first brought to a steady state (clocks and power under this load): on an H200 the bare
-# loop's step and what the spin adds to it drifted by 2-10% over its first second (2026-12-02,
-# benchmarks/h200-2026-12-02/spin-raw.json), and a comparison of a measurement taken then with
-# one taken later measured the drift, not the adapter. Then the adapter's own measurement (its first
+# loop's step and what the spin adds to it drift by 2-10% over its first second, and a comparison of
+# a measurement taken then with one taken later measures the drift, not the adapter. Then the adapter's own measurement (its first
 # 1024 steps), then the step timed with events in interleaved blocks with and without the call.
 SCRIPT = """
 import json, statistics, types, torch

@@ -358,11 +358,11 @@ def paced_spawn(master_stalls: list[tuple[float, float]], worker_stalls: list[tu
 
 
 def test_a_workers_stall_holds_back_the_batch_it_met_and_not_the_later_ones():
-    """2026-12-05, H200 c3000: each worker stalled 70-110 ms at each of the master's six batches, and
-    the batches still came 1.00 s apart: the master paces them. Charged to every later batch, those
-    stalls made the aggregate's bound 1.1%. With the master's dispatch of each user recorded the
-    bound counts each batch's own hold-up; the truth stays inside it, here too where a worker's stall
-    outlasts a batch (the next message waits for it) and where the master stalls as well."""
+    """Workers that stall 90 ms at each of the master's six batches leave the batches about 1 s apart: the
+    master paces them, so a stall is not charged to every later batch. With the master's dispatch of
+    each user recorded the bound counts each batch's own hold-up; the truth stays inside it, here too
+    where a worker's stall outlasts a batch (the next message waits for it) and where the master
+    stalls as well."""
     batches = [(k / 20.5 * 20, 0.09) for k in range(6)]  # the spawn's work at each batch
     for master_stalls, worker_stalls in (([], batches), ([], [*batches, (2.5, 1.2)]), ([(1.5, 0.6)], [*batches, (3.2, 0.4)])):
         error, bound, undispatched = paced_spawn(master_stalls, worker_stalls)
@@ -385,12 +385,11 @@ def test_which_spawn_message_started_a_user():
 
 
 def test_a_masters_late_wake_ups_at_each_round_of_the_spawn_are_the_clients():
-    """An independent review: a master whose every wake-up of the spawn's pace is 9.5 ms late (under
-    the lag monitor's period, so no long stretch) starts the 47th round 0.45 s late; counting only its
-    long stretches, the aggregate's truth was 0.69% away under a bound of 0.25%. (The window closes
-    a second before the run's end, so that what the end's cut streams still had to bring, which
-    counts their users' hold-backs its own way, does not cover the sends' for them: here 0.87% under
-    0.27%.)"""
+    """A master whose every wake-up of the spawn's pace is 9.5 ms late (under the lag monitor's
+    period, so no long stretch) starts the 47th round 0.45 s late: a bound that counts only long
+    stretches misses it, one that counts every late wake-up (dispatch_behind) holds the truth. (The
+    window closes a second before the run's end, so that what the end's cut streams still had to
+    bring, which counts their users' hold-backs its own way, does not cover the sends' for them.)"""
     users, rate = 120, 2.5
     wait, rounds = dispatch_wait(rate), -(-users // max(1, int(rate)))
     late = [(k * wait + (k - 1) * 0.0094 - 0.0001, 0.0095) for k in range(1, rounds)]  # each just as its round is due
@@ -414,13 +413,11 @@ def test_a_local_runners_late_wake_ups_at_each_round_of_the_spawn_are_the_client
 
 @pytest.mark.parametrize(("tokens", "per_chunk"), [(8, 1), (16, 1), (40, 4)])
 def test_what_the_streams_cut_by_the_runs_end_still_had_to_bring_counts_where_the_window_is_not_steady(tokens, per_chunk):
-    """An independent review: 60 users at 50 a second in the local runner, a 0.67 s stall over the
-    second round, TTFT about 8 s, short outputs, the window from spawning_complete to the run's end
-    and not steady. The late round's users had read nothing inside the window: twice their rate
-    there (0) stood in for what the ideal client, 0.67 s ahead, read of their streams before the
-    run's end (10% away under a bound of 3.2% with 8 tokens a request; 9.6% under 5.5% with 16; 5.4%
-    under 4.7% with 40 in chunks of 4). Each stream the end cut now counts what it may still bring.
-    Wide here (no steady state, so every stream not begun may bring its first chunk past the end:
+    """60 users at 50 a second in the local runner, a 0.67 s stall over the second round, TTFT about
+    8 s, short outputs, the window from spawning_complete to the run's end and not steady. The late
+    round's users read nothing inside the window, so twice their rate there (0) is no measure of what
+    the ideal client, 0.67 s ahead, read of their streams before the run's end: each stream the end
+    cut counts what it may still bring. Wide here (no steady state, so every stream not begun may bring its first chunk past the end:
     nothing seen caps how many begin together); test_no_more_streams_begin_... caps a steady run's."""
     loop = stalls_at([(0.998, 0.67)], 200.0)
     error, bound, _ = paced_spawn([], [], users=60, rate=50.0, seconds=6.0, master=loop, ttft=8.0, local=True, tokens=tokens,
@@ -446,12 +443,11 @@ def in_step_users(loop: Loop | None, users: int, seconds: float, ttft: float, it
 
 @pytest.mark.parametrize("users", [16, 64])
 def test_users_in_step_whose_streams_begin_past_a_steady_runs_end_are_counted(users):
-    """An independent review: users in step (one round of the spawn, every request as long), a steady
-    window as steady_window opens it, a 0.67 s stall over their sends inside it, and the run ends just
-    as the ideal client, 0.67 s ahead, has read its next requests' tokens and the real one has read
-    none: 39% from the truth under a bound of 15% (64 users: 50% under 11%), when twice each user's own
-    rate stood in past the end. The first chunks the run began at once inside it now cap those past its
-    end, and cover them (102%, 114%)."""
+    """Users in step (one round of the spawn, every request as long), a steady window as
+    steady_window opens it, a 0.67 s stall over their sends inside it, and the run ends just as the
+    ideal client, 0.67 s ahead, has read its next requests' tokens and the real one has read none:
+    twice each user's own rate past the end falls far short. The first chunks the run began at once
+    inside the window cap those past its end, and cover them."""
     from rig.load.metrics import steady_window
 
     cycle = 8.0 + 7 * 0.03
@@ -548,13 +544,13 @@ def local_first_sends(loop: Loop, users: int, rate: float, connect: float, answe
 
 @pytest.mark.parametrize("case", ["a busy spawn, a quiet window", "the first round woken late"])
 def test_a_local_users_first_send_is_counted_at_least_as_late_as_it_was(case):
-    """A review of the local runner's rounds: (1) during the spawn alone the loop runs 18.5 ms
-    stretches every 19.5 ms, each read by the monitor as 9.5 ms (no long stretch), and both of a
-    user's opening wake-ups land at a stretch's start: credited as the server's up to twice the
-    window's largest short sample (0.2 ms) plus a period, each user's hold-up was under-counted by
-    16.7 ms (the aggregate 17.2% away under a bound of 12.2%); (2) an 18 ms stretch over the first
-    round, read as 8 ms, moved every user and counted nowhere (dispatch_behind counts from that
-    round: 8.4% under 3.8%). Each user's first send is counted at least as late as it was."""
+    """The local runner's rounds: (1) during the spawn alone the loop runs 18.5 ms stretches every
+    19.5 ms, each read by the monitor as 9.5 ms (no long stretch), and both of a user's opening
+    wake-ups land at a stretch's start: credited as the server's up to twice the window's largest
+    short sample (0.2 ms) plus a period, each user's hold-up would be under-counted by 16.7 ms;
+    (2) an 18 ms stretch over the first round, read as 8 ms, moves every user and is counted by
+    nothing after it (dispatch_behind counts from that round). Each user's first send is counted at
+    least as late as it was."""
     if case == "a busy spawn, a quiet window":
         loop = stalls_at([(0.0005 + 0.0195 * i, 0.0185) for i in range(26)], 80.0)
         users, rate, connect, answer = 40, 20.0, 0.02, 0.0205
@@ -578,9 +574,8 @@ def test_a_local_users_first_send_is_counted_at_least_as_late_as_it_was(case):
 def test_a_stall_during_the_spawn_moves_every_later_batch(stall, connect, rounds):
     """A stall over one batch's wake-up delays that batch and every later one, sends it never reached
     included (each user's opening call comes after the monitor's next sample); the window opens at
-    spawning_complete and the run's end cuts the streams, as c3000's. An independent review found
-    the truth 1.1-2.0% away under a bound of 0.003% when only a stretch reaching the send counted.
-    Whether or not the records say which of the local runner's rounds started each user."""
+    spawning_complete and the run's end cuts the streams, as c3000's. Counting only a stretch that
+    reaches the send misses the truth by far. Whether or not the records say which of the local runner's rounds started each user."""
     users, rate, seconds, tokens, ttft, itl, per_chunk = 60, 20.5, 10.0, 300, 1.5, 0.03, 4
     loop = stalls_at([(0.95, stall)], 80.0)
     dispatched, starts, spawned = distributed_batches(loop, loop, users, rate)
@@ -739,11 +734,9 @@ def _window(start: float, end: float, run_end: float) -> Window:
 
 
 def test_a_stall_just_after_an_edge_holds_back_the_reads_of_what_crossed_it():
-    """An independent review's misses (2026-12-05), each now inside its bound: sends late by a stall
-    just before the window's end, whose tokens a second stall just after it read late, beyond the
-    tokens read near the edge (1.1% under a bound of 0.0002%); a replay's window that closes when the
-    client read the last response (0.8% under 0.006%); a run cut at its end just after a stall (1.0%
-    under 0.008%)."""
+    """Each inside its bound: sends late by a stall just before the window's end, whose tokens a
+    second stall just after it read late, beyond the tokens read near the edge; a replay's window that
+    closes when the client read the last response; a run cut at its end just after a stall."""
     scheduled = open_loop(None, 256, 60.0, 25.0, 16, 0.05, 0.01, 0)[1]
     last = scheduled[-1]
     error, bound = _open_loop_error_and_bound(stalls_at([(last - 0.32, 0.3), (last + 0.015, 0.3)], 40.0), _window(2.0, last, 33.0))
@@ -957,7 +950,7 @@ def test_every_figure_is_within_its_bound_when_a_steps_chunks_arrive_together(ca
 @pytest.mark.slow
 def test_without_the_waits_the_bounds_miss_the_truth():
     """What the waits are for. Without them a monitor locked onto the step's quiet part bounds TTFT p50
-    below its true error (an independent review's case: 2.4% under 0.12%); with waits counted from
+    below its true error; with waits counted from
     the pass's own start only, the requests built between passes hide the time their last chunks
     waited, and the decode rate's bound misses."""
     assert any(name == "ttft_p50_ms" for _, name, _, _ in misses(ENGINE_CASES["burst, locked monitor"], None))

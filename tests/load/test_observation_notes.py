@@ -1,6 +1,6 @@
 """The server's and the GPUs' figures in summary.md: the queue, the client's output tokens beside the
-server's own counter over the same span, and the energy per output token (issue 27: a c=3000 run's
-queue depth and running requests, its tokens against vllm:generation_tokens_total, J per token)."""
+server's own counter over the same span, and the energy per output token (a c=3000 run's queue
+depth and running requests, its tokens against vllm:generation_tokens_total, J per token)."""
 
 from __future__ import annotations
 

@@ -127,10 +127,9 @@ def test_import_of_an_export_gives_the_same_request_figures(measured, tmp_path, 
 
 
 def test_an_aiperf_export_larger_than_a_trace_file_imports(measured, tmp_path):
-    """AIPerf's export grows with its requests: at 3000 streams for 33 s it was 91 MB, over the
-    64 MiB a trace file may be (rig.load.inputs), and the capacity run stopped there (H200,
-    2026-12-04). Padded past that cap with a blank line (AIPerf's reader, and rig's, skip them), it
-    imports with the same figures."""
+    """AIPerf's export grows with its requests: at 3000 streams for 33 s it is 91 MB, over the
+    64 MiB a trace file may be (rig.load.inputs). Padded past that cap with a blank line (AIPerf's
+    reader, and rig's, skip them), it imports with the same figures."""
     from rig.load.inputs import MAX_DATA_BYTES
 
     run, summary = measured

@@ -1,4 +1,4 @@
-"""Hostile scenario, trace and conversation files (issue #19): each crafted input is refused with one
+"""Hostile scenario, trace and conversation files: each crafted input is refused with one
 line naming the file and the field, before anything boots or is written."""
 
 from __future__ import annotations

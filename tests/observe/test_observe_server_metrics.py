@@ -190,7 +190,7 @@ def test_the_name_table_covers_both_engines_with_the_same_headline_metrics():
 
 
 def test_the_api_servers_own_cpu_is_read_from_prometheus_clients_process_collector(tmp_path):
-    """vLLM at 3000 users (H200, 2026-12-04): its API server process at one core, nothing waiting in
+    """vLLM at 3000 users on an H200: its API server process at one core, nothing waiting in
     the engine. The page's process collector (prometheus_client's own, as vLLM's API server exposes
     it) gives that process's CPU seconds per second."""
     cpu = {"value": 100.0}

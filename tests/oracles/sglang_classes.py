@@ -2,9 +2,9 @@
 are executed from the wheel's own source, every other `sglang.*` (and sgl_kernel, flashinfer,
 triton, numba) module is a stand-in whose names are permissive stubs.
 
-Used by tests that must see what only stock classes show (issue 26: shared_pad_k picked its layer
-by `layer.prefix`, which stock RowParallelLinear never stores; a `SimpleNamespace(prefix=...)` hid
-it). A stub is falsy, zero in arithmetic, empty when iterated, a no-op decorator and a plain base
+Used by tests that must see what only stock classes show (stock RowParallelLinear stores no
+`layer.prefix`, so an adapter that picks its layer by it fails on the real class, while a
+`SimpleNamespace(prefix=...)` would pass). A stub is falsy, zero in arithmetic, empty when iterated, a no-op decorator and a plain base
 class, i.e. "feature off" on a single-process CPU; the few values a constructor needs to be
 real (one rank, no fused shared experts, pipeline stage 0 of 1) are given by name in `GIVEN`.
 What the real modules define (layer classes, the model's module tree, the names it gives its

@@ -2,8 +2,8 @@
 
 At TP4 DeepSeek-V4.1's shared down_proj is N=5120, K=2304/4=576 (288 at TP8): b12x rejects
 it (K % 128), so it falls back to a CUTLASS tile that wastes most of the GPU at decode
-(58 -> 17 us/call once padded to 640; seed 000). K comes from the layer; a layer whose K
-is already a multiple of 128 is left alone.
+(58 -> 17 us/call once padded to 640, on the DeepSeek-V4.1-Flash DGX Spark deployment). K comes
+from the layer; a layer whose K is already a multiple of 128 is left alone.
 
 1. Before SGLang prepares MXFP8 (`Fp8LinearMethod._prepare_block_fp8_as_mxfp8`), the FP8
    weight is zero-padded and its 32x32 ue8m0 scales padded with ones, so SGLang's own

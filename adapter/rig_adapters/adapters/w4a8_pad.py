@@ -2,8 +2,9 @@
 
 GLM-5.2 at TP6 has a 352-wide per-rank expert shard (2048/6, rounded by virtual TP). Older
 b12x plans only some alignments per mode (MODE_ALIGNMENT); this pads to the smallest one the
-selected mode accepts, never a blanket 128 (the review of seed 003). Padded gate/up rows give
-silu(0) * 0 = 0 and the padded down columns multiply only those zeros: outputs stay bit-exact.
+selected mode accepts, never a blanket 128: every padded column is expert work spent on zeros.
+Padded gate/up rows give silu(0) * 0 = 0 and the padded down columns multiply only those zeros:
+outputs stay bit-exact.
 When the installed b12x plans such shards natively, the adapter refuses as redundant.
 """
 
