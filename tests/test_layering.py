@@ -1,6 +1,6 @@
 """rig's layering, read from its source: the import graph (every import, also the ones inside
 functions, TYPE_CHECKING blocks aside) has no cycle; the CLI handlers are imported by nothing but
-the CLI; the Docker SDK client has one home; and the exit codes README.md documents are rig's."""
+the CLI; the Docker SDK client has one home; and the exit codes docs/comparisons.md documents are rig's."""
 
 from __future__ import annotations
 
@@ -146,7 +146,7 @@ def test_the_pin_store_is_apart_from_the_rehearsal():
 
 
 def test_the_readme_documents_every_exit_code():
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "comparisons.md").read_text()
     section = readme.split("### Exit codes", 1)[1].split("\n## ", 1)[0]
     documented = {row.split("|")[1].strip() for row in section.splitlines() if re.match(r"\| [0-9]", row)}
     assert documented == {str(int(code)) for code in Exit} | {f"{SIGNALLED}+N"}
@@ -200,9 +200,9 @@ def test_the_model_generator_runs_as_the_script_its_usage_names():
 
 
 def test_the_readme_architecture_table_matches_the_tree():
-    """Every module of rig/ is named in README.md's "Where the code lives" table, in its package's
+    """Every module of rig/ is named in docs/architecture.md's "Where the code lives" table, in its package's
     row, and every module the table names exists."""
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "architecture.md").read_text()
     section = readme.split("## Where the code lives", 1)[1].split("\n## ", 1)[0]
     listed: set[str] = set()
     for row in section.splitlines():
