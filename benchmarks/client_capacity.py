@@ -72,7 +72,7 @@ def main() -> int:
     parser.add_argument("--out", default=None)
     parser.add_argument("--analyse", metavar="DIR", help="compute the figures again from a finished run's directory (its --out), "
                         "measuring nothing; the load's options come from DIR/capacity-args.json, or from these flags where a run "
-                        "wrote none (before 2026-12-04 evening)")
+                        "wrote none (an older run)")
     args = parser.parse_args()
     if args.analyse:
         out = Path(args.analyse)
@@ -177,7 +177,7 @@ def analyse(args: argparse.Namespace, out: Path) -> int:
             return "-" if value is None else format(value, ",.0f")
         cost = (f"{count(peer['events_per_cpu_second'])} per CPU-second inside its steady window ({peer['processes']} processes; "
                 f"{count(peer['events_per_cpu_second_whole_run'])} over its whole {peer['wall_s']:.1f} s run, "
-                f"{peer['cpu_s']:.1f} CPU-s, start-up included)" if peer["cpu_kept"] else "its CPU was not kept (a run before 2026-12-04 evening)")
+                f"{peer['cpu_s']:.1f} CPU-s, start-up included)" if peer["cpu_kept"] else "its CPU was not kept (an older run)")
         print(f"AIPerf: {peer['delivered_events_per_s']:.0f} events/s, {cost}; ITL p50 {_pct(peer['itl_p50_error'])} from the truth, "
               f"decode rate {_pct(peer['decode_error'])}")
     write_text_atomic(out / "capacity.json", json.dumps(result, indent=1))
@@ -211,7 +211,7 @@ def run_aiperf(args: argparse.Namespace, base_url: str, out: Path) -> None:
                "--synthetic-input-tokens-mean", "8", "--output-tokens-mean", str(args.max_tokens), "--output-tokens-stddev", "0",
                "--extra-inputs", f"max_tokens:{args.max_tokens}", "--artifact-dir", str(out), "--ui-type", "none",
                # tokens as the server counts them (its usage), as rig counts them: AIPerf's own count of
-               # the text with the tokenizer made its decode rate 2.75 times the truth (2026-12-01)
+               # the text with a tokenizer of its own can count other tokens than the server streamed
                "--use-server-token-count"]
     if args.tokenizer:
         command += ["--tokenizer", args.tokenizer]

@@ -1,17 +1,15 @@
 """The comparison design at the noise measured on a real engine: false verdicts, coverage,
 precision and power for 2-8 boot pairs, simulated through compare_boots (rig/compare/calibration.py).
 
-    .venv/bin/python benchmarks/design_at_real_noise.py [--simulations 1000]
+    .venv/bin/python benchmarks/design_at_real_noise.py [--simulations 1000] [--only TEXT]
 
-Noise settings (benchmarks/RESULTS.md, "Real engine" and "Resolution"): vLLM 0.24.0 on H200s,
-prose-c1 at c=1. The GPU-bound configuration (llama8b-h200: 8B widths, TP1, CUDA graphs, 2026-12-01)
-is what the default design (rig/compare/design.py) is derived from: boot sd 0.01%, round sd 0.02%
-over 8 warm boots (code-c1 and the loaded decode-c32, 32 users, 2026-12-03: read from the rounds of
-an identical-arm comparison, benchmarks/h200-2026-12-03/rounds-stats.txt;
-prose-c1's identical arms again on 2026-12-04, benchmarks/h200-2026-12-04/; SGLang 0.5.17 on the
-same widths, benchmarks/h200-2026-12-04-sglang/); the row at ten times that noise (0.1%, the spread the issue saw between warm boots
-of two machines) shows the margin. The CPU-launch-bound TP2 eager rows (2026-11-30) and the
-calibration table's own settings are beside them for scale.
+Noise settings: the boot sd and round sd each claim's comparison measured (docs/validation.md; each
+row names its claim), all on one H200 with an 8B model at TP1 with CUDA graphs: vLLM 0.24.0 at c=1
+(vllm-c1-noise), a loaded decode of 32 users (vllm-loaded-noise) and SGLang 0.5.17 at c=1
+(sglang-gpu-delay-40us). The rows below them give the margin: the noise rig/compare/design.py states
+(quieter than any comparison kept under validation/), ten times that noise, a
+CPU-launch-bound configuration (an 8 x 1024 model at TP2 without CUDA graphs, whose boots differed by
+12% and rounds by 8-13%) and the calibration table's own settings.
 """
 
 from __future__ import annotations
@@ -22,24 +20,19 @@ import math
 from rig.compare.calibration import Noise, cell
 from rig.compare.stats import pairs_needed
 
+GPU_BOUND = {"drift_sd": 0.001, "rounds": 2}  # 0.1% block drift, the default design's 2 rounds per boot
 SETTINGS = {
-    "H200 8B TP1 graphs (8 boots): boot 0.01%, round 0.02%": Noise(boot_sd=0.0001, round_sd=0.0002, drift_sd=0.001, rounds=2),
-    "H200 8B TP1 graphs, evening (4 boots): boot 0.053%, round 0.033%": Noise(boot_sd=0.00053, round_sd=0.00033, drift_sd=0.001, rounds=2),
-    "H200 8B TP1 graphs, night (8 boots): boot 0.065%, round 0.018%": Noise(boot_sd=0.00065, round_sd=0.00018, drift_sd=0.001, rounds=2),
-    "H200 8B TP1 graphs, 2026-12-02 (8 boots): boot 0.034%, round 0.036%": Noise(boot_sd=0.00034, round_sd=0.00036, drift_sd=0.001,
-                                                                               rounds=2),
-    "H200 8B TP1 graphs, 2026-12-03 code-c1 (8 boots): boot 0.008%, round 0.040%": Noise(boot_sd=0.00008, round_sd=0.00040,
-                                                                                      drift_sd=0.001, rounds=2),
-    "H200 8B TP1 graphs, 2026-12-03 decode-c32 (8 boots): boot 0.27%, round 0.64%": Noise(boot_sd=0.0027, round_sd=0.0064,
-                                                                                        drift_sd=0.001, rounds=2),
-    "H200 8B TP1 graphs, 2026-12-04 prose-c1, identical arms (8 boots): boot 0.016%, round 0.033%": Noise(
-        boot_sd=0.00016, round_sd=0.00033, drift_sd=0.001, rounds=2),
-    "SGLang 0.5.17 8B TP1, 2026-12-04 prose-c1, gpu_delay off vs on (8 boots): boot 0.051%, round 0.040%": Noise(
-        boot_sd=0.00051, round_sd=0.00040, drift_sd=0.001, rounds=2),
-    "  2026-12-03 decode-c32 with 6 rounds per boot": Noise(boot_sd=0.0027, round_sd=0.0064, drift_sd=0.001, rounds=6),
-    "  ten times that: boot 0.1%, round 0.2%": Noise(boot_sd=0.001, round_sd=0.002, drift_sd=0.001, rounds=2),
-    "H200 session B (3 boots): boot 12%, round 8%": Noise(boot_sd=0.12, round_sd=0.08, rounds=2),
-    "H200 session C (6 boots): boot ~0%, round 13%": Noise(boot_sd=0.0, round_sd=0.13, rounds=2),
+    "vllm-c1-noise, quietest host: boot 0.016%, round 0.033%": Noise(boot_sd=0.00016, round_sd=0.00033, **GPU_BOUND),
+    "vllm-c1-noise: boot 0.034%, round 0.036%": Noise(boot_sd=0.00034, round_sd=0.00036, **GPU_BOUND),
+    "vllm-c1-noise, noisiest host: boot 0.065%, round 0.018%": Noise(boot_sd=0.00065, round_sd=0.00018, **GPU_BOUND),
+    "vllm-loaded-noise, code-c1: boot 0.013%, round 0.040%": Noise(boot_sd=0.00013, round_sd=0.00040, **GPU_BOUND),
+    "vllm-loaded-noise, decode-c32: boot 0.33%, round 0.66%": Noise(boot_sd=0.0033, round_sd=0.0066, **GPU_BOUND),
+    "  decode-c32 with 6 rounds per boot": Noise(boot_sd=0.0033, round_sd=0.0066, drift_sd=0.001, rounds=6),
+    "sglang-gpu-delay-40us: boot 0.051%, round 0.040%": Noise(boot_sd=0.00051, round_sd=0.00040, **GPU_BOUND),
+    "rig/compare/design.py's: boot 0.01%, round 0.02%": Noise(boot_sd=0.0001, round_sd=0.0002, **GPU_BOUND),
+    "  ten times that: boot 0.1%, round 0.2%": Noise(boot_sd=0.001, round_sd=0.002, **GPU_BOUND),
+    "CPU-launch-bound TP2, boots apart: boot 12%, round 8%": Noise(boot_sd=0.12, round_sd=0.08, rounds=2),
+    "CPU-launch-bound TP2, rounds apart: boot ~0%, round 13%": Noise(boot_sd=0.0, round_sd=0.13, rounds=2),
     "calibration table: boot 3%, round 1%": Noise(boot_sd=0.03, round_sd=0.01, rounds=3),
 }
 PAIRS = (2, 3, 4, 6, 8)

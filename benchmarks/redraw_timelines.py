@@ -1,15 +1,15 @@
 """Redraw the timeline pictures of load-test runs from the files each run wrote.
 
 A run's `timeline.png` is drawn from its request records, server-metrics.jsonl and gpu-samples.jsonl
-(rig.load.runner.draw_timeline); the committed raw-results archives leave the PNGs out (they were
-~70% of every archive's bytes and compress to nothing), so this puts them back:
+(rig.load.runner.draw_timeline); archives of raw results leave the PNGs out (they are most of an
+archive's bytes and compress to nothing), so this puts them back, e.g. for a load run kept as evidence:
 
-    mkdir -p /tmp/raw && xz -dc benchmarks/h200-2026-12-03/raw-results.tar.xz | tar -C /tmp/raw -xf -
-    .venv/bin/python benchmarks/redraw_timelines.py /tmp/raw/rig-results [--force]
+    mkdir -p /tmp/raw && xz -dc validation/vllm-c3000-frontends4/second-run.tar.xz | tar -C /tmp/raw -xf -
+    .venv/bin/python benchmarks/redraw_timelines.py /tmp/raw [--force]
 
 Every run directory (one with a summary.json) whose summary names a timeline and lacks it is drawn
 again; --force redraws those that have one. Prints one line per run; a run written by another version
-of rig is named and left (exit 1): the 2026-11-30 archive keeps its PNGs for that reason.
+of rig is named and left (exit 1).
 """
 
 from __future__ import annotations

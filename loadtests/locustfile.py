@@ -542,7 +542,7 @@ class StallWatch:
 class StallWatchdog:
     """Read timeouts for every stream of this process, kept by one greenlet. A socket timeout arms and
     cancels a gevent timer around every wait of every stream (~15% of the client's CPU at 3000
-    streams: benchmarks/RESULTS.md, "A faster stream reader"); here a stream stamps each arrival, and
+    streams); here a stream stamps each arrival, and
     every CHECK_S the watchdog raises Stalled in the greenlet of a stream silent for longer than its
     timeout. It is raised from the hub, after checking again that the stream is still watched and
     still silent, so it lands at the stream's own wait (inside the request, its only blocking

@@ -3,7 +3,7 @@
 
 Derived from the noise measured on real engines and the calibration simulation through the
 comparison's own statistics (rig/compare/calibration.py, benchmarks/design_at_real_noise.py,
-benchmarks/RESULTS.md "Resolution"):
+docs/validation.md, vllm-c1-noise and vllm-loaded-noise):
 
 - Boot pairs: on one H200 (vLLM 0.24.0, 8B widths, TP1, CUDA graphs, prose at c=1) eight
   warm boots gave boot sd 0.01% and round sd 0.02% (10 s rounds). At that noise 2 pairs already

@@ -6,7 +6,7 @@ are socket reads (a chunk arrives, the loop gets to it). A gevent sleep is a dif
 arms its epoll wait in whole milliseconds, rounded up (ev_epoll.c `epoll_poll`, `EV_TS_TO_MSEC`), so
 when a socket wakes the loop inside the monitor's sleep, the re-armed wait overshoots the sleep's end
 by up to 1 ms, a lateness no socket event has. At c=1, with a chunk every few milliseconds, that
-rounding was most of the measured lag (benchmarks/RESULTS.md, "The lag probe").
+rounding was most of the measured lag (`python benchmarks/lag_probe.py` measures both probes).
 
 A timerfd becomes readable at its due time (an absolute CLOCK_MONOTONIC time, the clock of
 time.monotonic()), and the loop learns of it through the same epoll as of a socket, so its lateness

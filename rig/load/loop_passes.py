@@ -7,7 +7,7 @@ pass that began at once (its wait returned what was already there) reads what ar
 previous pass began. A read at `now` can then have waited at most now - `earliest` behind the loop's
 own work: an engine's step sends a chunk to every running stream at once and the loop reads them one
 after another, and the next requests are built before it waits again, a queue no probe timed on its
-own event meets (benchmarks/RESULTS.md, "The lag probe"; RequestRecord.chunk_waits_us).
+own event meets (`python benchmarks/lag_probe.py`; RequestRecord.chunk_waits_us).
 
 Two libev watchers keep `earliest`: a prepare watcher of the lowest priority runs last before each
 wait (after gevent's own callbacks, which run greenlets there) and looks, at no wait, whether anything

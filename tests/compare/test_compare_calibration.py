@@ -129,7 +129,7 @@ def test_target_mode_keeps_its_coverage():
     assert results[0.0][1] <= 0.05 + slack, results
 
 
-# ---- the boot-state control at ten times the boot noise measured on the H200 (RESULTS.md, "Resolution") ----
+# ---- the boot-state control at ten times the boot noise measured on the H200 (docs/validation.md, vllm-c1-noise) ----
 
 from rig.compare.design import DEFAULT_BOOTS, DEFAULT_ROUNDS  # noqa: E402
 

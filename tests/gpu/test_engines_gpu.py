@@ -50,7 +50,7 @@ def compute_apps() -> list[str]:
 
 
 # TP1 runs a decode and a long-context scenario by default; RIG_GPU_EVERY_SCENARIO=1 runs every
-# scenario (full sizes, short windows: the per-scenario table of benchmarks/RESULTS.md, ~6 min).
+# scenario (full sizes, short windows: about 6 min).
 EVERY_SCENARIO = ["prose-c1", "code-c1", "decode-ctx0", "decode-ctx3k", "prefill-8k", "c3000"]
 TP1_SCENARIOS = EVERY_SCENARIO if os.environ.get("RIG_GPU_EVERY_SCENARIO") == "1" else ["prose-c1", "decode-ctx3k"]
 
@@ -60,7 +60,7 @@ TP1_SCENARIOS = EVERY_SCENARIO if os.environ.get("RIG_GPU_EVERY_SCENARIO") == "1
     ("llama-h200", "tp2", 2, True, ["prose-c1"]),
     ("qwen2moe-h200", "ep2", 2, False, ["prose-c1"]),
     # vLLM and SGLang 0.5.17 (benchmarks/h200/offline-sglang) on the same 8B widths, by the same
-    # commands (the engines' table in benchmarks/RESULTS.md): c=1 decode, a long context, a prefill and
+    # commands (the engines' table): c=1 decode, a long context, a prefill and
     # a loaded decode (decode-c32: 32 users, each one's decode speed, which the client bounds within 1%;
     # chat-sharegpt's 16-user median latency is not: 1.1% on an H200).
     ("llama8b-h200", "tp1", 1, False, ["prose-c1", "decode-ctx3k", "prefill-8k", "decode-c32"]),
@@ -106,7 +106,7 @@ def test_rig_up_loadtest_down_on_a_real_engine(tmp_path, recipe, variant, gpus, 
     measured = {p.parent.name: json.loads(p.read_text()) for p in summaries if not p.parent.name.startswith("warmup-")}
     warmups = [p for p in summaries if p.parent.name.startswith("warmup-")]
     assert sorted(measured) == sorted(scenarios) and len(warmups) == len(scenarios), summaries
-    export = os.environ.get("RIG_GPU_TEST_RESULTS")  # keep the raw results for benchmarks/RESULTS.md
+    export = os.environ.get("RIG_GPU_TEST_RESULTS")  # keep the raw results for a validation claim
     if export:
         shutil.copytree(tmp_path / "results", Path(export) / f"{recipe}-{variant}", dirs_exist_ok=True)
     if load.returncode == 4:  # a run that is not usable (an INVALID client, no steady state) says why
