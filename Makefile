@@ -5,6 +5,10 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 RIG := $(VENV)/bin/rig
+# GNU make exits 2 whenever a recipe fails, whatever the command's own code: a target that runs rig
+# through RIG_RUN prints the command, and when rig fails ends with a line naming rig's own exit code
+# and what it means (rig/exits.py), then fails with that code (make's "Error N" repeats it).
+RIG_RUN = @run() { echo "$$*"; "$$@" || { code=$$?; $(PY) -m rig.exits $$code; exit $$code; }; }; run $(RIG)
 POSITIONAL_TARGETS := build up down logs status loadtest compare audit validate rehearse
 ifneq ($(filter $(POSITIONAL_TARGETS),$(firstword $(MAKECMDGOALS))),)
   ifneq ($(word 2,$(MAKECMDGOALS)),)
@@ -22,6 +26,7 @@ DURATION ?=
 TARGET ?=
 MAX_BOOTS ?=
 PORT ?=
+VERBOSE ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help setup render lint test test-fast demo build up down logs status loadtest compare audit adapters validate lab lab-down rehearse
@@ -29,6 +34,7 @@ PORT ?=
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 	@echo "  RECIPE=<name> (default tiny-cpu), or positionally: make build mia-tp4; SIZE=small|full for loadtest/compare"
+	@echo "  a target whose rig command fails ends with 'make: rig exited N (...)': rig's own code (make itself exits 2)"
 
 $(VENV)/.rig-setup: pyproject.toml adapter/pyproject.toml
 	python3 -m venv $(VENV)
@@ -40,15 +46,15 @@ $(VENV)/.rig-setup: pyproject.toml adapter/pyproject.toml
 setup: $(VENV)/.rig-setup ## create .venv with everything the host side needs
 
 render: setup ## render docker/ and compose/ from recipes/
-	$(RIG) render
+	$(RIG_RUN) render
 
 validate: setup ## validate one recipe (RECIPE=) or all
-	$(RIG) validate $(if $(filter command line environment,$(origin RECIPE)),$(RECIPE),$(if $(filter validate,$(firstword $(MAKECMDGOALS))),$(word 2,$(MAKECMDGOALS)),))
+	$(RIG_RUN) validate $(if $(filter command line environment,$(origin RECIPE)),$(RECIPE),$(if $(filter validate,$(firstword $(MAKECMDGOALS))),$(word 2,$(MAKECMDGOALS)),))
 
 lint: setup ## ruff, recipe validation, freshness of rendered files
 	$(VENV)/bin/ruff check .
-	$(RIG) validate
-	$(RIG) render --check
+	$(RIG_RUN) validate
+	$(RIG_RUN) render --check
 
 UNIT := not e2e and not docker and not gpu and not timed and not slow
 TIMED := (timed or slow) and not e2e and not docker and not gpu
@@ -80,37 +86,37 @@ test: setup ## the whole suite (what CI runs): unit tests (the docker tests' ima
 	  echo "== the docker tests and the load e2e tests (run beside the others; .rig/test-lane.log):"; cat .rig/test-lane.log; \
 	  lane=$$(cat .rig/test-lane.rc); [ "$$e2e" = 0 ] && [ "$$lane" = 0 ]
 
-demo: setup ## boot tiny-cpu, stream a chat, load test, compare, shut down (PORT=N: another port)
-	$(RIG) demo $(if $(PORT),--port $(PORT),)
+demo: setup ## boot tiny-cpu, stream a chat, load test, compare until decided, shut down (PORT=N: another port; VERBOSE=1: every table)
+	$(RIG_RUN) demo $(if $(PORT),--port $(PORT),) $(if $(VERBOSE),--verbose,)
 
 build: setup ## build a recipe's image (needs a Docker engine)
-	$(RIG) build $(RECIPE)
+	$(RIG_RUN) build $(RECIPE)
 
 up: setup ## boot a recipe and wait until healthy
-	$(RIG) up $(RECIPE)
+	$(RIG_RUN) up $(RECIPE)
 
 down: setup ## stop a booted recipe
-	$(RIG) down $(RECIPE)
+	$(RIG_RUN) down $(RECIPE)
 
 logs: setup ## print a recipe's boot log
-	$(RIG) logs $(RECIPE)
+	$(RIG_RUN) logs $(RECIPE)
 
 status: setup ## what is up
-	$(RIG) status
+	$(RIG_RUN) status
 
-loadtest: setup ## Locust load test against RECIPE (SCENARIO= to pick)
-	$(RIG) loadtest $(RECIPE) $(if $(SCENARIO),--scenario $(SCENARIO),) $(if $(SIZE),--$(SIZE),)
+loadtest: setup ## Locust load test against RECIPE (SCENARIO= to pick; VERBOSE=1: every column and note)
+	$(RIG_RUN) loadtest $(RECIPE) $(if $(SCENARIO),--scenario $(SCENARIO),) $(if $(SIZE),--$(SIZE),) $(if $(VERBOSE),--verbose,)
 
 compare: setup ## before/after comparison across boots (ARMS=, BOOTS=, ROUNDS=, DURATION=, TARGET=1 MAX_BOOTS=8; rig's defaults otherwise)
-	$(RIG) compare $(RECIPE) $(foreach a,$(ARMS),--arm $(a)) $(if $(BOOTS),--boots $(BOOTS),) $(if $(ROUNDS),--rounds $(ROUNDS),) $(if $(SIZE),--$(SIZE),) \
+	$(RIG_RUN) compare $(RECIPE) $(foreach a,$(ARMS),--arm $(a)) $(if $(BOOTS),--boots $(BOOTS),) $(if $(ROUNDS),--rounds $(ROUNDS),) $(if $(SIZE),--$(SIZE),) \
 	  $(if $(DURATION),--duration $(DURATION),) $(if $(TARGET),--target $(TARGET),) $(if $(MAX_BOOTS),--max-boots $(MAX_BOOTS),)
 
 audit: setup ## GEMM shape audit of a recipe against backend constraints
-	$(RIG) audit $(RECIPE)
+	$(RIG_RUN) audit $(RECIPE)
 
 adapters: setup ## the adapter registry and its drift matrix
-	$(RIG) adapters list
-	$(RIG) adapters check
+	$(RIG_RUN) adapters list
+	$(RIG_RUN) adapters check
 
 lab: setup ## container lab: dockerd, registry on 127.0.0.1:5000, Debian base image, compose plugin (idempotent)
 	lab/lab.sh up

@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import argparse
-import math
 import os
-import re
 import signal
 import sys
-from collections.abc import Callable
 from types import FrameType
-from typing import NoReturn
 
+from rig.cli_args import (
+    Command,
+    OneLineParser,
+    add_command,
+    amount,
+    boot_of_results,
+    count,
+    counts,
+    fingerprint_glob,
+    identity,
+    size_and_workers,
+    url,
+    verbose,
+    window_seconds,
+)
 from rig.errors import RigError, StepFailed
 from rig.exits import SIGNALLED, Exit, help_text
-
-Handler = Callable[[argparse.Namespace], int]
 
 
 def _env_pairs(pairs: list[str] | None) -> dict[str, str]:
@@ -313,7 +322,7 @@ def cmd_adapters(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from rig.demo import run_demo
 
-    return run_demo(args.port)
+    return run_demo(args.port, verbose=args.verbose)
 
 
 def _keep_text(args: argparse.Namespace) -> None:
@@ -329,16 +338,15 @@ def cmd_loadtest(args: argparse.Namespace) -> int:
     from rig.load.command import loadtest
 
     _keep_text(args)
-    small = True if args.small else (False if args.full else None)
-    return loadtest(args.recipe, args.scenario, small, args.workers, args.duration, args.remote_workers, args.master_bind,
-                    url=args.url, model=args.model, boot_id=args.boot_id, flush_cache=args.flush_cache, port=args.port)
+    return loadtest(args.recipe, args.scenario, args.small, args.workers, args.duration, args.remote_workers, args.master_bind,
+                    url=args.url, model=args.model, boot_id=args.boot_id, flush_cache=args.flush_cache, port=args.port,
+                    verbose=args.verbose)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from rig.load.sweep import sweep
 
-    small = True if args.small else (False if args.full else None)
-    return sweep(args.recipe, args.scenario, args.rates, args.concurrency, args.goodput, args.slo_share, small, args.workers,
+    return sweep(args.recipe, args.scenario, args.rates, args.concurrency, args.goodput, args.slo_share, args.small, args.workers,
                  args.duration, url=args.url, model=args.model)
 
 
@@ -375,8 +383,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from rig.compare.command import compare, exit_status
 
     _keep_text(args)
-    small = True if args.small else (False if args.full else None)
-    _, analysis = compare(args.recipe, args.arm, args.control, args.boots, args.rounds, args.scenario, small,
+    _, analysis = compare(args.recipe, args.arm, args.control, args.boots, args.rounds, args.scenario, args.small,
                           args.workers, args.resume, duration_s=args.duration, target_pct=args.target,
                           max_boots=args.max_boots, goodput=args.goodput, accept_fingerprint=args.accept_fingerprint,
                           cold_caches=args.cold_caches, burn_in=not args.no_burn_in, port=args.port)
@@ -404,282 +411,284 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return audit(args.recipe, args.model_dir, args.json, args.boot)
 
 
-# ---- argument grammars: a number, a URL or a glob is refused by argparse itself (exit 2, one line) ----
+# ---- each command's arguments, then the registry: `rig NAME` is one entry of COMMANDS ----
 
-def _count(low: int, high: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{value} is outside {low}..{high}")
-        return value
-    return parse
+RECIPE_HELP = "a recipe name (recipes/<name>.yaml), or name:variant; `rig validate` lists them"
 
 
-def _amount(low: float, high: float) -> Callable[[str], float]:
-    """A finite number in (low, high]: never NaN or an infinity."""
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not math.isfinite(value) or not low < value <= high:
-            raise argparse.ArgumentTypeError(f"{text} is not a number in ({low:g}, {high:g}]")
-        return value
-    return parse
+def _recipes_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("recipes", nargs="*", help="recipe names or .yaml files (default: every recipe in recipes/)")
 
 
-def _window_seconds(text: str) -> float:
-    """A measurement window's length, in the scenarios' own bounds (rig.load.bounds)."""
-    from rig.load.bounds import MAX_DURATION_S, MIN_DURATION_S
-
-    value = _amount(0, MAX_DURATION_S)(text)
-    if value < MIN_DURATION_S:
-        raise argparse.ArgumentTypeError(f"{text} s is shorter than the shortest window rig measures ({MIN_DURATION_S:g} s)")
-    return value
+def _render_arguments(p: argparse.ArgumentParser) -> None:
+    _recipes_arguments(p)
+    p.add_argument("--check", action="store_true", help="fail if any rendered file is stale (what CI runs)")
 
 
-def _url(text: str) -> str:
-    """http(s)://host[:port][/path] of a server to measure; anything else is refused before it is dialled."""
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(text)
-        port = parts.port
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a URL ({error})") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname or any(ord(c) < 33 or ord(c) == 127 for c in text) \
-            or len(text) > 2048 or (port is not None and not 1 <= port <= 65535):
-        raise argparse.ArgumentTypeError(f"{text!r} is not an http(s)://host[:port] URL")
-    return text
-
-
-def _boot_of_results(text: str) -> str:
-    """A boot id as rig writes them (results/boots/<id>): one path component, never a path that leads elsewhere."""
-    from rig.boot.record import BOOT_ID
-
-    if not BOOT_ID.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a boot id (like 20261201-135107-llama8b-h200-0b2b; see results/boots/)")
-    return text
-
-
-def _identity(what: str) -> Callable[[str], str]:
-    """A name that is recorded and sent as it is (a served model, a server's boot identity): 1-256
-    visible characters, no whitespace or control character."""
-    def parse(text: str) -> str:
-        if not re.fullmatch(r"[!-~]{1,256}", text):
-            raise argparse.ArgumentTypeError(f"{text[:80]!r} is not a {what} (1-256 visible ASCII characters, no spaces)")
-        return text
-    return parse
-
-
-def _fingerprint_glob(text: str) -> str:
-    if not re.fullmatch(r"[A-Za-z0-9_.*?\[\]-]{1,200}", text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a fingerprint field or glob (letters, digits, _ . - * ? [ ])")
-    return text
-
-
-def _counts(low: int, high: int) -> Callable[[str], str]:
-    """A comma-separated list of whole numbers (kept as the text the handler splits), at most 64 of them."""
-    one = _count(low, high)
-
-    def parse(text: str) -> str:
-        parts = text.split(",")
-        if not 1 <= len(parts) <= 64:
-            raise argparse.ArgumentTypeError(f"{len(parts)} values: give 1 to 64")
-        for part in parts:
-            one(part.strip())
-        return text
-    return parse
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """A usage error is one line, like every other bad input: what was wrong and where the help is."""
-
-    def error(self, message: str) -> NoReturn:
-        command = self.prog.removeprefix("rig").strip()  # "rig: loadtest: argument --duration: ...", like every rig error
-        self.exit(2, f"rig: {command + ': ' if command else ''}{' '.join(message.split())}; fix: see `{self.prog} --help`\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from rig.compare.design import DEFAULT_BOOTS, DEFAULT_ROUND_S, DEFAULT_ROUNDS, MAX_PAIRS
-    from rig.load.bounds import MAX_WORKERS
-
-    parser = OneLineParser(prog="rig", description=__doc__, epilog=help_text(),
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
-
-    p = sub.add_parser("validate", help="validate recipes (all, or the named ones / files)")
-    p.add_argument("recipes", nargs="*")
-    p.set_defaults(func=cmd_validate)
-
-    p = sub.add_parser("render", help="render docker/<recipe>/Dockerfile and compose/<recipe>.yaml")
-    p.add_argument("recipes", nargs="*")
-    p.add_argument("--check", action="store_true", help="fail if any rendered file is stale")
-    p.set_defaults(func=cmd_render)
-
-    p = sub.add_parser("build", help="build a recipe's image (needs a Docker engine)")
-    p.add_argument("recipe")
+def _build_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("recipe", help="a recipe with an image (a compose recipe, e.g. tiny-cpu-docker)")
     p.add_argument("--allow-unpinned", action="store_true", help="build from a tag whose digest is not pinned")
     p.add_argument("--platform", help="linux/amd64 or linux/arm64 (default: the recipe's)")
-    p.set_defaults(func=cmd_build)
 
-    p = sub.add_parser("pin", help="resolve a recipe's base tag to per-platform digests and write them")
-    p.add_argument("recipe")
-    p.set_defaults(func=cmd_pin)
 
-    p = sub.add_parser("up", help="boot a recipe (name[:variant]) and wait until healthy")
-    p.add_argument("recipe", help="a recipe name, or name:variant (`rig validate` lists them with their variants)")
-    p.add_argument("--env", action="append", help="extra environment for the server, KEY=VALUE")
-    p.add_argument("--port", type=int, help="the port the server listens on (default: the recipe's serving.port)")
+def _recipe_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("recipe", help=RECIPE_HELP)
+
+
+def _up_arguments(p: argparse.ArgumentParser) -> None:
+    _recipe_argument(p)
+    p.add_argument("--env", action="append", help="extra environment for the server, KEY=VALUE (repeatable)")
+    p.add_argument("--port", type=count(1, 65535), help="the port the server listens on (default: the recipe's serving.port)")
     p.add_argument("--driver", choices=["native", "compose"],
                    help="native: the server as processes of this host; compose: the recipe's image with Docker Compose "
                         "(default: the recipe's own driver)")
     p.add_argument("--cold-caches", action="store_true", help="empty compile/kernel caches of this boot's own (the "
                    "user's caches are not touched): a boot that compiles, as a machine's first boot does")
-    p.set_defaults(func=cmd_up)
 
-    p = sub.add_parser("down", help="stop a booted recipe")
+
+def _down_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("recipe", help="the recipe name it was booted as (a variant's name:variant works too)")
-    p.set_defaults(func=cmd_down)
 
-    p = sub.add_parser("logs", help="print a recipe's boot log")
+
+def _logs_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("recipe", help="a recipe name: its boot that is up, else its last; name:variant: that variant's")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing as the log grows (Ctrl-C stops)")
-    p.set_defaults(func=cmd_logs)
 
-    p = sub.add_parser("status", help="what rig has up")
-    p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("chat", help="stream one chat completion from a booted recipe")
-    p.add_argument("recipe")
-    p.add_argument("prompt")
-    p.add_argument("--max-tokens", type=_count(1, 1 << 20), default=48)
-    p.set_defaults(func=cmd_chat)
+def _chat_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("recipe", help="a recipe that is up (`rig status` lists them)")
+    p.add_argument("prompt", help="the user message (quote it)")
+    p.add_argument("--max-tokens", type=count(1, 1 << 20), default=48, help="the most tokens to generate (default 48)")
 
-    p = sub.add_parser("loadtest", help="Locust load test against a recipe's server (boots it if it is not up)")
+
+def _served_elsewhere(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("recipe", nargs="?", help="recipe[:variant]; optional with --url")
-    p.add_argument("--url", type=_url, help="measure a server rig did not start (e.g. one from plain `docker compose up`)")
-    p.add_argument("--model", type=_identity("served model name"),
+    p.add_argument("--url", type=url, help=f"{what} a server rig did not start (e.g. one from plain `docker compose up`)")
+    p.add_argument("--model", type=identity("served model name"),
                    help="with --url: the served model name (default: the first in /v1/models)")
-    p.add_argument("--boot-id", type=_identity("boot identity"), help="with --url: the server's boot identity, when rig cannot read it from the server")
-    p.add_argument("--flush-cache", action="store_true", help="empty the engine's prefix cache before each run")
-    p.add_argument("--port", type=_count(1, 65535), help="where the boot listens when loadtest starts the recipe (default: the recipe's port)")
-    p.add_argument("--scenario", action="append", help="scenario name (repeatable); default prose-c1, code-c1, c3000")
-    size = p.add_mutually_exclusive_group()
-    size.add_argument("--small", action="store_true", help="scaled-down sizes (default for native recipes)")
-    size.add_argument("--full", action="store_true", help="full sizes (default for GPU recipes)")
-    p.add_argument("--workers", type=_count(1, MAX_WORKERS), help="Locust worker processes for distributed scenarios (default: cores - 1)")
-    p.add_argument("--duration", type=_window_seconds, help="override every scenario's measurement window, seconds (at least: the window opens at "
-                   "the steady state, which may come before the time planned for it)")
-    p.add_argument("--remote-workers", type=_count(0, 4096), default=0,
-                   help="distributed scenarios also wait for this many Locust workers on other client machines")
-    p.add_argument("--master-bind", default="127.0.0.1", help="address the Locust master listens on (remote workers need a reachable one)")
+
+
+def _window_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--duration", type=window_seconds, help="override every scenario's measurement window, seconds (at "
+                   "least: the window opens at the steady state, which may come before the time planned for it)")
+
+
+def _no_keep_text_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-keep-text", action="store_true", help="keep no output text in the records (only hashes); "
                    "the coherence checks then have nothing to read")
-    p.set_defaults(func=cmd_loadtest)
 
-    p = sub.add_parser("sweep", help="one scenario at a series of loads: throughput, goodput and latency vs load, and the knee")
-    p.add_argument("recipe", nargs="?", help="recipe[:variant]; optional with --url")
-    p.add_argument("--scenario", required=True, help="scenario name or .yaml file (open_loop for --rates, a closed loop for --concurrency)")
+
+def _loadtest_arguments(p: argparse.ArgumentParser) -> None:
+    _served_elsewhere(p, "measure")
+    p.add_argument("--boot-id", type=identity("boot identity"),
+                   help="with --url: the server's boot identity, when rig cannot read it from the server")
+    p.add_argument("--flush-cache", action="store_true", help="empty the engine's prefix cache before each run")
+    p.add_argument("--port", type=count(1, 65535),
+                   help="where the boot listens when loadtest starts the recipe (default: the recipe's port)")
+    p.add_argument("--scenario", action="append", help="scenario name (repeatable); default: prose-c1, code-c1 and c3000, "
+                   "where a run the client cannot measure on this machine is named as skipped instead of failing")
+    _window_argument(p)
+    p.add_argument("--remote-workers", type=count(0, 4096), default=0,
+                   help="distributed scenarios also wait for this many Locust workers on other client machines")
+    p.add_argument("--master-bind", default="127.0.0.1",
+                   help="address the Locust master listens on (remote workers need a reachable one)")
+    _no_keep_text_argument(p)
+
+
+def _sweep_arguments(p: argparse.ArgumentParser) -> None:
+    _served_elsewhere(p, "sweep")
+    p.add_argument("--scenario", required=True,
+                   help="scenario name or .yaml file (open_loop for --rates, a closed loop for --concurrency)")
     load = p.add_mutually_exclusive_group(required=True)
     load.add_argument("--rates", help="request rates (req/s) of an open_loop scenario, e.g. 1,2,4,8")
     load.add_argument("--concurrency", help="users of a closed-loop or multi-turn scenario, e.g. 1,4,16,64")
     p.add_argument("--goodput", help="SLOs a request must meet, e.g. ttft<=2s,tpot<=50ms (vLLM's --goodput)")
-    p.add_argument("--slo-share", type=_amount(0, 1), default=0.9, help="share of requests that must meet the SLOs at the knee (default 0.9)")
-    p.add_argument("--url", type=_url, help="sweep a server rig did not start")
-    p.add_argument("--model", type=_identity("served model name"), help="with --url: the served model name")
-    size = p.add_mutually_exclusive_group()
-    size.add_argument("--small", action="store_true", help="scaled-down sizes (default for native recipes)")
-    size.add_argument("--full", action="store_true", help="full sizes (default for GPU recipes)")
-    p.add_argument("--workers", type=_count(1, MAX_WORKERS), help="Locust worker processes for distributed scenarios (default: cores - 1)")
-    p.add_argument("--duration", type=_window_seconds, help="override the scenario's measurement window, seconds (at least, as for loadtest)")
-    p.set_defaults(func=cmd_sweep)
+    p.add_argument("--slo-share", type=amount(0, 1), default=0.9,
+                   help="share of requests that must meet the SLOs at the knee (default 0.9)")
+    _window_argument(p)
 
-    p = sub.add_parser("export", help="a run directory as vLLM's result JSON or AIPerf's profile export, for their dashboards")
+
+def _export_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="a run directory (holding summary.json and records-*.jsonl)")
-    p.add_argument("--format", required=True, choices=["vllm", "aiperf"])
+    p.add_argument("--format", required=True, choices=["vllm", "aiperf"], help="vLLM's result JSON or AIPerf's profile export")
     p.add_argument("--out", help="directory to write into (default: the run directory)")
-    p.set_defaults(func=cmd_export)
 
-    p = sub.add_parser("import", help="a vLLM result JSON or AIPerf profile_export.jsonl as a rig run (provenance marked)")
+
+def _import_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="vLLM `--save-result --save-detailed` JSON, or AIPerf profile_export.jsonl")
     p.add_argument("--scenario", help="the rig scenario it corresponds to (its kind picks the headline; default prose-c1)")
     p.add_argument("--out", help="run directory to create (default: results/imported/<timestamp>/<scenario>)")
     p.add_argument("--compare", help="also add it as a boot of this results/compare/<timestamp> directory (with --arm)")
     p.add_argument("--arm", help="with --compare: the arm the imported run belongs to")
     p.add_argument("--block", type=int, help="with --compare: the ABBA block it pairs with (default: a new block)")
-    p.set_defaults(func=cmd_import)
 
-    p = sub.add_parser("compare", help="before/after comparison across boots (ABBA, warmup discarded, paired CIs)")
-    p.add_argument("recipe")
-    p.add_argument("--arm", action="append", required=True, help="NAME:KEY=VALUE[,..] | NAME:@variant | NAME:image=TAG; a KEY alone takes its value from "
-                   "rig's environment (for a secret: it then never reaches the command line, and no value is written down)")
+
+def _compare_arguments(p: argparse.ArgumentParser) -> None:
+    from rig.compare.design import DEFAULT_BOOTS, DEFAULT_ROUND_S, DEFAULT_ROUNDS, MAX_PAIRS
+
+    p.add_argument("recipe", help="a recipe name (variants are arms: --arm NAME:@variant)")
+    p.add_argument("--arm", action="append", required=True, help="NAME:KEY=VALUE[,..] | NAME:@variant | NAME:image=TAG; "
+                   "the first is the baseline; a KEY alone takes its value from rig's environment (for a secret: it then "
+                   "never reaches the command line, and no value is written down)")
     p.add_argument("--control", help="an arm known to change greedy output, booted once")
-    p.add_argument("--boots", type=_count(1, MAX_PAIRS), default=DEFAULT_BOOTS,
+    p.add_argument("--boots", type=count(1, MAX_PAIRS), default=DEFAULT_BOOTS,
                    help=f"boot pairs (boots per arm, ABBA; default {DEFAULT_BOOTS}, from the calibration)")
-    p.add_argument("--rounds", type=_count(1, MAX_PAIRS), default=DEFAULT_ROUNDS, help=f"measured rounds per boot (default {DEFAULT_ROUNDS})")
-    p.add_argument("--target", type=_amount(0, 100), help="keep adding boot pairs until every headline 95%% interval is within "
-                   "+-TARGET percent (e.g. 1), up to --max-boots")
-    p.add_argument("--max-boots", type=_count(1, MAX_PAIRS), help="with --target: the most boot pairs to run (default: twice --boots)")
+    p.add_argument("--rounds", type=count(1, MAX_PAIRS), default=DEFAULT_ROUNDS,
+                   help=f"measured rounds per boot (default {DEFAULT_ROUNDS})")
+    p.add_argument("--target", type=amount(0, 100), help="keep adding boot pairs until every headline 95%% interval is "
+                   "within +-TARGET percent (e.g. 1), up to --max-boots")
+    p.add_argument("--max-boots", type=count(1, MAX_PAIRS), help="with --target: the most boot pairs to run (default: twice --boots)")
     p.add_argument("--goodput", help="SLOs for goodput, e.g. ttft<=2s,tpot<=50ms (vLLM's --goodput)")
-    p.add_argument("--accept-fingerprint", type=_fingerprint_glob, action="append", help="a host fingerprint field allowed to differ between "
-                   "boots (glob, e.g. 'gpus.*.power_limit_w'); any other condition difference voids the comparison")
+    p.add_argument("--accept-fingerprint", type=fingerprint_glob, action="append", help="a host fingerprint field allowed "
+                   "to differ between boots (glob, e.g. 'gpus.*.power_limit_w'); any other condition difference voids the comparison")
     p.add_argument("--scenario", action="append", help="scenario name (repeatable; default prose-c1)")
-    size = p.add_mutually_exclusive_group()
-    size.add_argument("--small", action="store_true", help="scaled-down sizes (default for native recipes)")
-    size.add_argument("--full", action="store_true", help="full sizes (default for GPU recipes)")
-    p.add_argument("--workers", type=_count(1, MAX_WORKERS), help="Locust worker processes for distributed scenarios (default: cores - 1)")
-    p.add_argument("--duration", type=_window_seconds, help="every round's measurement window, seconds (default: "
+    p.add_argument("--duration", type=window_seconds, help="every round's measurement window, seconds (default: "
                    f"{DEFAULT_ROUND_S:g} at full sizes, each scenario's own at small sizes)")
     p.add_argument("--resume", help="a results/compare/<timestamp> directory to continue")
     p.add_argument("--cold-caches", action="store_true", help="boot every engine with empty compile/kernel caches of "
                    "its own (boot times then compare like with like; the user's caches are not touched)")
     p.add_argument("--no-burn-in", action="store_true", help="skip the boot-state control: no burn-in boot first, no "
                    "second boot of a measured boot that compiled; states are still recorded and a difference still voids")
-    p.add_argument("--no-keep-text", action="store_true", help="keep no output text in the records (only hashes); "
-                   "the coherence checks then have nothing to read")
-    p.add_argument("--port", type=int, help="the port every boot listens on (default: the recipe's serving.port); "
-                   "not part of the plan, so a resumed comparison may take another")
-    p.set_defaults(func=cmd_compare)
+    _no_keep_text_argument(p)
+    p.add_argument("--port", type=count(1, 65535), help="the port every boot listens on (default: the recipe's "
+                   "serving.port); not part of the plan, so a resumed comparison may take another")
 
-    p = sub.add_parser("audit", help="GEMM shapes per rank against backend constraints, before any boot")
-    p.add_argument("recipe")
+
+def _audit_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("recipe", help="a recipe name (its model's dimensions and its parallelism)")
     p.add_argument("--model-dir", help="read config.json from this checkpoint instead of the shipped dimensions")
     p.add_argument("--json", action="store_true", help="print JSON instead of markdown")
-    p.add_argument("--boot", type=_boot_of_results, help="a boot id (results/boots/): hold the derived shapes against what that boot's engine "
-                   "allocated on every rank (the gemm_shapes instrument)")
-    p.set_defaults(func=cmd_audit)
+    p.add_argument("--boot", type=boot_of_results, help="a boot id (results/boots/): hold the derived shapes against what "
+                   "that boot's engine allocated on every rank (the gemm_shapes instrument)")
 
-    p = sub.add_parser("kernelbench", help="GEMM benchmark: cold L2, CUDA graphs, interleaved rounds, bitwise check")
-    p.add_argument("--n", type=_count(1, 1 << 20), default=5120)
-    p.add_argument("--k", type=_count(1, 1 << 20), default=576)
-    p.add_argument("--pad-k", type=_count(1, 1 << 20), default=640)
-    p.add_argument("--m", type=_counts(1, 1 << 20), default="6", help="comma-separated M values")
-    p.add_argument("--backends", help="comma-separated (default: all registered)")
-    p.add_argument("--production", default="torch-fp8-rowwise")
-    p.add_argument("--candidate", help="the backend the padding unlocks (e.g. flashinfer-mxfp8-b12x)")
-    p.add_argument("--calls-per-step", type=_count(1, 10_000), default=1)
-    p.add_argument("--rounds", type=_count(1, 10_000), default=20)
-    p.add_argument("--device")
-    p.add_argument("--out", help="directory for kernelbench.json")
-    p.set_defaults(func=cmd_kernelbench)
 
-    p = sub.add_parser("demo", help="boot tiny-cpu, stream a chat, load test, compare, shut down")
-    p.add_argument("--port", type=_count(1, 65535), help="where the demo's boots listen (default: tiny-cpu's port)")
-    p.set_defaults(func=cmd_demo)
+def _kernelbench_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--n", type=count(1, 1 << 20), default=5120, help="the GEMM's N: output features (default 5120)")
+    p.add_argument("--k", type=count(1, 1 << 20), default=576, help="the GEMM's K as the model has it (default 576)")
+    p.add_argument("--pad-k", type=count(1, 1 << 20), default=640, help="K zero-padded to this (default 640)")
+    p.add_argument("--m", type=counts(1, 1 << 20), default="6", help="comma-separated M values: tokens per call (default 6)")
+    p.add_argument("--backends", help="comma-separated backends to time beside the production one (default: all registered)")
+    p.add_argument("--production", default="torch-fp8-rowwise", help="the backend serving today, at K (default torch-fp8-rowwise)")
+    p.add_argument("--candidate", help="the backend the padding unlocks, at the padded K (e.g. flashinfer-mxfp8-b12x)")
+    p.add_argument("--calls-per-step", type=count(1, 10_000), default=1,
+                   help="GEMM calls per model step, for the ms-per-step column (default 1)")
+    p.add_argument("--rounds", type=count(1, 10_000), default=20, help="interleaved timing rounds (default 20)")
+    p.add_argument("--device", help="a torch device (default: cuda when there is one, else cpu)")
+    p.add_argument("--out", help="directory for kernelbench.json (default: none written)")
 
-    p = sub.add_parser("adapters", help="the adapter registry and its drift matrix")
-    asub = p.add_subparsers(dest="adapters_command", required=True)
-    a = asub.add_parser("list", help="print the registry")
-    a.add_argument("--json", action="store_true")
-    a = asub.add_parser("check", help="verify every hook target against the engine a recipe pins")
-    a.add_argument("recipes", nargs="*")
-    a.add_argument("--image", help="check inside this built image instead (needs a Docker engine)")
-    p.set_defaults(func=cmd_adapters)
 
+def _demo_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--port", type=count(1, 65535), help="where the demo's boots listen (default: tiny-cpu's port)")
+
+
+def _adapters_list_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print the registry as JSON")
+
+
+def _adapters_check_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("recipes", nargs="*", help="recipes whose pinned engine to check (default: every recipe)")
+    p.add_argument("--image", help="check inside this built image instead (needs a Docker engine)")
+
+
+COMMANDS = [
+    Command("validate", cmd_validate, "validate recipes (all, or the named ones / files)",
+            "Parse and check recipes with the strict loader: every field, every variant, every adapter gate. One line per "
+            "recipe; a failure names the file, the field and the fix.",
+            ("rig validate", "rig validate tiny-cpu mia-tp4"), _recipes_arguments),
+    Command("render", cmd_render, "render docker/<recipe>/Dockerfile and compose/<recipe>.yaml",
+            "Write each recipe's Dockerfile and compose file from the recipe (the single source of truth); --check only "
+            "says which are stale.",
+            ("rig render", "rig render --check"), _render_arguments),
+    Command("build", cmd_build, "build a recipe's image (needs a Docker engine)",
+            "Build the recipe's image on its digest-pinned engine base, with rig's runtime adapters baked in.",
+            ("rig build tiny-cpu-docker",), _build_arguments),
+    Command("pin", cmd_pin, "resolve a recipe's base tag to per-platform digests and write them",
+            "Ask the registry for the digests of the recipe's base image tag, one per platform, and write them into the "
+            "recipe, so that a build is reproducible.",
+            ("rig pin tiny-cpu-docker",), _recipe_argument),
+    Command("up", cmd_up, "boot a recipe (name[:variant]) and wait until healthy",
+            "Boot the recipe's server (its own processes, or its image with Docker Compose), wait until it is healthy, "
+            "then check that its adapters armed as the recipe asks.",
+            ("rig up tiny-cpu", "rig up tiny-cpu --env RIG_TOKEN_DELAY_MS=4 --port 8400"), _up_arguments),
+    Command("down", cmd_down, "stop a booted recipe",
+            "Stop the recipe's server and remove its state; its boot log stays. Nothing up is not an error.",
+            ("rig down tiny-cpu",), _down_arguments),
+    Command("logs", cmd_logs, "print a recipe's boot log",
+            "Print the server log of the recipe's boot that is up, or of its last boot.", ("rig logs tiny-cpu -f",),
+            _logs_arguments),
+    Command("status", cmd_status, "what rig has up",
+            "List every boot rig has up with its URL and health; exit 1 when one is unhealthy or died without `rig down`.",
+            ("rig status",)),
+    Command("chat", cmd_chat, "stream one chat completion from a booted recipe",
+            "Send one chat message to the recipe's server and stream the answer.", ('rig chat tiny-cpu "Say hello"',),
+            _chat_arguments),
+    Command("loadtest", cmd_loadtest, "Locust load test against a recipe's server (boots it if it is not up)",
+            "Run Locust scenarios against the recipe's server (booted for the test when nothing is up, and stopped after) "
+            "or any OpenAI-compatible server (--url). Each scenario's first run after a boot is its warmup. The output "
+            "leads with which runs may be used; the brief table follows; summary.md holds every column and note.",
+            ("rig loadtest tiny-cpu", "rig loadtest tiny-cpu --scenario c3000 --duration 30",
+             "rig loadtest --url http://127.0.0.1:8000 --scenario prose-c1"),
+            _loadtest_arguments, shared=(size_and_workers, verbose)),
+    Command("sweep", cmd_sweep, "one scenario at a series of loads: throughput, goodput and latency vs load, and the knee",
+            "Run one scenario at each load in turn on one boot and find the knee: the highest load whose requests still "
+            "meet the SLOs (--goodput) in the share asked for.",
+            ("rig sweep tiny-cpu --scenario prose-c1 --concurrency 1,2,4",
+             "rig sweep tiny-cpu --scenario open-loop --rates 1,2,4 --goodput ttft<=2s,tpot<=50ms"),
+            _sweep_arguments, shared=(size_and_workers,)),
+    Command("export", cmd_export, "a run directory as vLLM's result JSON or AIPerf's profile export, for their dashboards",
+            "Write a rig run in another tool's format, so its dashboards can read it.",
+            ("rig export results/tiny-cpu/<timestamp>/prose-c1 --format vllm",), _export_arguments),
+    Command("import", cmd_import, "a vLLM result JSON or AIPerf profile_export.jsonl as a rig run (provenance marked)",
+            "Read another tool's run as a rig run (marked as imported; rig did not check its client), and optionally add "
+            "it as a boot of a comparison.",
+            ("rig import vllm-result.json --scenario prose-c1",), _import_arguments),
+    Command("compare", cmd_compare, "before/after comparison across boots (ABBA, warmup discarded, paired CIs)",
+            "Boot each arm in ABBA order, measure each boot's rounds after its warmup, and give the change with its "
+            "interval over boot pairs (the boot is the unit of replication), with greedy identity, quality, boot "
+            "conditions and the boot-state control beside it. compare.md, compare.json and compare.png hold the report.",
+            ("rig compare tiny-cpu --arm off:RIG_TOKEN_DELAY_MS=0 --arm on:RIG_TOKEN_DELAY_MS=4",
+             "rig compare tiny-cpu --arm off:RIG_TOKEN_DELAY_MS=0 --arm on:RIG_TOKEN_DELAY_MS=4 --target 5 --max-boots 8",
+             "rig compare tiny-cpu --arm off:RIG_TOKEN_DELAY_MS=0 --arm on:RIG_TOKEN_DELAY_MS=4 --resume results/compare/<timestamp>"),
+            _compare_arguments, shared=(size_and_workers,)),
+    Command("audit", cmd_audit, "GEMM shapes per rank against backend constraints, before any boot",
+            "Derive every GEMM shape each rank runs from the recipe's model and parallelism, and hold each against the "
+            "constraints of the kernel backends the engine may pick.",
+            ("rig audit mia-tp4", "rig audit mia-tp4 --json"), _audit_arguments),
+    Command("kernelbench", cmd_kernelbench, "GEMM benchmark: cold L2, CUDA graphs, interleaved rounds, bitwise check",
+            "Time one GEMM shape per backend (cold L2, CUDA graphs, interleaved rounds) at K and at the padded K, and "
+            "check that the padding is lossless bit for bit. Needs torch (the kernelbench extra).",
+            ("rig kernelbench --n 5120 --k 576 --pad-k 640 --m 6 --candidate flashinfer-mxfp8-b12x --calls-per-step 43",),
+            _kernelbench_arguments),
+    Command("demo", cmd_demo, "boot tiny-cpu, stream a chat, load test, compare until decided, shut down",
+            "rig's job end to end on this machine in a few minutes: boot tiny-cpu, stream a chat, run a load test, then "
+            "compare token_delay off vs on, whose answer is known (slower), adding boot pairs until the verdict is "
+            "decided (3 to 12 pairs). The first and last lines after the run are the verdict; exit 7 when the machine "
+            "was too busy to decide.",
+            ("rig demo", "rig demo --port 8400 --verbose"), _demo_arguments, shared=(verbose,)),
+    Command("adapters", cmd_adapters, "the adapter registry and its drift matrix",
+            "The runtime adapters rig can arm in an engine, and whether every hook target still exists in the engine "
+            "version a recipe pins.",
+            ("rig adapters list", "rig adapters check mia-tp4"),
+            subcommands=(
+                Command("list", None, "print the registry", "Print every adapter: its gate, its engines and recipes, and "
+                        "its hook targets.",
+                        ("rig adapters list --json",), _adapters_list_arguments),
+                Command("check", None, "verify every hook target against the engine a recipe pins",
+                        "Verify every adapter's hook targets statically against the engine source a recipe pins (its "
+                        "release wheel, cached), or inside a built image with --image: the drift matrix.",
+                        ("rig adapters check mia-tp4",), _adapters_check_arguments),
+            )),
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="rig", description=__doc__, epilog=help_text(),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="COMMAND")
+    from rig.hosts.command import COMMANDS as HOST_COMMANDS
+
+    for command in COMMANDS + HOST_COMMANDS:
+        add_command(sub, command)
     return parser
 
 

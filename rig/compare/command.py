@@ -1,4 +1,4 @@
-"""`rig compare` and `make compare`."""
+"""`rig compare`, `make compare` and the comparison `rig demo` runs."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from rig.compare.model import ComparePlan
 from rig.compare.output import write_report
 from rig.compare.report import Analysis, analyze
 from rig.compare.run import compare_root, finished_boots, run_compare
+from rig.compare.sequential import Decision, UntilDecided
 from rig.compare.stats import MIN_PAIRS_FOR_TARGET
 from rig.deploy.recipe import load, split_ref
 from rig.engines import ENGINES, Engine
@@ -32,12 +33,15 @@ def _state_unknowable(engine: Engine) -> bool:
     return bool(engine.compile_caches) and engine.compile_log is None
 
 
-def exit_status(analysis: Analysis) -> Exit:
-    """What a comparison's answer exits with (rig compare, make demo)."""
+def exit_status(analysis: Analysis, decision: Decision | None = None) -> Exit:
+    """What a comparison's answer exits with (rig compare, rig demo); `decision`: the stopping rule's
+    looks, when the comparison ran under one (undecided after its most pairs: UNDECIDED)."""
     if analysis.void:
         return Exit.VOID
     if analysis.no_data:
         return Exit.UNUSABLE
+    if decision is not None and decision.exhausted:
+        return Exit.UNDECIDED
     blind = analysis.greedy.control is not None and analysis.greedy.control.discriminates is False
     return Exit.BLIND_CONTROL if blind else Exit.OK
 
@@ -46,7 +50,12 @@ def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, 
             small: bool | None, workers: int | None, resume: str | None, progress: bool = True,
             duration_s: float | None = None, target_pct: float | None = None, max_boots: int | None = None,
             goodput: str | None = None, accept_fingerprint: list[str] | None = None,
-            cold_caches: bool = False, burn_in: bool = True, port: int | None = None) -> tuple[Path, Analysis]:
+            cold_caches: bool = False, burn_in: bool = True, port: int | None = None,
+            until: UntilDecided | None = None, show_report: bool = True, steps: bool = True) -> tuple[Path, Analysis]:
+    """Run (or resume) a comparison and write its report. `until`: add pairs one at a time until
+    every headline interval excludes 0, from until.first pairs up to until.most (its looks are in
+    until-decided.json; `boots` is then until.first). `show_report`: print the report's text;
+    `steps`: print each boot's and each run's own progress (see run_compare)."""
     if len(arm_specs) > MAX_ARMS:
         raise RigError("command line", "--arm", f"{len(arm_specs)} arms; a comparison has at most {MAX_ARMS}", "compare fewer arms")
     name, variant = split_ref(recipe)
@@ -74,6 +83,11 @@ def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, 
         if problem:
             raise RigError("command line", "--accept-fingerprint", problem,
                            "name a field from the report's void line (e.g. gpus.*.power_limit_w)")
+    if until is not None and (target_pct is not None or resume is not None):
+        raise RigError("command line", "--target", "a comparison stops either at a precision (--target) or at a decision, "
+                       "not both, and a stopping rule's looks start with a new comparison", "drop --target and --resume")
+    if until is not None:
+        boots = until.first
     if max_boots is not None and target_pct is None:
         raise RigError("command line", "--max-boots", "bounds the pairs --target adds, and no --target is given",
                        "add --target PCT, or drop --max-boots (--boots sets a fixed design)")
@@ -117,7 +131,7 @@ def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, 
         refuse_if_up(name)  # the recipe's own server: no boot of the comparison could claim the recipe
         refuse_if_port_taken(resolved, port)
     try:
-        plan, entries = run_compare(plan, out, progress, port)
+        plan, entries = run_compare(plan, out, progress, port, until=until, steps=steps)
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM: say where the finished boots are and how to go on from them
         finished = finished_boots(out)
         kept = f"; {finished} finished boot(s) kept in {out}" if finished else f" before any boot finished; its plan is kept in {out}"
@@ -126,6 +140,7 @@ def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, 
         raise
     analysis = analyze(plan, entries)
     text = write_report(out, analysis)
-    print(text)
-    print(f"report: {out}/compare.md, compare.json, compare.png, boot-log-diff.txt")
+    if show_report:
+        print(text)
+        print(f"report: {out}/compare.md, compare.json, compare.png, boot-log-diff.txt")
     return out, analysis

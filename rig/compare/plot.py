@@ -1,14 +1,17 @@
 """compare.png: per scenario, the boots in time order beside each comparison's delta.
 
-The grey box behind each delta is the noise of that delta: the interval it would have if it were
-centred on zero (the same t, sd and pairs, at the row's own confidence). A point outside its box
-is a resolved change; inside, the design cannot tell it from no change.
+The delta axis is linear in percent of the baseline, so a reader can read a change off it at a
+glance, and spans every point, interval and box it draws. The grey box behind each delta is the
+noise of that delta: the interval it would have if it were centred on zero (the same t, sd and
+pairs, at the row's own confidence). A point outside its box is a resolved change; inside, the
+design cannot tell it from no change. The legend says so.
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -42,33 +45,34 @@ def effect_rows(result: ScenarioResult, baseline: str) -> list[tuple[str, str, C
 
 
 def effect_limits(rows: list[tuple[str, str, Comparison]]) -> tuple[float, float]:
-    """The effect panel's x axis: every delta, interval and noise band it draws, and 0, a little
-    beyond (autoscale on the symlog axis left a -77% delta off its edge)."""
+    """The effect panel's x axis (linear, in percent): every delta, interval and noise box it draws,
+    and 0, with a margin of a tenth of their span on each side, so no point sits on the frame."""
     reach = [0.0] + [x for _, _, c in rows if (shown := as_percent(c)) is not None
                      for x in (shown[0], *shown[1], *shown[2]) if math.isfinite(x)]
-    return _padded(min(reach), -1), _padded(max(reach), 1)
+    low, high = min(reach), max(reach)
+    margin = max(0.1 * (high - low), 2.0)  # 2 points: an axis even where nothing but 0 is drawn
+    return low - margin, high + margin
 
 
-def _padded(x: float, side: int) -> float:
-    """An axis end a little beyond x, outwards (`side` -1: the left end, 1: the right), on the
-    symlog scale (linear within +-10%); 0 (no interval drawn) still leaves the axis its width."""
-    if x == 0:
-        return 10.0 * side
-    return x * 1.25 + 2.0 * side if abs(x) > 10 else x + 3.0 * side
+NOISE_LEGEND = "noise: the delta's interval centred on 0\n(a delta outside its grey box is a resolved change)"
 
 
-def plot(analysis: Analysis, path: Path) -> None:
+def draw(analysis: Analysis) -> Any:
+    """The figure: per scenario, the boots in time order (left) and each comparison's delta with its
+    interval and its noise box (right, a linear percent axis with a legend)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     arms = [a.name for a in analysis.plan.arms]
     colours = {arm: f"C{i}" for i, arm in enumerate(arms)}
     scenarios = analysis.scenarios
     rows_per_scenario = max(len(effect_rows(result, arms[0])) for result in scenarios.values()) if scenarios else 1
-    height = max(4.2, 0.3 * rows_per_scenario + 1.6)
+    height = max(4.6, 0.3 * rows_per_scenario + 2.4)
     figure, axes = plt.subplots(len(scenarios), 2, figsize=(13, height * len(scenarios)), squeeze=False,
                                 gridspec_kw={"width_ratios": [2.2, 1]}, layout="constrained")
     for (left, right), (name, result) in zip(axes, scenarios.items()):
@@ -101,17 +105,30 @@ def plot(analysis: Analysis, path: Path) -> None:
             delta, (low, high), (noise_low, noise_high) = shown
             right.fill_betweenx([y - 0.35, y + 0.35], noise_low, noise_high, color="0.87", zorder=0)
             right.errorbar([delta], [y], xerr=[[delta - low], [high - delta]], fmt="o", color=colours[arm], capsize=4)
+            right.annotate(f"{delta:+.1f}%", (delta, y), xytext=(0, 7), textcoords="offset points", ha="center", fontsize=7)
         right.axvline(0, color="k", lw=0.8)
-        right.set_xscale("symlog", linthresh=10)  # linear within +-10%: one wide tail interval cannot flatten the rest
         right.set_xlim(*effect_limits(rows))
+        right.xaxis.set_major_locator(MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10]))
+        right.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:+.0f}%" if x else "0"))
+        right.grid(axis="x", color="0.9", lw=0.6)
         right.set_yticks(range(len(rows)), [label for label, _, _ in rows], fontsize=7)
         right.set_ylim(len(rows) - 0.5, -0.5)
-        right.set_xlabel(f"delta % (symlog; headline 95%, others {100 * analysis.family.confidence:.4g}% each)\n"
-                         "grey: the delta's noise (its interval centred on 0)")
+        right.set_xlabel(f"change, % of {arms[0]}\n(headline 95%, others {100 * analysis.family.confidence:.4g}% each)")
+        handles = [Line2D([], [], color=colours[arm], marker="o", label=f"{arm} vs {arms[0]}: the change and its interval")
+                   for arm in arms[1:]]
+        handles += [Patch(color="0.87", label=NOISE_LEGEND), Line2D([], [], color="k", lw=0.8, label="0: no change")]
+        right.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2),
+                     frameon=False)
         quality = analysis.quality
-        arm_names = [a.name for a in analysis.plan.arms]
         right.set_title("effect: headline, latency, goodput" + "".join(
-            f"\n{arm}: {quality_short(quality, arm)}" for arm in arm_names[1:]) if quality else
+            f"\n{arm}: {quality_short(quality, arm)}" for arm in arms[1:]) if quality else
             "effect: headline, latency, goodput", fontsize=7 if quality else None)
+    return figure
+
+
+def plot(analysis: Analysis, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    figure = draw(analysis)
     save_png(figure, path)
     plt.close(figure)

@@ -4,9 +4,9 @@ down (also when it fails), and writes each finished boot at once. Each attempt a
 own directory, so a resumed comparison redoes exactly the boots that did not finish, and a
 server left behind by a killed attempt is stopped before its redo.
 
-The boot-state control (on unless --no-burn-in): on one H200 a boot that compiled its torch.compile
-graph decoded 1.1-1.4% slower for its whole life than boots that reused it, and under ABBA the
-machine's first boot is always the baseline's. So a measured boot whose engine log says it compiled
+The boot-state control (on unless --no-burn-in): a boot that compiled its torch.compile graph can
+decode slower for its whole life than boots that reused it (1-2% with vLLM on an H200), and under
+ABBA the machine's first boot is always the baseline's. So a measured boot whose engine log says it compiled
 (its caches did not hold its arm's configuration yet) becomes a burn-in as soon as it is healthy
 (measured, kept, paired with nothing; no quality reference, no identity check) and is booted again
 at once; if that second boot compiles too, the caches do not persist and redoing stops. Where the
@@ -44,6 +44,7 @@ from rig.compare.model import (
 )
 from rig.compare.percentiles import LatencyHistogram
 from rig.compare.scoring import check_scoring_tokenizer
+from rig.compare.sequential import Decision, Look, UntilDecided, look_line
 from rig.deploy.recipe import Resolved
 from rig.errors import Damaged, NotFound, RigError
 from rig.load.goodput import goodput
@@ -307,12 +308,16 @@ class _PhaseClock:
         self.last = now
 
 
-def run_compare(plan: ComparePlan, out: Path, progress: bool = True, port: int | None = None) -> tuple[ComparePlan, list[BootEntry]]:
+def run_compare(plan: ComparePlan, out: Path, progress: bool = True, port: int | None = None,
+                until: UntilDecided | None = None, steps: bool = True) -> tuple[ComparePlan, list[BootEntry]]:
     """Every boot of the plan, finished ones read back; `--target` extends the plan by whole ABBA
-    blocks until the widest headline interval is narrow enough or max_boots is reached. Returns the
-    plan it ran (a resumed comparison's saved one, with --target's pairs) and every entry. `port`
-    (default: the recipe's) is where every boot listens: a fact of this host, not of the plan, so a
-    resumed comparison may pass another."""
+    blocks until the widest headline interval is narrow enough or max_boots is reached, and `until`
+    (rig.compare.sequential) one block at a time until every headline interval excludes 0 or its
+    most pairs ran (its looks are written to until-decided.json). Returns the plan it ran (a resumed
+    comparison's saved one, with the pairs added) and every entry. `port` (default: the recipe's) is
+    where every boot listens: a fact of this host, not of the plan, so a resumed comparison may pass
+    another. `steps`: with `progress`, each boot's and each run's own progress lines too (without,
+    one line per boot and per look)."""
     for name in plan.scenarios:  # a bad scenario is refused before the comparison writes anything
         load_scenario(name)
     saved = _saved_plan_of_the_same_comparison(plan, out)  # a resume with another recipe hears that first
@@ -333,8 +338,20 @@ def run_compare(plan: ComparePlan, out: Path, progress: bool = True, port: int |
     else:
         plan.write(out)
     boot_seconds: list[float] = []  # wall time of each boot this process ran (for the time left)
+    looks: list[Look] = []
     while True:
-        entries = _run_order(plan, out, progress, arms, port, boot_seconds) + imported_entries(out, plan)
+        entries = _run_order(plan, out, progress, arms, port, boot_seconds, steps) + imported_entries(out, plan)
+        if until is not None:
+            look = until.look(plan, entries)
+            looks.append(look)
+            Decision(rule=until, looks=looks).write(out)
+            if progress:
+                print(look_line(until, look))
+            if look.decided or plan.boots >= until.most:
+                return plan, entries
+            plan.boots += 1
+            plan.write(out)
+            continue
         if plan.target_pct is None:
             return plan, entries
         if plan.planned_pairs is None:
@@ -354,8 +371,8 @@ def run_compare(plan: ComparePlan, out: Path, progress: bool = True, port: int |
 
 def kept_design(saved: ComparePlan, command: ComparePlan) -> str:
     """The design settings a resume keeps from its saved plan where the command line (or its
-    defaults) says otherwise, as the flags would spell them; "" when they agree (2026-12-04: a
-    resume with --boots 3 --duration 12 ran the saved 2 pairs of 6 s rounds without a word)."""
+    defaults) says otherwise, as the flags would spell them; "" when they agree. Without it, a resume
+    with --boots 3 --duration 12 would run the saved 2 pairs of 6 s rounds without a word."""
     def shown(value: object) -> str:
         return "the scenario's" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
@@ -423,8 +440,8 @@ def time_left(boot_seconds: list[float], boots_left: int, burn_in_seconds: tuple
     """What is left of the planned order, from the boots this process has measured so far: their
     median wall time times the boots not yet run. A compiled boot kept as a burn-in is timed apart (it
     is a one-off: the boot after it reused the caches), and comes back only as what it could add if an
-    arm not booted yet compiles too (2026-12-04 on the H200: counting it inside its boot printed 20 min
-    left where 11 were). Printed with every boot's progress line, never stored."""
+    arm not booted yet compiles too (counted inside its boot's time, a compile would inflate the
+    median every later estimate is made from). Printed with every boot's progress line, never stored."""
     if not boot_seconds or boots_left <= 0:
         return ""
     median = statistics.median(boot_seconds)
@@ -436,7 +453,7 @@ def time_left(boot_seconds: list[float], boots_left: int, burn_in_seconds: tuple
 
 
 def _run_order(plan: ComparePlan, out: Path, progress: bool, arms: ResolvedArms, port: int | None,
-               boot_seconds: list[float]) -> list[BootEntry]:
+               boot_seconds: list[float], steps: bool = True) -> list[BootEntry]:
     entries = []
     order = plan.order()
     # --target's later blocks: the pairs its first stage planned (or, before that, the first stage only)
@@ -471,8 +488,8 @@ def _run_order(plan: ComparePlan, out: Path, progress: bool, arms: ResolvedArms,
         redo = (plan.boot_state_control and not plan.cold_caches and not burn_in and compiled_first is None and not keeps_compiling
                 and arm is not plan.control)
         try:
-            entry = run_boot(plan, index, block, arm, out, progress, burn_in=burn_in, arms=arms, redo_if_compiled=redo,
-                             port=port)
+            entry = run_boot(plan, index, block, arm, out, progress and steps, burn_in=burn_in, arms=arms,
+                             redo_if_compiled=redo, port=port)
             if entry.burn_in and not burn_in and not entry.voided:
                 # Its caches did not hold this arm's configuration: kept as a burn-in, booted again.
                 entry.write(out, as_burn_in=True)
@@ -482,7 +499,7 @@ def _run_order(plan: ComparePlan, out: Path, progress: bool, arms: ResolvedArms,
                           "kept as a burn-in, booting it again")
                 burn_in_seconds.append(time.monotonic() - started)
                 started = time.monotonic()
-                entry = run_boot(plan, index, block, arm, out, progress, arms=arms, port=port)
+                entry = run_boot(plan, index, block, arm, out, progress and steps, arms=arms, port=port)
                 keeps_compiling = entry.compiled
         except Interrupted:
             raise KeyboardInterrupt from None  # nothing written for this boot: a resume redoes it

@@ -31,8 +31,13 @@ COLUMNS: list[tuple[str, Callable[[RunSummary], Any]]] = [
     ("E2E p50 ms", lambda s: _ms(s.metrics.e2e_s.p50)),  # the headline of open loops, traces and conversations
     ("window s", lambda s: f"{s.metrics.window.seconds:.1f} ({100 * s.metrics.window.kept_fraction:.0f}%)"),
     ("cached", lambda s: None if s.metrics.tokens.cached_share is None else f"{100 * s.metrics.tokens.cached_share:.0f}%"),
-    ("usable", lambda s: "warmup" if s.warmup else ("yes" if not s.problems() else "NO: " + "; ".join(s.problems()))),
+    ("usable", lambda s: usable_text(s)),
 ]
+
+
+def usable_text(summary: RunSummary) -> str:
+    """The full table's usable cell: every reason a run may not be used."""
+    return "warmup" if summary.warmup else ("yes" if not summary.problems() else "NO: " + "; ".join(summary.problems()))
 
 
 # The column each client-bounded figure is printed in: a cell whose bound fails is marked in the table.
@@ -70,14 +75,41 @@ def _cells(summary: RunSummary) -> list[str]:
     return cells
 
 
-def markdown_table(summaries: list[RunSummary]) -> str:
-    header = "| " + " | ".join(name for name, _ in COLUMNS) + " |"
-    rule = "|" + "|".join(" --- " for _ in COLUMNS) + "|"
-    rows = [_cells(s) for s in summaries]
-    lines = [header, rule] + ["| " + " | ".join(cells) + " |" for cells in rows]
+# The figures a reader looks at first: what ran, the decode speed per user and in total, time to
+# first token, time per output token, a request's whole time (open loops' headline), and whether the
+# run may be used. Every column is in summary.md, summary.csv and `--verbose`.
+BRIEF = ("scenario", "users", "done", "errors", "user tok/s", "output tok/s", "TTFT p50 ms", "TPOT p50 ms", "E2E p50 ms",
+         "usable")
+
+
+def brief_usable(summary: RunSummary) -> str:
+    """The brief table's usable cell: why not is a note below it (brief_notes)."""
+    return "warmup" if summary.warmup else ("yes" if not summary.problems() else "NO (below)")
+
+
+def markdown_table(summaries: list[RunSummary], brief: bool = False,
+                   usable: Callable[[RunSummary], str] | None = None) -> str:
+    """Every column, or with `brief` the BRIEF ones. `usable`: the usable cell, where the caller
+    knows more than the run itself (a run the default series skips)."""
+    columns = [(name, get) for name, get in COLUMNS if not brief or name in BRIEF]
+    names = [name for name, _ in columns]
+    cells_of = {id(s): dict(zip([n for n, _ in COLUMNS], _cells(s), strict=True)) for s in summaries}
+    if usable is not None or brief:
+        for s in summaries:
+            cells_of[id(s)]["usable"] = (usable or brief_usable)(s)
+    rows = [[cells_of[id(s)][name] for name in names] for s in summaries]
+    lines = ["| " + " | ".join(names) + " |", "|" + "|".join(" --- " for _ in names) + "|"]
+    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
     if any(cell.endswith(UNBOUND_MARK) for cells in rows for cell in cells):
         lines.append(f"\n{UNBOUND_LEGEND} (the client timing note says by how much)")
     return "\n".join(lines)
+
+
+def brief_notes(summary: RunSummary) -> list[str]:
+    """Only why a measured run may not be used: the notes the brief table's 'NO (below)' points to."""
+    if summary.warmup:
+        return []
+    return [f"{summary.name}: not usable: {problem}" for problem in summary.problems()]
 
 
 def notes(summary: RunSummary) -> list[str]:

@@ -26,8 +26,9 @@ def test_gate_off_vs_gate_on_finds_the_injected_delay(results_dir):
     """off:@delay,RIG_TOKEN_DELAY_MS=0 vs on:@delay,RIG_TOKEN_DELAY_MS=20 over 3 pairs: every boot used,
     "slower", and the interval covers what the adapter reports it injected. Three pairs (2 df), because
     with one df a busy machine's boot-to-boot swings (25% measured with other work running) can widen
-    even an -80% effect's interval across 0. (--target's stopping rule is proven with fake boots in
-    test_compare_stats.py; real boots add nothing to it.)"""
+    even an -80% effect's interval across 0. (The stopping rules, --target's and the until-decided rule
+    `rig demo` runs, are proven with fake boots in test_compare_stats.py and test_compare_sequential.py;
+    real boots add nothing to them.)"""
     out, analysis = compare("tiny-cpu", ["off:@delay,RIG_TOKEN_DELAY_MS=0", f"on:@delay,RIG_TOKEN_DELAY_MS={DELAY_MS:g}"], None,
                             boots=3, rounds=1,
                             scenarios=["prose-c1"], small=True, workers=1, resume=None, progress=False, duration_s=3.0,
