@@ -27,7 +27,7 @@ README_MAX_LINES = 120  # what a newcomer reads in five minutes; the rest lives 
 # A path: folders and a file name with one of these endings, as the documents write them.
 PATH = re.compile(r"(?<![\w./~<>-])((?:[A-Za-z0-9_.-]+/)+[A-Za-z0-9_.*-]+\.(?:md|sh|py|yaml|yml|json|txt|png|xz|toml|lock))\b")
 # Paths that are not the repository's: run outputs, other checkouts, engine sources, placeholders.
-FOREIGN = re.compile(r"^(results/|\.rig/|\.gpu/|\.venv/|\.\./|/|~|[a-z_]+/srt/|sglang/|vllm/|flashinfer/|transformers/|b12x/|"
+FOREIGN = re.compile(r"^(results/|\.rig/|\.gpu/|\.venv/|\.bundle/|\.packs/|\.\./|/|~|[a-z_]+/srt/|sglang/|vllm/|flashinfer/|transformers/|b12x/|"
                      r"torch/|site-packages/|compose/[a-z0-9-]+\.spark|boots/|runs/|round-|rig-results/)|[<>*]|NAME|RECIPE")
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 SHELL_FENCES = {"", "sh", "bash", "shell", "console"}
@@ -214,7 +214,9 @@ def _check_python(command: str, words: list[str]) -> None:
                 assert (REPO / folder).is_dir() and (not extra or extra.rstrip("]") in extras), command
             return
         words = rest
-    files = [w for w in words if not w.startswith("-") and ("/" in w or w.endswith(".py"))]
+    # the script, and the repository paths among its arguments (outputs, /tmp and build folders are not)
+    files = [w for i, w in enumerate(words) if not w.startswith("-") and ("/" in w or w.endswith(".py"))
+             and (i == 0 or not FOREIGN.search(w))]
     assert all((REPO / f).exists() for f in files), f"{command!r}: a file it names is missing"
 
 

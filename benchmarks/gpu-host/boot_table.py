@@ -2,7 +2,7 @@
 engine's log says it did, the KV cache it sized, the SM clock and power during the measured windows,
 and each measured round's headline.
 
-    python3 benchmarks/h200/boot_table.py RESULTS_DIR        # e.g. an unpacked rig-results/
+    python3 benchmarks/gpu-host/boot_table.py RESULTS_DIR        # e.g. an unpacked rig-results/
 
 It reads what rig wrote (boots/<id>/boot.json and server.log, each run's summary.json) and nothing
 else; a boot's runs are found through its runs.jsonl.

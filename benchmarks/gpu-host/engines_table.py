@@ -1,7 +1,7 @@
-"""SGLang beside vLLM (issue 26 item 6): one table from the GPU test's raw results of each engine, read
-with rig's own summary reader, so the table in benchmarks/RESULTS.md is printed, not typed.
+"""SGLang beside vLLM: one table from the GPU test's raw results of each engine, read with rig's own
+summary reader, so the table is printed, not typed.
 
-    python3 benchmarks/h200/engines_table.py GPU_TEST_DIR ...   # e.g. rig-results/gpu-test/llama8b-*-tp1
+    python3 benchmarks/gpu-host/engines_table.py GPU_TEST_DIR ...   # e.g. rig-results/gpu-test/llama8b-*-tp1
 
 Each GPU_TEST_DIR holds what `pytest -m gpu tests/gpu/test_engines_gpu.py` copied (RIG_GPU_TEST_RESULTS):
 boots/<id>/boot.json and <recipe>/<run>/<scenario>/summary.json. One column per directory; a figure

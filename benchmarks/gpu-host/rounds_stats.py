@@ -2,12 +2,12 @@
 
 `rig compare` uses a boot only when every step after its rounds worked too (greedy identity, quality
 probes). When a later step failed in every boot for one reason that does not touch speed (SGLang's
-/v1/tokenize, H200 2026-12-02), the rounds were still measured and written. This reads them back and
+/v1/tokenize), the rounds were still measured and written. This reads them back and
 applies the same functions the report uses (rig.compare.stats.compare_boots on the ABBA pairs, and
 rig.compare.report.per_token_boots for time per token), so the figures can be stated, labelled as
 what they are: not a verdict of `rig compare`, which voided those boots.
 
-    python benchmarks/h200/rounds_stats.py RESULTS/compare/ID [--scenario prose-c1]
+    python benchmarks/gpu-host/rounds_stats.py RESULTS/compare/ID [--scenario prose-c1]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """gpu_delay's spin on the GPU itself: what the adapter says it adds to a step, against an
 independent measurement of the same step with and without it.
 
-    python3 benchmarks/h200/spin_check.py [RAW.json]   # on a CUDA host; prints one table
+    python3 benchmarks/gpu-host/spin_check.py [RAW.json]   # on a CUDA host; prints one table
 
 For each spin length the adapter's own injector (rig_adapters.adapters.gpu_delay.SpinInjector)
 runs before a fixed GPU-bound step (a chain of bf16 matrix products) as it would before vLLM's:

@@ -1,0 +1,102 @@
+"""The command line of `rig bundle build`, `rig pack` and `rig unpack`: rig.cli lists COMMANDS
+beside its own."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rig import paths
+from rig.cli_args import Command
+from rig.exits import Exit
+
+BUNDLE_EXAMPLES = ("rig bundle build .bundle --spec vllm-0.24.0 --host-profile h200-py312-torch211 --part-size 50MiB",
+                   "rig bundle build .bundle --spec vllm-0.24.0 --host-profile host.json --with moe",
+                   "python3 .bundle/part-01/install.py install .bundle/part-*   # on the host, as parts arrive")
+PACK_EXAMPLES = ("rig pack --out /tmp/out/pack   # this host's RIG_RESULTS_DIR, in parts of 15MiB",
+                 "rig unpack .packs/last         # on the next host, before rig compare --resume")
+
+
+def cmd_bundle_build(args: argparse.Namespace) -> int:
+    from rig.hosts.bundle import build
+    from rig.hosts.parts import part_size
+    from rig.hosts.spec import read_profile, read_spec
+
+    built = build(read_spec(args.spec), read_profile(args.host_profile), Path(args.out), part_size(args.part_size),
+                  args.with_files, with_rig=not args.engine_only)
+    manifest = built.manifest
+    total = manifest["archive_bytes"] / (1 << 20)
+    print(f"bundle {manifest['id']}: {len(manifest['parts'])} parts, {total:.1f} MiB in {built.out}/part-NN/")
+    print(f"  {len(manifest['wheels'])} packages carried, {len(manifest['provided'])} left to the host, "
+          f"{len(manifest['left_out_packages'])} left out (reasons in bundle.json)")
+    for row in manifest["wheels"]:
+        if row["left_out_files"]:
+            print(f"  {row['name']}: {len(row['left_out_files'])} files left out (bundle.json says which and why)")
+    print(f"  on the host: python3 {built.out.name}/part-01/install.py install {built.out.name}/part-* --site /tmp/site")
+    return Exit.OK
+
+
+def cmd_pack(args: argparse.Namespace) -> int:
+    from rig.hosts.pack import pack
+    from rig.hosts.parts import part_size
+
+    source = Path(args.source) if args.source else paths.results_dir()
+    manifest = pack(source, Path(args.out), part_size(args.part_size))
+    print(f"pack {manifest['id']}: {len(manifest['parts'])} parts in {args.out}/part-NN/ (from {source})")
+    return Exit.OK
+
+
+def cmd_unpack(args: argparse.Namespace) -> int:
+    from rig.hosts.pack import unpack
+
+    into = Path(args.into) if args.into else paths.results_dir()
+    manifest = unpack(Path(args.pack), into, replace=args.replace)
+    print(f"unpacked {manifest['id']} into {into}: rig compare --resume carries on from it")
+    return Exit.OK
+
+
+def _bundle_build_arguments(b: argparse.ArgumentParser) -> None:
+    b.add_argument("out", help="the folder to write (its part-NN/ folders each hold one part, the manifest and install.py)")
+    b.add_argument("--spec", required=True, help="a bundle spec: a name in rig/data/bundles/ (e.g. vllm-0.24.0) or a file")
+    b.add_argument("--host-profile", required=True,
+                   help="what the host has: a name in rig/data/hosts/ or the JSON `install.py profile` printed there")
+    b.add_argument("--part-size", default="60MiB", help="the largest part, e.g. 60MiB (default), 15MiB or 2GiB")
+    b.add_argument("--with", dest="with_files", action="append", default=[], metavar="NAME",
+                   help="carry one of the spec's optional file groups too (e.g. moe); repeatable")
+    b.add_argument("--engine-only", action="store_true",
+                   help="carry the spec's packages alone, not rig's own host dependencies (a host that runs rig elsewhere)")
+
+
+def _pack_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", required=True, help="an empty or new folder for the part-NN/ folders")
+    p.add_argument("--source", help="the directory to pack (default: RIG_RESULTS_DIR)")
+    p.add_argument("--part-size", default="15MiB", help="the largest part, e.g. 15MiB (default)")
+
+
+def _unpack_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("pack", help="the folder `rig pack` wrote (holding part-NN/ folders)")
+    p.add_argument("--into", help="where the results go (default: RIG_RESULTS_DIR)")
+    p.add_argument("--replace", action="store_true", help="replace results already there (default: refuse)")
+
+
+COMMANDS = [
+    Command("bundle", None, "offline bundles of an engine and rig's host dependencies, for hosts with no package index",
+            "Offline bundles: wheels pinned by sha256, in parts of a chosen size, with an installer that needs only "
+            "Python and pip on the host (docs/gpu-hosts.md).",
+            BUNDLE_EXAMPLES,
+            subcommands=(
+                Command("build", cmd_bundle_build, "resolve, download, prune and cut a bundle into parts",
+                        "Resolve the spec's engine and rig's own requirements for the host's Python and platform (uv), "
+                        "leave out what the host has and what the spec leaves out (each with its reason), prune GPU code "
+                        "to the host's architecture, download the wheels pinned by sha256 and cut them into parts.",
+                        BUNDLE_EXAMPLES, _bundle_build_arguments),
+            )),
+    Command("pack", cmd_pack, "a results directory in checked parts, to carry to the next host",
+            "Pack a results directory (default: RIG_RESULTS_DIR) as an xz tar in parts of a chosen size, each with a "
+            "sha256 manifest: what a step on a host that may vanish leaves behind.",
+            PACK_EXAMPLES, _pack_arguments),
+    Command("unpack", cmd_unpack, "put a pack's results directory in place, checked",
+            "Check every part of a pack by sha256, join them and put the results directory in place in one rename "
+            "(default: RIG_RESULTS_DIR); then rig compare --resume carries on from it.",
+            PACK_EXAMPLES, _unpack_arguments),
+]

@@ -1,0 +1,70 @@
+"""A comparison on a host that vanishes between two steps, end to end on tiny-cpu: the first step
+is cut after its first boot and packs what it has; the next step, on a fresh host, stops before
+anything runs (exit 42) until the bundle is installed again, then unpacks the pack and resumes
+the comparison to its verdict, keeping the boot the first host measured."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+from synthetic_bundles import make_bundle, make_wheel
+
+from rig.hosts import hostside
+
+pytestmark = pytest.mark.e2e
+STEP = REPO / "benchmarks" / "gpu-host" / "step.sh"
+ARGS = ["tiny-cpu", "--arm", "off:RIG_TOKEN_DELAY_MS=0", "--arm", "on:RIG_TOKEN_DELAY_MS=3", "--boots", "2", "--rounds", "1",
+        "--duration", "2"]
+
+
+def _env(tmp: Path, **extra: str) -> dict[str, str]:
+    return os.environ | {"RIG_SITE": str(tmp / "site"), "RIG_STAGE": str(tmp / "stage"), "RIG_RESULTS_DIR": str(tmp / "results"),
+                         "RIG_STATE_DIR": str(tmp / "state"), "RIG_PYTHON": sys.executable} | extra
+
+
+def _boots(results: Path) -> dict[str, str]:
+    """boot entry file -> its boot id, for every finished boot of the comparison."""
+    return {p.name: json.loads(p.read_text())["boot_id"] for p in results.glob("compare/*/boots/*.json")
+            if "in-progress" not in p.name and not p.name.endswith(".partial")}
+
+
+def test_a_comparison_cut_on_one_host_resumes_from_its_pack_on_a_fresh_one(tmp_path):
+    parts = make_bundle(tmp_path / "bundle", [make_wheel(tmp_path / "wheels", "stand-in", "1.0", {"stand_in.py": b""})],
+                        1 << 20)
+    part_dirs = [str(p) for p in sorted((tmp_path / "bundle" / "out").iterdir())]
+    assert parts["parts"]
+    host_a = tmp_path / "a"
+    assert subprocess.run(["bash", str(STEP), "install", *part_dirs], env=_env(host_a), cwd=REPO).returncode == 0
+
+    # Step 1, cut as a reclaimed host would cut it: after its first finished boot.
+    first = subprocess.Popen(["bash", str(STEP), "compare", "900", "--", *ARGS], cwd=REPO, start_new_session=True,
+                             env=_env(host_a, RIG_PACK_OUT=str(tmp_path / "pack-a")), stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 600
+    while not _boots(host_a / "results") and time.monotonic() < deadline and first.poll() is None:
+        time.sleep(1)
+    os.killpg(first.pid, signal.SIGINT)
+    assert first.wait(timeout=300) == 130  # rig's Ctrl-C: the finished boots kept, then packed
+    kept = _boots(host_a / "results")
+    assert kept and (tmp_path / "pack-a" / "pack" / "part-01" / "pack.json").exists()
+
+    # Step 2 on a fresh host: nothing installed, no results.
+    host_b = tmp_path / "b"
+    env_b = _env(host_b, RIG_PACK_IN=str(tmp_path / "pack-a" / "pack"), RIG_PACK_OUT=str(tmp_path / "pack-b"))
+    fresh = subprocess.run(["bash", str(STEP), "compare", "900", "--", *ARGS], env=env_b, cwd=REPO, capture_output=True, text=True)
+    assert fresh.returncode == hostside.EXIT_NOT_INSTALLED and "fresh host" in fresh.stdout
+    assert not (host_b / "results").exists()
+    assert subprocess.run(["bash", str(STEP), "install", *part_dirs], env=env_b, cwd=REPO).returncode == 0
+    done = subprocess.run(["bash", str(STEP), "compare", "900", "--", *ARGS], env=env_b, cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    resumed = _boots(host_b / "results")
+    assert len(resumed) == 4 and all(resumed[name] == boot for name, boot in kept.items())
+    assert list((host_b / "results").glob("compare/*/compare.json"))
+    assert (tmp_path / "pack-b" / "pack" / "part-01" / "pack.json").exists()
