@@ -75,10 +75,14 @@ def quoted_figures(text: str, source: str, claims: dict[str, Claim]) -> list[Quo
     return problems
 
 
+# The checker and its tests write the quote's form and counterexamples of it; they quote no claim.
+DEFINING = ("validation/", "rig/validation/", "tests/test_validation")
+
+
 def quoting_files(root: Path) -> list[Path]:
     """The tracked text files, and README.md, docs/*.md and recipes/*.yaml even before they are tracked."""
     listed = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=False).stdout.decode().split("\0")
-    files = {root / name for name in listed if name.endswith(SUFFIXES) and not name.startswith("validation/")}
+    files = {root / name for name in listed if name.endswith(SUFFIXES) and not name.startswith(DEFINING)}
     files |= {path for pattern in ALWAYS for path in root.glob(pattern)}
     return sorted(path for path in files if path.is_file())
 
