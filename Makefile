@@ -29,7 +29,7 @@ PORT ?=
 VERBOSE ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup render lint test test-fast demo build up down logs status loadtest compare audit adapters validate lab lab-down rehearse
+.PHONY: help setup render lint test test-fast demo build up down logs status loadtest compare audit adapters validate evidence lab lab-down rehearse
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -50,6 +50,9 @@ render: setup ## render docker/ and compose/ from recipes/
 
 validate: setup ## validate one recipe (RECIPE=) or all
 	$(RIG_RUN) validate $(if $(filter command line environment,$(origin RECIPE)),$(RECIPE),$(if $(filter validate,$(firstword $(MAKECMDGOALS))),$(word 2,$(MAKECMDGOALS)),))
+
+evidence: setup ## recompute every claimed figure from validation/ (python -m rig.validation)
+	$(PY) -m rig.validation
 
 lint: setup ## ruff, recipe validation, freshness of rendered files
 	$(VENV)/bin/ruff check .
