@@ -15,7 +15,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from rig import paths
 from rig.errors import Invalid, StepFailed
 from rig.hosts import fatbin, hostside, lock, parts, wheels
 from rig.hosts.spec import BundleSpec, HostProfile, normalize
@@ -44,22 +43,24 @@ def _platform_flags(profile: HostProfile) -> list[str]:
     return flags + [f"--platform=manylinux2014_{machine}", "--platform=any"]
 
 
-def download(carried: list[lock.Locked], profile: HostProfile, cache: Path) -> dict[str, Path]:
-    """Each carried pin's wheel for the host (pip download, --require-hashes): name -> file."""
-    cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as requirements:
-        requirements.write(lock.requirements_text(carried))
+def download(carried: list[lock.Locked], profile: HostProfile, into: Path) -> dict[str, Path]:
+    """Each carried pin's wheel for the host (pip download, --require-hashes): name -> file. `into`
+    starts empty, so every file in it is the one pip chose for this host's tags (uv pins every
+    platform's file of a version: a wheel for another Python would match a pin's hash too); pip's
+    own cache spares the second download."""
+    into.mkdir(parents=True, exist_ok=True)
+    requirements = into / "requirements.txt"
+    requirements.write_text(lock.requirements_text(carried))
     abi = "cp" + profile.python.replace(".", "")
     command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "--require-hashes",
                "--disable-pip-version-check", f"--python-version={profile.python}", "--implementation=cp", f"--abi={abi}",
-               *_platform_flags(profile), "--dest", str(cache), "-r", requirements.name]
+               *_platform_flags(profile), "--dest", str(into), "-r", str(requirements)]
     done = subprocess.run(command, capture_output=True, text=True)
-    os.unlink(requirements.name)
     if done.returncode != 0:
         errors = [line for line in done.stderr.splitlines() if "ERROR" in line] or done.stderr.splitlines()[-1:]
         raise StepFailed("rig bundle build", "download", f"pip download failed: {errors[0] if errors else '?'}",
                          "check the platform in the host profile and the package index")
-    by_hash = {wheels.sha256_file(path): path for path in cache.glob("*.whl")}
+    by_hash = {wheels.sha256_file(path): path for path in into.glob("*.whl")}
     found: dict[str, Path] = {}
     for entry in carried:
         match = next((by_hash[digest] for digest in entry.hashes if digest in by_hash), None)
@@ -125,12 +126,9 @@ def build(spec: BundleSpec, profile: HostProfile, out: Path, size: int, with_fil
     pruning = _pruner(spec, profile, pruned)
     text = lock.compile_lock(spec, profile, _uv(), with_rig)
     selection = lock.select(lock.parse_lock(text), spec, profile)
-    # one cache per target: uv pins every platform's file of a version, so a wheel for another
-    # Python left by an earlier build would match a pin's hash too
-    downloaded = download(selection.carried, profile,
-                          paths.cache_dir() / "bundle-wheels" / f"py{profile.python}-{profile.platform}")
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}-") as work:
+        downloaded = download(selection.carried, profile, Path(work) / "downloads")
         staging, done = Path(work) / "archive", Path(work) / "out"
         (staging / "wheels").mkdir(parents=True)
         rows, used = [], set()
