@@ -25,7 +25,7 @@ SIGNALLED = 128  # SIGTERM/SIGHUP: 128 + the signal's number, after the same cle
 MEANINGS = {
     Exit.OK: "success",
     Exit.FAILED: "a check said no or a step failed: validate, render --check, status (an unreadable state, a server "
-                 "that is up but not healthy, or one that died without `rig down`), audit, adapters check, rehearse, a boot that never became healthy, chat (the "
+                 "that is up but not healthy, or one that died without `rig down`), audit, adapters check, make rehearse, a boot that never became healthy, chat (the "
                  "server failed the request or ended the stream without a finish reason); build: docker build's own code",
     Exit.BAD_INPUT: "bad input: one line naming the file, the field and the fix (or a command-line usage error)",
     Exit.BOOT_CHECK: "up: the server is healthy but its boot check failed (adapters not armed, boot-log rules)",

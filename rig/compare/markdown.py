@@ -98,7 +98,8 @@ def known_effect_line(effect: KnownEffect) -> str:
         agrees = "reaches it" if effect.at_least else "agrees with it"
         held = (f"the per-token interval [{_ms(effect.interval_ms[0])}, {_ms(effect.interval_ms[1])}] "
                 + (agrees if effect.covered else f"does NOT {agrees.replace('reaches', 'reach').replace('agrees', 'agree')}")
-                + (f" within {100 * effect.tolerance:g}% (the server's response to a longer step)" if effect.tolerance else ""))
+                + (f" from {100 * effect.tolerance:g}% below to {100 * effect.tolerance_above:g}% above (the server's response "
+                   "to a longer step; a loaded CPU wakes it late)" if effect.tolerance else ""))
     size = "at least " if effect.at_least else ""
     return (f"{'':14} {'  known effect ' + effect.arm:24} {effect.adapter} measured {size}{_ms(effect.per_token_ms)}{own} per "
             f"token ({effect.statistic}, {effect.boots} boot(s)); {held}")

@@ -36,6 +36,12 @@ MAX_POINTS = 32
 DEFAULT_SHARE = 0.9
 
 
+
+def _legend(axis: Any, **options: Any) -> None:
+    """A legend where something on the axis is labelled (matplotlib warns on an empty one)."""
+    if axis.get_legend_handles_labels()[0]:
+        axis.legend(**options)
+
 def parse_loads(text: str, option: str, integer: bool) -> list[float]:
     """'1,2,4' -> [1.0, 2.0, 4.0]: positive, distinct, at most MAX_POINTS, within the scenario bounds."""
     high = MAX_USERS if integer else MAX_RATE
@@ -207,16 +213,16 @@ def plot(rows: list[SweepPoint], path: Path, unit: str, slos: dict[str, float] |
     series(right, "requests_per_s", "completed req/s", "s--")
     series(right, "achieved_rate", "sent req/s", "^:")
     right.set_ylabel("requests/s")
-    through.legend(loc="upper left", fontsize=8)
-    right.legend(loc="lower right", fontsize=8)
+    _legend(through, loc="upper left", fontsize=8)
+    _legend(right, loc="lower right", fontsize=8)
     through.set_title("throughput")
     series(good, "goodput_requests_per_s", "goodput req/s", "o-")
     good.set_ylabel("requests/s meeting every SLO")
     share_axis = good.twinx()
     series(share_axis, "slo_share", "share meeting the SLOs", "s--")
     share_axis.axhline(share, color="C3", lw=0.8, ls=":", label=f"required share ({100 * share:g}%)")
-    good.legend(loc="upper left", fontsize=8)
-    share_axis.legend(loc="lower right", fontsize=8)
+    _legend(good, loc="upper left", fontsize=8)
+    _legend(share_axis, loc="lower right", fontsize=8)
     share_axis.set_ylim(0, 1.05)
     share_axis.set_ylabel("share of requests")
     if found.load is not None:
@@ -234,7 +240,7 @@ def plot(rows: list[SweepPoint], path: Path, unit: str, slos: dict[str, float] |
         latency.text(loads[0], limit * 1000, f" {key} SLO", fontsize=7, va="bottom", color="0.4")
     latency.set_yscale("log")
     latency.set_ylabel("ms")
-    latency.legend(fontsize=7)
+    _legend(latency, fontsize=7)
     latency.set_title("latency percentiles")
     for axis in (through, good, latency):
         axis.set_xlabel(unit)

@@ -48,6 +48,9 @@ def quotes(claims: list[Claim]) -> int:
 
 
 def recompute(claims: list[Claim], verbose: bool) -> int:
+    if not claims:  # a checkout without validation/ has nothing to recompute: that is no pass
+        print(f"rig.validation: {VALIDATION_DIR}: no claim found; fix: run it from a full checkout (validation/ holds the evidence)")
+        return Exit.BAD_INPUT
     results = recompute_all(claims, VALIDATION_DIR)
     bad = [r for r in results if r.error is not None]
     differ = [r for r in results if r.error is None and not r.ok]

@@ -287,12 +287,11 @@ def test_a_known_effect_is_held_against_the_per_token_interval():
     assert "does NOT agree with it" in markdown(analyze(plan_for(3), far))
 
 
-def test_a_host_sleeps_known_effect_is_the_sleep_within_the_servers_response_either_way():
-    """token_delay's sleep (measured at 4.12 ms) moved the time per token +3.88 ms [3.86, 3.90] on a busy
-    2-core box: the server streams during it, so 'at least the sleep' is a false alarm; a 20 ms sleep
-    adds more than itself (a slower wake-up). Its effect is the sleep within
-    RESPONSE_OF_THE_SERVER, and a per-token interval that misses that is still named."""
-    from rig.compare.effects import RESPONSE_OF_THE_SERVER
+def test_a_host_sleeps_known_effect_is_the_sleep_from_the_servers_response_below_to_a_late_wake_up_above():
+    """A host sleep's effect on the time per token is the sleep, less what the server streams during
+    it (RESPONSE_OF_THE_SERVER below), plus what a loaded CPU adds by waking the server late
+    (WAKE_UP_ON_A_LOADED_CPU above); a per-token interval that misses that is still named."""
+    from rig.compare.effects import RESPONSE_OF_THE_SERVER, WAKE_UP_ON_A_LOADED_CPU
 
     def effect_of(injected: float, arm_step_ms: list[float]) -> KnownEffect:
         entries = []
@@ -304,7 +303,8 @@ def test_a_host_sleeps_known_effect_is_the_sleep_within_the_servers_response_eit
             entries.append(b)
         analysis = analyze(plan_for(3), entries)
         (found,) = analysis.known_effects
-        assert found.tolerance == RESPONSE_OF_THE_SERVER and not found.at_least
+        assert found.tolerance == RESPONSE_OF_THE_SERVER and found.tolerance_above == WAKE_UP_ON_A_LOADED_CPU
+        assert not found.at_least
         return found
 
     from rig.compare.effects import EFFECT_KINDS
@@ -313,10 +313,13 @@ def test_a_host_sleeps_known_effect_is_the_sleep_within_the_servers_response_eit
     assert all(spec.effect[2] in EFFECT_KINDS for spec in REGISTRY if spec.effect)  # a misspelled kind would read as exact
     assert effect_of(4.12, [3.86, 3.88, 3.90]).covered  # 6% short of the sleep
     assert effect_of(20.3, [21.2, 21.5, 21.3]).covered  # 5% beyond it
+    assert effect_of(3.11, [3.9, 3.94, 4.0]).covered  # 27% beyond it: a late wake-up on a loaded CPU
+    assert effect_of(3.11, [5.0, 5.1, 5.2]).covered is False  # 64% beyond it: not the sleep
     assert effect_of(4.12, [2.9, 3.0, 3.1]).covered is False  # 27% short: the server hid most of it
     line = known_effect_line(effect_of(4.12, [3.86, 3.88, 3.90]))
     assert "token_delay measured +4.12 ms per token (injected_ms, 3 boot(s))" in line
-    assert line.endswith("agrees with it within 10% (the server's response to a longer step)"), line
+    assert line.endswith("agrees with it from 10% below to 50% above (the server's response to a longer step; "
+                         "a loaded CPU wakes it late)"), line
 
 
 def test_rounds_that_began_while_an_adapter_measured_itself_are_left_out():
