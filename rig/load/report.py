@@ -45,7 +45,8 @@ COLUMN_FIGURES = {"user tok/s": "user_decode_tok_s", "output tok/s": "output_tok
                   "TTFT p50 ms": "ttft_p50_ms", "TTFT p99 ms": "ttft_p99_ms", "ITL p50 ms": "itl_p50_ms", "TPOT p50 ms": "tpot_p50_ms",
                   "E2E p50 ms": "e2e_p50_ms"}
 UNBOUND_MARK = " (client)"
-UNBOUND_LEGEND = f"{UNBOUND_MARK.strip()}: not usable, the client's timing could move it beyond its limit"
+UNBOUND_LEGEND = (f"{UNBOUND_MARK.strip()}: this figure is not usable, the client's timing could move it beyond its limit; "
+                  "the usable column says whether the run's headline is")
 TOKEN_AGREEMENT_LIMIT = 0.02  # the client's output tokens and the server's counter, further apart than this: named
 
 
