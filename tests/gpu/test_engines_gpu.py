@@ -59,7 +59,7 @@ TP1_SCENARIOS = EVERY_SCENARIO if os.environ.get("RIG_GPU_EVERY_SCENARIO") == "1
     ("llama-h200", "tp1", 1, False, TP1_SCENARIOS),
     ("llama-h200", "tp2", 2, True, ["prose-c1"]),
     ("qwen2moe-h200", "ep2", 2, False, ["prose-c1"]),
-    # vLLM and SGLang 0.5.17 (benchmarks/h200/offline-sglang) on the same 8B widths, by the same
+    # vLLM and SGLang 0.5.17 on the same 8B widths, by the same
     # commands (the engines' table): c=1 decode, a long context, a prefill and
     # a loaded decode (decode-c32: 32 users, each one's decode speed, which the client bounds within 1%;
     # chat-sharegpt's 16-user median latency is not: 1.1% on an H200).
