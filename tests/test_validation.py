@@ -45,14 +45,17 @@ def test_every_claim_states_what_a_reader_needs_and_its_evidence_is_there():
         for measurement in claim.measurements:
             assert measurement.kind in KINDS, (claim.id, measurement.kind)
             assert (VALIDATION_DIR / measurement.evidence).is_file(), (claim.id, measurement.evidence)
-            assert measurement.command.startswith(("rig ", "python ")), (claim.id, measurement.command)
+            # rig itself, or rig through the packed steps of a host that may vanish
+            assert measurement.command.startswith(("rig ", "python ", "bash benchmarks/gpu-host/step.sh ")), (
+                claim.id, measurement.command)
 
 
 def test_every_vllm_claim_names_its_attention_backend():
-    """The offline vLLM install left FlashAttention out: each vLLM figure was measured on Triton attention."""
+    """Users run FlashAttention 3 on Hopper; most vLLM figures were measured on Triton attention (their
+    offline install left FlashAttention out): each vLLM claim says which."""
     for claim in CLAIMS:
         if "vLLM" in claim.engine:
-            assert "TRITON_ATTN" in claim.attention_backend, claim.id
+            assert "TRITON_ATTN" in claim.attention_backend or "FLASH_ATTN" in claim.attention_backend, claim.id
 
 
 @pytest.fixture(scope="module")
