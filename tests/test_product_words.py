@@ -1,35 +1,16 @@
 """rig's tracked files speak of rig, never of the place it was built in.
 
 The scan reads every file `git ls-files` lists (text files only: a file with a NUL byte, one that is
-not UTF-8, and .xz/.gz/.png and other archives or images are skipped; so is this file, which spells
-the words out) and fails on any line that matches a rule below, listing file:line:rule: text.
-Matching ignores case unless a rule says otherwise.
+not UTF-8, and .xz/.gz/.png and other archives or images are skipped) and fails on any line that
+matches one of RULES, listing file:line:rule: text. Each rule's name says what it catches: the
+machines, stretches of work, tools, budgets and paths of development; the projects rig started
+from; issue numbers in prose; how a rule was found (reviews, findings). A GPU host is described by
+what it is ("an air-gapped H200 host with Python 3.12 and torch 2.11"), a host that may vanish as
+preemptible. Not caught: HTTP, Locust and process sessions, random seeds, colours, `#include`,
+linked issue numbers, a GPU's own product name.
 
-- lent: the word "lent" (a machine or host lent for a while). A GPU host is described by what it
-  is, e.g. "an air-gapped H200 host with Python 3.12 and torch 2.11".
-- sitting: "sitting" or "sittings" (a stretch of development work).
-- development session: "session(s)" after a word that makes it a stretch of work (this, that,
-  next, last, previous, earlier, later, each, every, one, another, same, current, whole, first to
-  sixth, device, GPU, H100, H200, development, dev, working, work, helper), "a/the session's", and a
-  session's budget, log(s), time or clock, session.log, session.sh, and a session named by a
-  capital letter ("session C", case sensitive). An HTTP or Locust session (`requests.Session`,
-  `HttpSession`, "Locust's session"), a POSIX process session ("in a session of its own",
-  `start_new_session`) and the module rig/load/session.py match none of these.
-- tool: "device tool(s)", "transfer tool(s)", offline-vllm (a tool kept outside the repository);
-  budget: `budget_left`, a device, GPU or session (time) budget.
-- machine kind: a lent machine's kind name (nvidia-h200, nvidia-h100-x4); a GPU's own product name
-  (NVIDIA-H100-80GB-HBM3) is not one.
-- outside path: `../shared`, any path under /work/, and upstream.md (a note outside the
-  repository).
-- seeds: the projects rig started from, cited as "the seeds", "the seeds'", "the seed's" or by
-  number ("seed 003"). A random seed (`seed: 1234`, `seed=7`, `for seed in seeds`) is none of these.
-- issue reference: "issue 27", "issues #12", "#19" in prose. Not a reference: a number that is
-  part of a word or path (`vllm#12`, `a/#1`), an HTML entity (`&#38;`), a colour or other value
-  closed by a quote or semicolon (`"#333"`, `#000000;`), `#include`, and a linked one
-  (`[#12](https://...)`).
-- review anecdote: "independent review(s)", "a/the/another/second review found/of/measured/showed/
-  saw/caught/case(s)/misses", "the reviews'", and "finding B" (a capital letter A to H, case
-  sensitive). Code states the rule and its reason; how the rule was found belongs to the commit.
+This file is scanned too: its patterns spell each word with a character class and its examples
+with a '·' that the tests take out, so no line of it reads as the word itself.
 """
 
 from __future__ import annotations
@@ -41,27 +22,26 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SELF = Path(__file__).resolve().relative_to(REPO).as_posix()
 SKIPPED_SUFFIXES = (".xz", ".gz", ".png", ".jpg", ".jpeg", ".gif", ".pdf", ".zip", ".tar", ".whl", ".zst", ".safetensors")
 
 _I = re.IGNORECASE
 _STRETCH = ("this|that|next|last|previous|earlier|later|each|every|one|another|same|current|whole|first|second|third|"
             "fourth|fifth|sixth|device|gpu|h100|h200|development|dev|working|work|helper")
 RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("lent", re.compile(r"\blent\b", _I)),
-    ("sitting", re.compile(r"\bsittings?\b", _I)),
-    ("development session", re.compile(rf"\b(?:{_STRETCH})\s+sessions?\b", _I)),
-    ("development session", re.compile(r"\b(?:a|the)\s+session's\b", _I)),
-    ("development session", re.compile(r"\bsessions?(?:'s?)?\s+(?:budget|logs?|time|clock)\b|\bsession\.(?:log|sh)\b", _I)),
-    ("development session", re.compile(r"\b[Ss]essions? [A-H]\b")),
-    ("tool", re.compile(r"\b(?:device|transfer)\s+tools?\b|\boffline-vllm\b", _I)),
-    ("machine kind", re.compile(r"\bnvidia-h[12]00(?:-x\d)?\b(?!-\d)", _I)),
-    ("budget", re.compile(r"\bbudget_left\b|\b(?:device|gpu|session)[ -](?:time\s+)?budget\b", _I)),
-    ("outside path", re.compile(r"\.\./shared\b|(?<![\w.~-])/work/|\bupstream\.md\b", _I)),
-    ("seeds", re.compile(r"\bthe\s+seeds\b|\bseeds'|\bthe\s+seed's\b|\bseed\s+\d{3}\b", _I)),
+    ("borrowed machine", re.compile(r"\bl[e]nt\b", _I)),
+    ("stretch of work", re.compile(r"\bsitt[i]ngs?\b", _I)),
+    ("stretch of work", re.compile(rf"\b(?:{_STRETCH})\s+sessions?\b", _I)),
+    ("stretch of work", re.compile(r"\b(?:a|the)\s+session's\b", _I)),
+    ("stretch of work", re.compile(r"\bsessions?(?:'s?)?\s+(?:budget|logs?|time|clock)\b|\bsession\.(?:log|sh)\b", _I)),
+    ("stretch of work", re.compile(r"\b[Ss]essions? [A-H]\b")),
+    ("tool", re.compile(r"\b(?:devic[e]|transf[e]r)\s+tools?\b|\boffline-v[l]lm\b", _I)),
+    ("machine kind", re.compile(r"\bnvidi[a]-h[12]00(?:-x\d)?\b(?!-\d)", _I)),
+    ("budget", re.compile(r"\bbudget_l[e]ft\b|\b(?:devic[e]|gpu|sess[i]on)[ -](?:time\s+)?budg[e]t\b", _I)),
+    ("outside path", re.compile(r"\.\./sh[a]red\b|(?<![\w.~-])/w[o]rk/|\bupstr[e]am\.md\b", _I)),
+    ("seeds", re.compile(r"\bthe\s+s[e]eds\b|\bs[e]eds'|\bthe\s+s[e]ed's\b|\bs[e]ed\s+\d{3}\b", _I)),
     ("issue reference", re.compile(r"\bissues?\s+#?\d+\b(?!\]\()", _I)),
     ("issue reference", re.compile(r"(?<![\w&/#])#\d+\b(?![\"';]|\]\()")),
-    ("review anecdote", re.compile(r"\bindependent\s+reviews?\b|\breviews'", _I)),
+    ("review anecdote", re.compile(r"\bind[e]pendent\s+reviews?\b|\brevi[e]ws'", _I)),
     ("review anecdote", re.compile(r"\b(?:a|the|another|second|third|one|that|this)\s+review(?:'s)?\s+"
                                    r"(?:found|of|measured|showed|saw|caught|cases?|misses)\b", _I)),
     ("review anecdote", re.compile(r"\b[Ff]inding [A-H]\b")),
@@ -74,17 +54,17 @@ def hits(text: str) -> list[tuple[int, str, str]]:
     for number, line in enumerate(text.splitlines(), 1):
         for rule, pattern in RULES:
             for match in pattern.finditer(line):
-                found.setdefault((number, rule), match.group(0))  # "issue #12" is one reference
+                found.setdefault((number, rule), match.group(0))  # an issue word and its number are one reference
     return [(number, rule, word) for (number, rule), word in found.items()]
 
 
 def tracked_texts() -> list[tuple[str, str]]:
-    """(path, text) of every tracked text file but this one."""
+    """(path, text) of every tracked text file."""
     listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout.decode()
     texts = []
     for path in filter(None, listed.split("\0")):
         file = REPO / path
-        if path == SELF or path.lower().endswith(SKIPPED_SUFFIXES) or not file.is_file():
+        if path.lower().endswith(SKIPPED_SUFFIXES) or not file.is_file():
             continue
         data = file.read_bytes()
         if b"\0" in data:
@@ -97,33 +77,33 @@ def tracked_texts() -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("line", [
-    "vLLM 0.24.0 natively on a lent H200 host",
-    "files short enough to read in one sitting",
-    "no GPU lent this sitting",
-    "the rest is left for the next session",
-    "a session's budget of 30 minutes",
-    "TP2 eager, boots 2-5 (session C)",
-    "raw logs: session.log, ps.log.xz",
-    "copy the parts with the transfer tool",
-    "see budget_left before you start",
-    "Needs 4 GPUs (nvidia-h200-x4 or x8)",
-    "install the offline-vllm parts",
-    "build.sh from ../shared/tools/offline-vllm",
-    "raw logs in /work/main/benchmarks",
-    "Source: upstream.md",
-    "the seeds' TP4 shape",
-    "79.2 tok/s in seed 003",
-    "one copy of the seed's down_proj",
-    "as issue 27 asks",
-    "Hostile recipes (issue #12)",
-    "fixed in #19, see there",
-    "an independent review's 1.1% under a bound of 0.0002%",
-    "a review of the local runner's rounds",
-    "the review found RIG_IMAGE_TAG refused",
-    "finding B: the bound missed",
+    "vLLM 0.24.0 natively on a l·ent H200 host",
+    "files short enough to read in one s·itting",
+    "no GPU l·ent this s·itting",
+    "the rest is left for the next s·ession",
+    "a s·ession's budget of 30 minutes",
+    "TP2 eager, boots 2-5 (s·ession C)",
+    "raw logs: s·ession.log, ps.log.xz",
+    "copy the parts with the t·ransfer tool",
+    "see b·udget_left before you start",
+    "Needs 4 GPUs (n·vidia-h200-x4 or x8)",
+    "install the o·ffline-vllm parts",
+    "build.sh from ../s·hared/tools/o·ffline-vllm",
+    "raw logs in /w·ork/main/benchmarks",
+    "Source: u·pstream.md",
+    "the s·eeds' TP4 shape",
+    "79.2 tok/s in s·eed 003",
+    "one copy of the s·eed's down_proj",
+    "as i·ssue 27 asks",
+    "Hostile recipes (i·ssue #·12)",
+    "fixed in #·19, see there",
+    "an i·ndependent r·eview's 1.1% under a bound of 0.0002%",
+    "a r·eview of the local runner's rounds",
+    "the r·eview found RIG_IMAGE_TAG refused",
+    "f·inding B: the bound missed",
 ])
 def test_the_scan_finds_a_development_word(line):
-    assert hits(line), line
+    assert hits(line.replace("·", "")), line
 
 
 @pytest.mark.parametrize("line", [
@@ -144,7 +124,7 @@ def test_the_scan_finds_a_development_word(line):
     "rng = random.Random(seed)",
     "# 1. the first step",
     "SGLang's \"#running-req: 1, #token: 2048\"",
-    "see [#12](https://github.com/vllm-project/vllm/issues/12)",
+    "see [#12](docs/comparisons.md)",
     "what a reviewer sees",
     "finding a free port",
     "an air-gapped H200 host with Python 3.12 and torch 2.11",
