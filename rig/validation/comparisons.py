@@ -109,6 +109,8 @@ def analysis_figures(analysis: Analysis) -> dict[str, str]:
         out["greedy identity"] = analysis.greedy.status
     planned = analysis.boots.planned - (1 if plan.control else 0) - (1 if plan.burn_in_first else 0)
     out["boots used"] = f"{analysis.boots.used} of {planned}"
+    if analysis.void:
+        out["void"] = analysis.void
     return out
 
 
