@@ -9,7 +9,10 @@ decode slower for its whole life than boots that reused it (1-2% with vLLM on an
 ABBA the machine's first boot is always the baseline's. So a measured boot whose engine log says it compiled
 (its caches did not hold its arm's configuration yet) becomes a burn-in as soon as it is healthy
 (measured, kept, paired with nothing; no quality reference, no identity check) and is booted again
-at once; if that second boot compiles too, the caches do not persist and redoing stops. Where the
+at once; if that second boot compiles too, the caches do not persist and redoing stops. A resumed
+comparison may run on a fresh host, whose caches hold nothing of the earlier burn-ins: there each
+arm's first boot is booted again when it compiles, and its position's earlier burn-in moves to
+boots/superseded/. Where the
 engine's log cannot say (transformers serve), the comparison opens with a burn-in boot of the
 baseline arm instead."""
 
@@ -435,6 +438,16 @@ def _read_entry(path: Path, index: int | None = None, block: int | None = None, 
         return None
 
 
+def supersede_burn_in(out: Path, earlier: BootEntry) -> None:
+    """A position's burn-in replaced by a later one (its boot compiled again on a fresh host) moves to
+    boots/superseded/: kept for reference, no longer read as the position's burn-in (its runs stay
+    under runs/)."""
+    path = BootEntry.path(out, earlier.index, earlier.arm, burn_in=True)
+    aside = out / "boots" / "superseded" / f"{path.stem}.{earlier.boot_id or earlier.attempt}.json"
+    aside.parent.mkdir(exist_ok=True)
+    path.replace(aside)
+
+
 def time_left(boot_seconds: list[float], boots_left: int, burn_in_seconds: tuple[float, ...] = (),
               arms_not_booted: int = 0) -> str:
     """What is left of the planned order, from the boots this process has measured so far: their
@@ -485,13 +498,18 @@ def _run_order(plan: ComparePlan, out: Path, progress: bool, arms: ResolvedArms,
         started = time.monotonic()
         # The control is measured for its outputs only (no rounds): a compile changes its speed, not the
         # code it runs, so a control boot that compiled is kept, not booted again.
-        redo = (plan.boot_state_control and not plan.cold_caches and not burn_in and compiled_first is None and not keeps_compiling
-                and arm is not plan.control)
+        # An arm's first boot in this process may compile whatever its position saw before: a resumed
+        # comparison can run on a fresh host, whose caches hold nothing of the earlier burn-ins.
+        redo = (plan.boot_state_control and not plan.cold_caches and not burn_in and arm is not plan.control
+                and ((compiled_first is None and not keeps_compiling) or arm.name not in booted))
         try:
             entry = run_boot(plan, index, block, arm, out, progress and steps, burn_in=burn_in, arms=arms,
                              redo_if_compiled=redo, port=port)
             if entry.burn_in and not burn_in and not entry.voided:
                 # Its caches did not hold this arm's configuration: kept as a burn-in, booted again.
+                if compiled_first is not None:
+                    entries.remove(compiled_first)
+                    supersede_burn_in(out, compiled_first)
                 entry.write(out, as_burn_in=True)
                 entries.append(entry)
                 if progress:
@@ -503,9 +521,9 @@ def _run_order(plan: ComparePlan, out: Path, progress: bool, arms: ResolvedArms,
                 keeps_compiling = entry.compiled
         except Interrupted:
             raise KeyboardInterrupt from None  # nothing written for this boot: a resume redoes it
+        booted.add(arm.name)
         entry.write(out)
         entries.append(entry)
-        booted.add(arm.name)
         # a burn-in boot of its own (an engine whose log cannot say it compiled): a one-off like a redo's
         (burn_in_seconds if burn_in else boot_seconds).append(time.monotonic() - started)
         if entry.check is not None and entry.check.unknown_settings:
