@@ -955,6 +955,9 @@ MODEL_CONFIGS = {
     "a dimension of 2^40": lambda path: path.write_text('{"hidden_size": 1099511627776}'),
     "a dimension that is a boolean": lambda path: path.write_text('{"hidden_size": true}'),
     "a dimension that is text": lambda path: path.write_text('{"hidden_size": "4096"}'),
+    "a dimension that is text, beside the heads it is divided by": lambda path: path.write_text(
+        '{"hidden_size": "4096", "num_attention_heads": 32}'),
+    "a head count that is text": lambda path: path.write_text('{"hidden_size": 4096, "num_attention_heads": "32"}'),
     "duplicate keys": lambda path: path.write_text('{"hidden_size": 4096, "hidden_size": 8}'),
     "NaN": lambda path: path.write_text('{"hidden_size": NaN}'),
     "not an object": lambda path: path.write_text("[4096]"),

@@ -33,6 +33,12 @@ def _first_line(run: Path, change) -> None:
     _records(run).write_text("\n".join(lines) + "\n")
 
 
+def _summary(run: Path, change) -> None:
+    data = json.loads((run / "summary.json").read_text())
+    change(data)
+    (run / "summary.json").write_text(json.dumps(data))
+
+
 def _field(name, value):
     def change(line: str) -> str:
         data = json.loads(line)
@@ -56,6 +62,12 @@ RUN_DAMAGE = {
     "records repeated": lambda run: _records(run).write_text(_records(run).read_text() * 2),
     "records lost": lambda run: _records(run).write_text("".join(_records(run).read_text().splitlines(True)[:3])),
     "records file removed": lambda run: _records(run).unlink(),
+    "window end 1e308": lambda run: _summary(run, lambda s: s["metrics"]["window"].update(end=1e308)),
+    "window end in the year 9000": lambda run: _summary(run, lambda s: s["metrics"]["window"].update(end=2.2e11)),
+    "window ends before it starts": lambda run: _summary(run, lambda s: s["metrics"]["window"].update(end=1.0)),
+    "token count 10^300": lambda run: _first_line(run, _field("usage", {"completion_tokens": 10**300, "prompt_tokens": 4})),
+    "token count 1e300 in the summary": lambda run: _summary(run, lambda s: s["metrics"]["requests"].update(total=10**300)),
+    "request ends before it is sent": lambda run: _first_line(run, _field("t_end", 1.0)),
 }
 
 
@@ -164,6 +176,20 @@ def _vllm(**changes) -> dict:
     return base
 
 
+def _aiperf(**changes) -> dict:
+    """One AIPerf profile_export.jsonl row; a change names a metadata field or a metric."""
+    row = {"metadata": {"x_request_id": "r1", "request_start_ns": 1_700_000_000_000_000_000,
+                        "request_end_ns": 1_700_000_000_200_000_000, "benchmark_phase": "profiling"},
+           "metrics": {"time_to_first_token": {"value": 50.0, "unit": "ms"}, "inter_chunk_latency": {"value": [10.0, 10.0], "unit": "ms"},
+                       "output_sequence_length": {"value": 3, "unit": "tokens"}, "input_sequence_length": {"value": 4, "unit": "tokens"}}}
+    for name, value in changes.items():
+        if name in row["metadata"]:
+            row["metadata"][name] = value
+        else:
+            row["metrics"][name] = {"value": value, "unit": "tokens"}
+    return row
+
+
 IMPORT_DAMAGE = {
     "a depth bomb": ("vllm.json", b'{"completed": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
     "not UTF-8 (vLLM)": ("vllm.json", json.dumps(_vllm()).encode().replace(b'"completed"', b'"compl\xffeted"')),
@@ -176,6 +202,11 @@ IMPORT_DAMAGE = {
     "no requests at all": ("vllm.json", json.dumps(_vllm(completed=0, input_lens=[], output_lens=[], ttfts=[], itls=[], errors=[],
                                                           start_times=[])).encode()),
     "a million requests": ("vllm.json", json.dumps(_vllm(completed=1_000_001, input_lens=[1] * 1_000_001)).encode()),
+    "a request that ends before it starts (AIPerf)": ("profile_export.jsonl", json.dumps(_aiperf(request_end_ns=1_600_000_000_000_000_000)).encode()),
+    "a token count of 1e300 (AIPerf)": ("profile_export.jsonl", json.dumps(_aiperf(output_sequence_length=1e300)).encode()),
+    "a token count of 10^300 (AIPerf)": ("profile_export.jsonl", json.dumps(_aiperf(output_sequence_length=10**300)).encode()),
+    "a fractional token count (AIPerf)": ("profile_export.jsonl", json.dumps(_aiperf(output_sequence_length=3.5)).encode()),
+    "a start in the year 10^11 (AIPerf)": ("profile_export.jsonl", json.dumps(_aiperf(request_start_ns=10**30)).encode()),
 }
 
 

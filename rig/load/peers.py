@@ -20,13 +20,27 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import io
+import itertools
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from rig import paths
 from rig.atomic import write_text_atomic
@@ -37,7 +51,7 @@ from rig.load.records import RequestRecord, read_records
 from rig.load.request_metrics import Done, e2e, itl, run_tokens_per_chunk, ttft
 from rig.load.summary import ClientSetup, ClientVerdict, ImportedFrom, Provenance, RunSummary, ScenarioRun, Window
 from rig.strict_yaml import strict_json
-from rig.typed import STORED, first_problem
+from rig.typed import MAX_MAGNITUDE, MAX_TIME_S, MAX_TOKENS, STORED, first_problem
 
 VLLM_FILE = "vllm-result.json"
 AIPERF_RECORDS = "profile_export.jsonl"
@@ -236,7 +250,9 @@ class Peer(BaseModel):
 
 
 Seconds = Annotated[StrictFloat | StrictInt, Field(ge=0, le=86_400 * 7)]
-Count = Annotated[StrictInt, Field(ge=0, le=1 << 24)]
+Count = Annotated[StrictInt, Field(ge=0, le=MAX_TOKENS)]
+Nanoseconds = Annotated[StrictInt, Field(ge=0, le=int(MAX_TIME_S) * NS)]  # since the epoch
+Figure = Annotated[StrictFloat | StrictInt, Field(ge=-MAX_MAGNITUDE, le=MAX_MAGNITUDE)]
 
 
 class VllmResult(Peer):
@@ -247,13 +263,13 @@ class VllmResult(Peer):
     ttfts: list[Seconds] = Field(max_length=1_000_000)
     itls: list[list[Seconds]] = Field(max_length=1_000_000)
     errors: list[StrictStr | None] = Field(max_length=1_000_000)
-    start_times: list[Annotated[StrictFloat | StrictInt, Field(ge=0)]] | None = None
+    start_times: list[Annotated[StrictFloat | StrictInt, Field(ge=0, le=MAX_TIME_S)]] | None = None
     model_id: StrictStr | None = None
     backend: StrictStr | None = None
 
 
 class AiperfValue(Peer):
-    value: StrictFloat | StrictInt | list[StrictFloat | StrictInt] | None
+    value: Figure | list[Figure] | None
     unit: StrictStr
 
 
@@ -262,11 +278,19 @@ class AiperfMetadata(Peer):
     x_correlation_id: StrictStr | None = Field(None, max_length=200)
     conversation_id: StrictStr | None = Field(None, max_length=200)
     turn_index: Count = 0
-    request_start_ns: Annotated[StrictInt, Field(ge=0)]
-    request_end_ns: Annotated[StrictInt, Field(ge=0)] | None = None
+    request_start_ns: Nanoseconds
+    request_end_ns: Nanoseconds | None = None
     worker_id: StrictStr | None = Field(None, max_length=200)
     benchmark_phase: StrictStr = "profiling"
     was_cancelled: StrictBool = False
+
+    @field_validator("request_end_ns")
+    @classmethod
+    def _ends_after_it_starts(cls, end: int | None, info: ValidationInfo) -> int | None:
+        start = info.data.get("request_start_ns")
+        if end is not None and start is not None and end < start:
+            raise ValueError("before request_start_ns: a request ends after it starts")
+        return end
 
 
 class AiperfError(Peer):
@@ -321,7 +345,7 @@ def _vllm_records(data: bytes, where: str) -> tuple[list[RequestRecord], float |
             record.error, record.error_detail = "peer_error", error[:300]
         else:
             first = start + first_s
-            record.chunks = [first, *(first + float(np.sum(gaps[: k + 1])) for k in range(len(gaps)))]
+            record.chunks = [first, *(first + elapsed for elapsed in itertools.accumulate(float(gap) for gap in gaps))]
             record.t_first, record.t_last, record.t_end = first, record.chunks[-1], record.chunks[-1]
             record.usage = {"prompt_tokens": inp, "completion_tokens": out}
             record.finish_reason = "imported"
@@ -340,13 +364,28 @@ def _plausible(record: RequestRecord, where: str, field: str, fix: str) -> Reque
     return record
 
 
+def _lines(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """(number, line) of a JSONL file's bytes, one at a time: the import holds the file once, never a
+    second copy of it as text or as a list of lines."""
+    yield from enumerate(io.BytesIO(data), start=1)
+
+
+def _tokens(value: float, where: str, field: str) -> int:
+    """A peer's token count: a whole number of at most MAX_TOKENS (a count of 1e300 is no count)."""
+    if value != int(value) or not 0 <= value <= MAX_TOKENS:
+        raise Invalid(where, field, f"{value:g} is not a token count (a whole number 0..{MAX_TOKENS})",
+                      "pass the profile_export.jsonl AIPerf wrote, unchanged")
+    return int(value)
+
+
 def _aiperf_records(data: bytes, where: str) -> tuple[list[RequestRecord], float | None]:
-    try:
-        text = data.decode("utf-8", errors="strict")
-    except UnicodeDecodeError as error:
-        raise Damaged(where, f"byte {error.start}", "not UTF-8 text", "pass the profile_export.jsonl AIPerf wrote, unchanged") from None
     records = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, raw in _lines(data):
+        try:
+            line = raw.decode("utf-8", errors="strict")
+        except UnicodeDecodeError as error:
+            raise Damaged(where, f"line {number} byte {error.start + 1}", "not UTF-8 text",
+                          "pass the profile_export.jsonl AIPerf wrote, unchanged") from None
         if not line.strip():
             continue
         try:
@@ -385,7 +424,8 @@ def _aiperf_records(data: bytes, where: str) -> tuple[list[RequestRecord], float
             record.t_end = (meta.request_end_ns / NS) if meta.request_end_ns else record.t_last
             output = number_of("output_sequence_length") or number_of("output_token_count")
             inputs = number_of("input_sequence_length")
-            record.usage = {k: int(v) for k, v in (("prompt_tokens", inputs), ("completion_tokens", output)) if v is not None}
+            record.usage = {k: _tokens(v, where, f"line {number}: metrics.{k}")
+                            for k, v in (("prompt_tokens", inputs), ("completion_tokens", output)) if v is not None}
             record.finish_reason = "imported"
         records.append(_plausible(record, where, f"line {number}", "pass the profile_export.jsonl AIPerf wrote, unchanged"))
     if not records:
