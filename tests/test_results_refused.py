@@ -153,6 +153,99 @@ def test_an_entry_of_another_arm_or_with_a_nan_figure_is_kept_aside_and_redone(t
     assert f'"schema": {COMPARE_SCHEMA}' in (tmp_path / "boots" / "00-a.json").read_text()
 
 
+def _comparison_with_two_boots(out: Path, monkeypatch) -> tuple[ComparePlan, list[int]]:
+    """A finished two-boot comparison in `out` whose rounds name run directories inside it; the
+    boots it runs (again) are appended to the list returned."""
+    from rig.compare import run as compare_run
+
+    calls: list[int] = []
+
+    def fake_boot(plan, index, block, arm, out_dir, progress, burn_in=False, arms=None, redo_if_compiled=False, port=None):
+        calls.append(index)
+        run_dir = out_dir / "runs" / f"{index:02d}-{arm.name}" / "attempt-1" / "prose-c1"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1,
+                         rounds=[{"prose-c1": RunResult(scenario="prose-c1", dir=str(run_dir), figures={"user_decode_tok_s": 100.0},
+                                                        problems=[])}])
+
+    monkeypatch.setattr(compare_run, "run_boot", fake_boot)
+    plan = ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:X=0"), parse_arm("b:X=1")], control=None, boots=1, rounds=1,
+                       scenarios=["prose-c1"], small=True)
+    compare_run.run_compare(plan, out, progress=False)
+    calls.clear()
+    return plan, calls
+
+
+def _point_round_at(entry: Path, directory: Path) -> None:
+    data = json.loads(entry.read_text())
+    data["rounds"][0]["prose-c1"]["dir"] = str(directory)
+    entry.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("how", ["a path outside", "a link inside that leads outside", "a path that climbs out"])
+def test_a_resumed_entry_whose_round_lies_outside_the_comparison_is_kept_aside_and_redone(tmp_path, monkeypatch, how):
+    from rig.compare import run as compare_run
+    from rig.compare.trust import confined
+    from rig.errors import Damaged
+
+    out, elsewhere = tmp_path / "compare", tmp_path / "elsewhere" / "prose-c1"
+    synthetic_run(elsewhere)  # records nobody measured for this comparison
+    plan, calls = _comparison_with_two_boots(out, monkeypatch)
+    entry = out / "boots" / "00-a.json"
+    if how == "a path outside":
+        _point_round_at(entry, elsewhere)
+    elif how == "a link inside that leads outside":
+        (out / "runs" / "link").symlink_to(elsewhere)
+        _point_round_at(entry, out / "runs" / "link")
+    else:
+        _point_round_at(entry, out / "runs" / ".." / ".." / "elsewhere" / "prose-c1")
+    with pytest.raises(Damaged) as refused:
+        confined(BootEntry.read(entry), entry, out)
+    assert refused.value.where == str(entry) and refused.value.field == "rounds.0.prose-c1.dir" and "\n" not in str(refused.value)
+    _, entries = compare_run.run_compare(ComparePlan.read(out), out, progress=False)
+    assert calls == [0] and all(str(out) in e.rounds[0]["prose-c1"].dir for e in entries)
+    assert len([p for p in (out / "boots").iterdir() if ".unreadable-" in p.name]) == 1
+
+
+def test_an_imported_entry_of_an_arm_the_plan_does_not_have_is_left_out(tmp_path, monkeypatch, capsys):
+    from rig.compare.model import IMPORTED_INDEX
+    from rig.compare.run import all_entries
+    from rig.compare.trust import held_to_plan
+    from rig.errors import Damaged
+
+    out = tmp_path / "compare"
+    plan, _ = _comparison_with_two_boots(out, monkeypatch)
+    run_dir = out / "imported" / "x" / "prose-c1"
+    run_dir.mkdir(parents=True)
+    for arm, index in (("a", IMPORTED_INDEX), ("zz", IMPORTED_INDEX + 1)):
+        BootEntry(index=index, block=1, arm=arm, spec="imported:vllm:r.json", control=False, attempt=1,
+                  rounds=[{"prose-c1": RunResult(scenario="prose-c1", dir=str(run_dir), figures={"user_decode_tok_s": 90.0},
+                                                 problems=[])}]).write(out)
+    stray = BootEntry.path(out, IMPORTED_INDEX + 1, "zz")
+    with pytest.raises(Damaged) as refused:
+        held_to_plan(BootEntry.read(stray), stray, plan)
+    assert refused.value.where == str(stray) and refused.value.field == "arm"
+    assert sorted((e.index, e.arm) for e in all_entries(out, plan)) == [(0, "a"), (1, "b"), (IMPORTED_INDEX, "a")]
+    assert "zz" in capsys.readouterr().err
+
+
+def test_rig_import_into_a_comparison_writes_its_run_inside_it_and_refuses_an_out_elsewhere(tmp_path, monkeypatch):
+    from rig.compare.imported import import_into
+    from rig.compare.trust import inside
+    from rig.errors import Invalid
+
+    monkeypatch.setenv("RIG_RESULTS_DIR", str(tmp_path / "results"))
+    out = tmp_path / "compare"
+    _comparison_with_two_boots(out, monkeypatch)
+    peer = tmp_path / "vllm.json"
+    peer.write_text(json.dumps(_vllm()))
+    with pytest.raises(Invalid) as refused:
+        import_into(out, peer, "a", None, None, tmp_path / "outside")
+    assert refused.value.field == "--out" and not (tmp_path / "outside").exists()
+    entry = import_into(out, peer, "a", None, None, None)
+    assert all(inside(r.dir, out) for rounds in entry.rounds for r in rounds.values())
+
+
 def test_a_boot_log_that_leads_outside_the_results_is_not_read(tmp_path, monkeypatch):
     from rig.compare.conditions import log_lines
 

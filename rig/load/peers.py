@@ -439,9 +439,11 @@ class ImportedRun(NamedTuple):
     tool: str  # "vllm" or "aiperf"
 
 
-def import_file(path: Path, scenario_ref: str | None, out: Path | None = None, progress: bool = True) -> ImportedRun:
-    """Reads a peer's file into a run directory, computed by rig's rules, provenance marked.
-    (`rig import --compare` then adds it to a comparison: rig.compare.imported.)"""
+def import_file(path: Path, scenario_ref: str | None, out: Path | None = None, progress: bool = True,
+                under: Path | None = None) -> ImportedRun:
+    """Reads a peer's file into a run directory (`out`, else a new one below `under`, by default
+    results/imported), computed by rig's rules, provenance marked. (`rig import --compare` then adds
+    it to a comparison: rig.compare.imported.)"""
     from rig.load.scenarios import load_scenario
 
     where = display(path)
@@ -453,7 +455,7 @@ def import_file(path: Path, scenario_ref: str | None, out: Path | None = None, p
         raise Invalid(where, "(file)", "holds no requests", "pass the result of a run that sent requests")
     digest = hashlib.sha256(data).hexdigest()
 
-    run = out or paths.results_dir() / "imported" / f"{time.strftime('%Y%m%d-%H%M%S')}-{tool}-{digest[:8]}" / scenario.name
+    run = out or (under or paths.results_dir() / "imported") / f"{time.strftime('%Y%m%d-%H%M%S')}-{tool}-{digest[:8]}" / scenario.name
     if run.exists() and any(run.iterdir()):
         raise RigError(str(run), "(directory)", "already holds a run", "pass a new --out directory")
     starts = [r.t_send for r in records]
