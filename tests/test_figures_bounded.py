@@ -142,3 +142,18 @@ def test_a_config_json_without_head_dim_derives_it_after_validation(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 4096, "num_attention_heads": 32}))
     dims, _ = load_dims(None, str(tmp_path))
     assert dims.head_dim == 128
+
+
+def test_a_peer_file_over_the_import_cap_is_refused_before_it_is_read(tmp_path):
+    """The cap bounds the import's work (about 13 times the file's size in memory: benchmarks/peer_import.py),
+    so a larger file is refused by its size, unread."""
+    import os
+
+    from rig.load.peers import MAX_PEER_EXPORT_BYTES, import_file
+
+    path = tmp_path / "profile_export.jsonl"
+    path.touch()
+    os.truncate(path, MAX_PEER_EXPORT_BYTES + 1)  # sparse: nothing is written, nothing would be read
+    with pytest.raises(Damaged) as refused:
+        import_file(path, None, tmp_path / "out", progress=False)
+    assert refused.value.field == "(file)" and "\n" not in str(refused.value) and not (tmp_path / "out").exists()

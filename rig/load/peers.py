@@ -59,8 +59,11 @@ AIPERF_AGGREGATE = "profile_export_aiperf.json"
 AIPERF_SCHEMA = "1.5"  # the profile_export_aiperf.json schema version whose fields are written
 NS = 1_000_000_000
 # A peer's per-request export grows with its requests, not like a trace: AIPerf's profile_export.jsonl of
-# 3000 streams over a 33 s benchmark on an H200 is 91 MB; this reads ~11 times that.
-MAX_PEER_EXPORT_BYTES = 1 << 30
+# 3000 streams over a 33 s benchmark on an H200 is 91 MB. The cap bounds the work, not just the read:
+# an import holds every request's chunk times as rig's records and summarises them, about 13 times the
+# file's size at its peak and under a second per MB (benchmarks/peer_import.py), so 256 MiB (almost three
+# times that export) takes at most ~3.5 GB and a few minutes.
+MAX_PEER_EXPORT_BYTES = 256 << 20
 
 
 # --- export -----------------------------------------------------------------------------------
