@@ -30,6 +30,7 @@ MAX_SECONDS = 1e8  # a duration (three years): longer than any run, boot or comp
 MAX_TOKENS = 1 << 24  # tokens of one request or one model dimension (contexts and vocabularies are ~10^5-10^7)
 MAX_COUNT = 1 << 53  # requests, chunks, bytes: every count a double holds exactly
 MAX_MAGNITUDE = 1e15  # any other figure read back (a rate, a share, milliseconds): beyond it, no measurement
+MAX_INT = (1 << 63) - 1  # any whole number read back: a signed 64-bit one
 
 Epoch = Annotated[float, Field(ge=0, le=MAX_TIME_S)]  # wall-clock seconds since the epoch
 Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS)]  # a duration
@@ -40,11 +41,12 @@ Finite = Annotated[float, Field(ge=-MAX_MAGNITUDE, le=MAX_MAGNITUDE)]  # any oth
 
 def _beyond(value: Any, depth: int = 0) -> bool:
     """Whether a number inside `value` (a number, or lists, tuples and dicts of them; a nested model
-    checks its own fields) lies beyond MAX_MAGNITUDE, or an int beyond MAX_COUNT."""
+    checks its own fields) lies beyond MAX_MAGNITUDE, or an int beyond a signed 64-bit one (a seed
+    may take all 63 bits; a larger int is no value any JSON reader keeps)."""
     if isinstance(value, bool) or depth > 8:
         return False
     if isinstance(value, int):
-        return abs(value) > MAX_COUNT
+        return abs(value) > MAX_INT
     if isinstance(value, float):
         return abs(value) > MAX_MAGNITUDE
     if isinstance(value, (list, tuple)):
@@ -69,7 +71,7 @@ class Typed(BaseModel):
         """A shape read back holds no number beyond MAX_MAGNITUDE in any field, typed more closely
         (Epoch, Seconds, Tokens, Count) or not: the backstop for every figure of every stored shape."""
         if info.context == STORED and _beyond(value):
-            raise ValueError(f"a number beyond {MAX_MAGNITUDE:g} in magnitude is no figure rig writes")
+            raise ValueError(f"a number beyond {MAX_MAGNITUDE:g} (a whole number beyond 2^63) is no figure rig writes")
         return value
 
 

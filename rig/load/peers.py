@@ -24,7 +24,6 @@ import io
 import itertools
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple
 
@@ -34,7 +33,6 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
-    StrictFloat,
     StrictInt,
     StrictStr,
     ValidationError,
@@ -51,7 +49,7 @@ from rig.load.records import RequestRecord, read_records
 from rig.load.request_metrics import Done, e2e, itl, run_tokens_per_chunk, ttft
 from rig.load.summary import ClientSetup, ClientVerdict, ImportedFrom, Provenance, RunSummary, ScenarioRun, Window
 from rig.strict_yaml import strict_json
-from rig.typed import MAX_MAGNITUDE, MAX_TIME_S, MAX_TOKENS, STORED, first_problem
+from rig.typed import MAX_TIME_S, MAX_TOKENS, STORED, Count, Epoch, Finite, Seconds, Tokens, first_problem
 
 VLLM_FILE = "vllm-result.json"
 AIPERF_RECORDS = "profile_export.jsonl"
@@ -252,27 +250,25 @@ class Peer(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
 
 
-Seconds = Annotated[StrictFloat | StrictInt, Field(ge=0, le=86_400 * 7)]
-Count = Annotated[StrictInt, Field(ge=0, le=MAX_TOKENS)]
+# The number types of rig.typed (finite, bounded), as the peers write them.
 Nanoseconds = Annotated[StrictInt, Field(ge=0, le=int(MAX_TIME_S) * NS)]  # since the epoch
-Figure = Annotated[StrictFloat | StrictInt, Field(ge=-MAX_MAGNITUDE, le=MAX_MAGNITUDE)]
 
 
 class VllmResult(Peer):
     completed: Count
-    duration: Annotated[StrictFloat | StrictInt, Field(gt=0, le=86_400 * 7)]
-    input_lens: list[Count] = Field(max_length=1_000_000)
-    output_lens: list[Count] = Field(max_length=1_000_000)
+    duration: Annotated[Seconds, Field(gt=0)]
+    input_lens: list[Tokens] = Field(max_length=1_000_000)
+    output_lens: list[Tokens] = Field(max_length=1_000_000)
     ttfts: list[Seconds] = Field(max_length=1_000_000)
     itls: list[list[Seconds]] = Field(max_length=1_000_000)
     errors: list[StrictStr | None] = Field(max_length=1_000_000)
-    start_times: list[Annotated[StrictFloat | StrictInt, Field(ge=0, le=MAX_TIME_S)]] | None = None
+    start_times: list[Epoch] | None = None
     model_id: StrictStr | None = None
     backend: StrictStr | None = None
 
 
 class AiperfValue(Peer):
-    value: Figure | list[Figure] | None
+    value: Finite | list[Finite] | None
     unit: StrictStr
 
 
@@ -367,12 +363,6 @@ def _plausible(record: RequestRecord, where: str, field: str, fix: str) -> Reque
     return record
 
 
-def _lines(data: bytes) -> Iterator[tuple[int, bytes]]:
-    """(number, line) of a JSONL file's bytes, one at a time: the import holds the file once, never a
-    second copy of it as text or as a list of lines."""
-    yield from enumerate(io.BytesIO(data), start=1)
-
-
 def _tokens(value: float, where: str, field: str) -> int:
     """A peer's token count: a whole number of at most MAX_TOKENS (a count of 1e300 is no count)."""
     if value != int(value) or not 0 <= value <= MAX_TOKENS:
@@ -383,7 +373,7 @@ def _tokens(value: float, where: str, field: str) -> int:
 
 def _aiperf_records(data: bytes, where: str) -> tuple[list[RequestRecord], float | None]:
     records = []
-    for number, raw in _lines(data):
+    for number, raw in enumerate(io.BytesIO(data), start=1):  # a line at a time: no second copy of the file as text or lines
         try:
             line = raw.decode("utf-8", errors="strict")
         except UnicodeDecodeError as error:
