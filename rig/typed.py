@@ -50,6 +50,12 @@ def _beyond(value: Any, depth: int = 0) -> bool:
     if isinstance(value, float):
         return abs(value) > MAX_MAGNITUDE
     if isinstance(value, (list, tuple)):
+        try:  # a list of numbers (a record's chunk times) is checked by its extremes, at C speed
+            extremes = (min(value), max(value)) if value else ()
+        except TypeError:  # numbers beside None or text
+            extremes = None
+        if extremes is not None and all(isinstance(end, (int, float)) and end == end for end in extremes):  # a NaN orders nothing
+            return any(_beyond(end, depth + 1) for end in extremes)
         return any(_beyond(item, depth + 1) for item in value)
     if isinstance(value, dict):
         return any(_beyond(item, depth + 1) for item in value.values())

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import synthetic_run
+from conftest import aiperf_row, synthetic_run
 
 from rig.errors import Damaged, Invalid, RigError
 from rig.typed import MAX_MAGNITUDE, MAX_TOKENS
@@ -40,17 +40,8 @@ def test_a_summary_window_beyond_time_is_refused_by_export(tmp_path, end):
 
 
 def _aiperf(tmp_path: Path, **changes) -> Path:
-    row = {"metadata": {"x_request_id": "r1", "request_start_ns": 1_700_000_000_000_000_000,
-                        "request_end_ns": 1_700_000_000_200_000_000, "benchmark_phase": "profiling"},
-           "metrics": {"time_to_first_token": {"value": 50.0, "unit": "ms"}, "inter_chunk_latency": {"value": [10.0, 10.0], "unit": "ms"},
-                       "output_sequence_length": {"value": 3, "unit": "tokens"}, "input_sequence_length": {"value": 4, "unit": "tokens"}}}
-    for name, value in changes.items():
-        if name in row["metadata"]:
-            row["metadata"][name] = value
-        else:
-            row["metrics"][name] = {"value": value, "unit": "tokens"}
     path = tmp_path / "profile_export.jsonl"
-    path.write_text(json.dumps(row) + "\n")
+    path.write_text(json.dumps(aiperf_row(**changes)) + "\n")
     return path
 
 
@@ -157,3 +148,22 @@ def test_a_peer_file_over_the_import_cap_is_refused_before_it_is_read(tmp_path):
     with pytest.raises(Damaged) as refused:
         import_file(path, None, tmp_path / "out", progress=False)
     assert refused.value.field == "(file)" and "\n" not in str(refused.value) and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("figures", [{"user_decode_tok_s": 1e300}, {"user_decode_tok_s": -1e300},
+                                     {"a": None, "user_decode_tok_s": 1e300}])
+def test_a_comparison_entry_with_a_figure_beyond_the_backstop_is_damaged(tmp_path, figures):
+    """A resumed comparison reads its entries back: a figure of 1e300 is refused (and the boot redone),
+    never averaged into the comparison."""
+    from rig.compare.model import BootEntry, RunResult
+
+    entry = BootEntry(index=0, block=0, arm="a", spec="a:X=0", control=False, attempt=1,
+                      rounds=[{"prose-c1": RunResult(scenario="prose-c1", dir="", figures={"user_decode_tok_s": 1.0}, problems=[])}])
+    entry.write(tmp_path)
+    path = BootEntry.path(tmp_path, 0, "a")
+    data = json.loads(path.read_text())
+    data["rounds"][0]["prose-c1"]["figures"] = figures
+    path.write_text(json.dumps(data))
+    with pytest.raises(Damaged) as refused:
+        BootEntry.read(path)
+    assert refused.value.field == "rounds.0.prose-c1.figures" and "\n" not in str(refused.value)

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, synthetic_run
+from conftest import REPO, aiperf_row, synthetic_run
 
 from rig.compare.arms import parse_arm
 from rig.compare.model import COMPARE_SCHEMA, BootEntry, ComparePlan, RunResult
@@ -269,20 +269,6 @@ def _vllm(**changes) -> dict:
     return base
 
 
-def _aiperf(**changes) -> dict:
-    """One AIPerf profile_export.jsonl row; a change names a metadata field or a metric."""
-    row = {"metadata": {"x_request_id": "r1", "request_start_ns": 1_700_000_000_000_000_000,
-                        "request_end_ns": 1_700_000_000_200_000_000, "benchmark_phase": "profiling"},
-           "metrics": {"time_to_first_token": {"value": 50.0, "unit": "ms"}, "inter_chunk_latency": {"value": [10.0, 10.0], "unit": "ms"},
-                       "output_sequence_length": {"value": 3, "unit": "tokens"}, "input_sequence_length": {"value": 4, "unit": "tokens"}}}
-    for name, value in changes.items():
-        if name in row["metadata"]:
-            row["metadata"][name] = value
-        else:
-            row["metrics"][name] = {"value": value, "unit": "tokens"}
-    return row
-
-
 IMPORT_DAMAGE = {
     "a depth bomb": ("vllm.json", b'{"completed": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
     "not UTF-8 (vLLM)": ("vllm.json", json.dumps(_vllm()).encode().replace(b'"completed"', b'"compl\xffeted"')),
@@ -295,11 +281,11 @@ IMPORT_DAMAGE = {
     "no requests at all": ("vllm.json", json.dumps(_vllm(completed=0, input_lens=[], output_lens=[], ttfts=[], itls=[], errors=[],
                                                           start_times=[])).encode()),
     "a million requests": ("vllm.json", json.dumps(_vllm(completed=1_000_001, input_lens=[1] * 1_000_001)).encode()),
-    "a request that ends before it starts (AIPerf)": ("profile_export.jsonl", json.dumps(_aiperf(request_end_ns=1_600_000_000_000_000_000)).encode()),
-    "a token count of 1e300 (AIPerf)": ("profile_export.jsonl", json.dumps(_aiperf(output_sequence_length=1e300)).encode()),
-    "a token count of 10^300 (AIPerf)": ("profile_export.jsonl", json.dumps(_aiperf(output_sequence_length=10**300)).encode()),
-    "a fractional token count (AIPerf)": ("profile_export.jsonl", json.dumps(_aiperf(output_sequence_length=3.5)).encode()),
-    "a start in the year 10^11 (AIPerf)": ("profile_export.jsonl", json.dumps(_aiperf(request_start_ns=10**30)).encode()),
+    "a request that ends before it starts (AIPerf)": ("profile_export.jsonl", json.dumps(aiperf_row(request_end_ns=1_600_000_000_000_000_000)).encode()),
+    "a token count of 1e300 (AIPerf)": ("profile_export.jsonl", json.dumps(aiperf_row(output_sequence_length=1e300)).encode()),
+    "a token count of 10^300 (AIPerf)": ("profile_export.jsonl", json.dumps(aiperf_row(output_sequence_length=10**300)).encode()),
+    "a fractional token count (AIPerf)": ("profile_export.jsonl", json.dumps(aiperf_row(output_sequence_length=3.5)).encode()),
+    "a start in the year 10^11 (AIPerf)": ("profile_export.jsonl", json.dumps(aiperf_row(request_start_ns=10**30)).encode()),
 }
 
 
