@@ -371,11 +371,9 @@ def cmd_import(args: argparse.Namespace) -> int:
     if args.compare is None:
         import_file(Path(args.file), args.scenario, Path(args.out) if args.out else None)
         return Exit.OK
-    from rig.compare.imported import comparison_for, join
+    from rig.compare.imported import import_into
 
-    plan = comparison_for(Path(args.compare), args.arm, args.scenario)
-    imported = import_file(Path(args.file), args.scenario or plan.scenarios[0], Path(args.out) if args.out else None)
-    join(Path(args.compare), plan, args.arm, args.block, imported, Path(args.file))
+    import_into(Path(args.compare), Path(args.file), args.arm, args.scenario, args.block, Path(args.out) if args.out else None)
     return Exit.OK
 
 

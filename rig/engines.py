@@ -28,6 +28,17 @@ MULTINODE_ADDR_VAR = "RIG_DIST_INIT_ADDR"
 RIG_OWNED_ENV = (KEY_VARIABLE, "RIG_BOOT_ID", "RIG_ADAPTER_MANIFEST_DIR", "RIG_MANIFEST_DIR", "RIG_MODEL_DIR",
                  IMAGE_TAG_VARIABLE, "RIG_ENGINE", MULTINODE_ADDR_VAR)
 ROUNDING_FILE = Path(__file__).resolve().parent / "audit" / "engine_rounding.yaml"
+# Every server rig starts, natively or in a container, checks for no update and reaches no network:
+# huggingface_hub (under `transformers serve`, and every engine that loads a model through it) touches
+# $HF_HOME/.check_for_update_done and asks PyPI for a newer release at start unless
+# HF_HUB_DISABLE_UPDATE_CHECK is set; HF_HUB_OFFLINE (TRANSFORMERS_OFFLINE, read as the same) makes
+# every hub request fail fast; HF_HUB_DISABLE_IMPLICIT_TOKEN sends no stored token; DO_NOT_TRACK turns
+# off the hub's telemetry and vLLM's usage report, VLLM_NO_USAGE_STATS vLLM's alone. A check that
+# runs in one boot and not the next prints a line in one boot log only: a false difference between
+# the arms of a comparison. Defaults under the recipe's env and an overlay (an explicit setting wins).
+NO_NETWORK_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_UPDATE_CHECK": "1",
+                  "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_IMPLICIT_TOKEN": "1", "DO_NOT_TRACK": "1",
+                  "VLLM_NO_USAGE_STATS": "1"}
 CACHE_RESET_WAIT_S = 60  # how long an engine that can wait for idleness before emptying its cache may take
 
 

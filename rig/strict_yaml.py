@@ -206,7 +206,9 @@ def read_regular(path: Path, max_bytes: int, where: str | None = None,
                            "pass the right file; nothing rig reads is that large")
         chunks, total = [], 0
         while total <= max_bytes:
-            chunk = os.read(descriptor, max_bytes + 1 - total)
+            # Asked for what the file holds (and one byte more, to see it end), never the whole cap: a
+            # read allocates all it asks for, and a 1 GiB cap would take 1 GiB for a file of a few kB.
+            chunk = os.read(descriptor, min(max_bytes + 1 - total, max(info.st_size + 1 - total, 1 << 16)))
             if not chunk:
                 break
             chunks.append(chunk)

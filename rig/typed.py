@@ -13,11 +13,53 @@ Only pydantic, rig.errors and the standard library: the Locust processes (also r
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Self
+from typing import Annotated, Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from rig.errors import Damaged
+
+# --- The bounds of every number rig reads -------------------------------------------------------
+# A number read back (a record, a summary, an entry) or imported (a peer's file, a checkpoint's
+# config.json) is held to one of these types: finite, and bounded far above any real value and far
+# below what overflows a later product, a datetime or an int conversion. A time of 1e308 or a token
+# count of 1e300 is then refused where it is read, naming the file and field, instead of crashing an
+# export or becoming a decode rate of 1e299.
+MAX_TIME_S = 1e11  # seconds since the epoch (the year 5138): a larger "time" is no time
+MAX_SECONDS = 1e8  # a duration (three years): longer than any run, boot or comparison
+MAX_TOKENS = 1 << 24  # tokens of one request or one model dimension (contexts and vocabularies are ~10^5-10^7)
+MAX_COUNT = 1 << 53  # requests, chunks, bytes: every count a double holds exactly
+MAX_MAGNITUDE = 1e15  # any other figure read back (a rate, a share, milliseconds): beyond it, no measurement
+MAX_INT = (1 << 63) - 1  # any whole number read back: a signed 64-bit one
+
+Epoch = Annotated[float, Field(ge=0, le=MAX_TIME_S)]  # wall-clock seconds since the epoch
+Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS)]  # a duration
+Tokens = Annotated[int, Field(ge=0, le=MAX_TOKENS)]  # a token count (of a request, a chunk, a dimension)
+Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+Finite = Annotated[float, Field(ge=-MAX_MAGNITUDE, le=MAX_MAGNITUDE)]  # any other figure
+
+
+def _beyond(value: Any, depth: int = 0) -> bool:
+    """Whether a number inside `value` (a number, or lists, tuples and dicts of them; a nested model
+    checks its own fields) lies beyond MAX_MAGNITUDE, or an int beyond a signed 64-bit one (a seed
+    may take all 63 bits; a larger int is no value any JSON reader keeps)."""
+    if isinstance(value, bool) or depth > 8:
+        return False
+    if isinstance(value, int):
+        return abs(value) > MAX_INT
+    if isinstance(value, float):
+        return abs(value) > MAX_MAGNITUDE
+    if isinstance(value, (list, tuple)):
+        try:  # a list of numbers (a record's chunk times) is checked by its extremes, at C speed
+            extremes = (min(value), max(value)) if value else ()
+        except TypeError:  # numbers beside None or text
+            extremes = None
+        if extremes is not None and all(isinstance(end, (int, float)) and end == end for end in extremes):  # a NaN orders nothing
+            return any(_beyond(end, depth + 1) for end in extremes)
+        return any(_beyond(item, depth + 1) for item in value)
+    if isinstance(value, dict):
+        return any(_beyond(item, depth + 1) for item in value.values())
+    return False
 
 
 class Typed(BaseModel):
@@ -28,6 +70,15 @@ class Typed(BaseModel):
 
     # No "before" model validators here or in a subclass: one turns a JSON document into Python
     # objects first, and strict validation then refuses a JSON array for a tuple.
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _within_stored_bounds(cls, value: Any, info: ValidationInfo) -> Any:
+        """A shape read back holds no number beyond MAX_MAGNITUDE in any field, typed more closely
+        (Epoch, Seconds, Tokens, Count) or not: the backstop for every figure of every stored shape."""
+        if info.context == STORED and _beyond(value):
+            raise ValueError(f"a number beyond {MAX_MAGNITUDE:g} (a whole number beyond 2^63) is no figure rig writes")
+        return value
 
 
 class StoredRecordError(Damaged):

@@ -179,6 +179,20 @@ def synthetic_run(run: Path, requests: int = 6) -> None:
     write_run(run, summary)
 
 
+def aiperf_row(**changes) -> dict:
+    """One AIPerf profile_export.jsonl row as AIPerf writes it; a change names a metadata field or a metric."""
+    row = {"metadata": {"x_request_id": "r1", "request_start_ns": 1_700_000_000_000_000_000,
+                        "request_end_ns": 1_700_000_000_200_000_000, "benchmark_phase": "profiling"},
+           "metrics": {"time_to_first_token": {"value": 50.0, "unit": "ms"}, "inter_chunk_latency": {"value": [10.0, 10.0], "unit": "ms"},
+                       "output_sequence_length": {"value": 3, "unit": "tokens"}, "input_sequence_length": {"value": 4, "unit": "tokens"}}}
+    for name, value in changes.items():
+        if name in row["metadata"]:
+            row["metadata"][name] = value
+        else:
+            row["metrics"][name] = {"value": value, "unit": "tokens"}
+    return row
+
+
 def measured(loadtest: subprocess.CompletedProcess[str]) -> bool:
     """A load test that ran: usable (0), or not usable (4) because the client could not measure its
     headline on a busy box, and then it must say so (that the box was quiet is not a test's to assert)."""

@@ -395,6 +395,19 @@ def test_arm_overlay_refuses_hooks_and_rig_names(spec, expected):
     assert str(caught.value).startswith(f"command line: --arm {recorded_spec(spec)}") and "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize("spec", ["x:X=$HOME", "x:X=a${B}", "x:RIG_TOKEN_DELAY_MS=1,X=$$"])
+def test_an_arm_value_that_breaks_a_recipe_rule_names_its_key_not_a_class(spec):
+    """A value the recipe's grammar refuses (a `$` compose would substitute) is refused naming the arm
+    and the key, with the rule and a fix: never the name of the model that checked it."""
+    from rig.compare.arms import check_arms, parse_arm, recorded_spec
+    from rig.errors import Invalid
+
+    with pytest.raises(Invalid) as caught:
+        check_arms("tiny-cpu", [parse_arm(spec)])
+    assert caught.value.where == "command line" and caught.value.field == f"--arm {recorded_spec(spec)} X"
+    assert "\n" not in str(caught.value) and "Variant" not in str(caught.value) and caught.value.fix
+
+
 def test_a_secret_in_an_arm_is_passed_through_not_recorded():
     from rig.compare.arms import parse_arm
     from rig.redaction import REDACTED, redact_for
@@ -955,6 +968,9 @@ MODEL_CONFIGS = {
     "a dimension of 2^40": lambda path: path.write_text('{"hidden_size": 1099511627776}'),
     "a dimension that is a boolean": lambda path: path.write_text('{"hidden_size": true}'),
     "a dimension that is text": lambda path: path.write_text('{"hidden_size": "4096"}'),
+    "a dimension that is text, beside the heads it is divided by": lambda path: path.write_text(
+        '{"hidden_size": "4096", "num_attention_heads": 32}'),
+    "a head count that is text": lambda path: path.write_text('{"hidden_size": 4096, "num_attention_heads": "32"}'),
     "duplicate keys": lambda path: path.write_text('{"hidden_size": 4096, "hidden_size": 8}'),
     "NaN": lambda path: path.write_text('{"hidden_size": NaN}'),
     "not an object": lambda path: path.write_text("[4096]"),

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, synthetic_run
+from conftest import REPO, aiperf_row, synthetic_run
 
 from rig.compare.arms import parse_arm
 from rig.compare.model import COMPARE_SCHEMA, BootEntry, ComparePlan, RunResult
@@ -31,6 +31,12 @@ def _first_line(run: Path, change) -> None:
     lines = _records(run).read_text().splitlines()
     lines[0] = change(lines[0])
     _records(run).write_text("\n".join(lines) + "\n")
+
+
+def _summary(run: Path, change) -> None:
+    data = json.loads((run / "summary.json").read_text())
+    change(data)
+    (run / "summary.json").write_text(json.dumps(data))
 
 
 def _field(name, value):
@@ -56,6 +62,12 @@ RUN_DAMAGE = {
     "records repeated": lambda run: _records(run).write_text(_records(run).read_text() * 2),
     "records lost": lambda run: _records(run).write_text("".join(_records(run).read_text().splitlines(True)[:3])),
     "records file removed": lambda run: _records(run).unlink(),
+    "window end 1e308": lambda run: _summary(run, lambda s: s["metrics"]["window"].update(end=1e308)),
+    "window end in the year 9000": lambda run: _summary(run, lambda s: s["metrics"]["window"].update(end=2.2e11)),
+    "window ends before it starts": lambda run: _summary(run, lambda s: s["metrics"]["window"].update(end=1.0)),
+    "token count 10^300": lambda run: _first_line(run, _field("usage", {"completion_tokens": 10**300, "prompt_tokens": 4})),
+    "token count 1e300 in the summary": lambda run: _summary(run, lambda s: s["metrics"]["requests"].update(total=10**300)),
+    "request ends before it is sent": lambda run: _first_line(run, _field("t_end", 1.0)),
 }
 
 
@@ -141,6 +153,99 @@ def test_an_entry_of_another_arm_or_with_a_nan_figure_is_kept_aside_and_redone(t
     assert f'"schema": {COMPARE_SCHEMA}' in (tmp_path / "boots" / "00-a.json").read_text()
 
 
+def _comparison_with_two_boots(out: Path, monkeypatch) -> tuple[ComparePlan, list[int]]:
+    """A finished two-boot comparison in `out` whose rounds name run directories inside it; the
+    boots it runs (again) are appended to the list returned."""
+    from rig.compare import run as compare_run
+
+    calls: list[int] = []
+
+    def fake_boot(plan, index, block, arm, out_dir, progress, burn_in=False, arms=None, redo_if_compiled=False, port=None):
+        calls.append(index)
+        run_dir = out_dir / "runs" / f"{index:02d}-{arm.name}" / "attempt-1" / "prose-c1"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1,
+                         rounds=[{"prose-c1": RunResult(scenario="prose-c1", dir=str(run_dir), figures={"user_decode_tok_s": 100.0},
+                                                        problems=[])}])
+
+    monkeypatch.setattr(compare_run, "run_boot", fake_boot)
+    plan = ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:X=0"), parse_arm("b:X=1")], control=None, boots=1, rounds=1,
+                       scenarios=["prose-c1"], small=True)
+    compare_run.run_compare(plan, out, progress=False)
+    calls.clear()
+    return plan, calls
+
+
+def _point_round_at(entry: Path, directory: Path) -> None:
+    data = json.loads(entry.read_text())
+    data["rounds"][0]["prose-c1"]["dir"] = str(directory)
+    entry.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("how", ["a path outside", "a link inside that leads outside", "a path that climbs out"])
+def test_a_resumed_entry_whose_round_lies_outside_the_comparison_is_kept_aside_and_redone(tmp_path, monkeypatch, how):
+    from rig.compare import run as compare_run
+    from rig.compare.trust import confined
+    from rig.errors import Damaged
+
+    out, elsewhere = tmp_path / "compare", tmp_path / "elsewhere" / "prose-c1"
+    synthetic_run(elsewhere)  # records nobody measured for this comparison
+    plan, calls = _comparison_with_two_boots(out, monkeypatch)
+    entry = out / "boots" / "00-a.json"
+    if how == "a path outside":
+        _point_round_at(entry, elsewhere)
+    elif how == "a link inside that leads outside":
+        (out / "runs" / "link").symlink_to(elsewhere)
+        _point_round_at(entry, out / "runs" / "link")
+    else:
+        _point_round_at(entry, out / "runs" / ".." / ".." / "elsewhere" / "prose-c1")
+    with pytest.raises(Damaged) as refused:
+        confined(BootEntry.read(entry), entry, out)
+    assert refused.value.where == str(entry) and refused.value.field == "rounds.0.prose-c1.dir" and "\n" not in str(refused.value)
+    _, entries = compare_run.run_compare(ComparePlan.read(out), out, progress=False)
+    assert calls == [0] and all(str(out) in e.rounds[0]["prose-c1"].dir for e in entries)
+    assert len([p for p in (out / "boots").iterdir() if ".unreadable-" in p.name]) == 1
+
+
+def test_an_imported_entry_of_an_arm_the_plan_does_not_have_is_left_out(tmp_path, monkeypatch, capsys):
+    from rig.compare.model import IMPORTED_INDEX
+    from rig.compare.run import all_entries
+    from rig.compare.trust import held_to_plan
+    from rig.errors import Damaged
+
+    out = tmp_path / "compare"
+    plan, _ = _comparison_with_two_boots(out, monkeypatch)
+    run_dir = out / "imported" / "x" / "prose-c1"
+    run_dir.mkdir(parents=True)
+    for arm, index in (("a", IMPORTED_INDEX), ("zz", IMPORTED_INDEX + 1)):
+        BootEntry(index=index, block=1, arm=arm, spec="imported:vllm:r.json", control=False, attempt=1,
+                  rounds=[{"prose-c1": RunResult(scenario="prose-c1", dir=str(run_dir), figures={"user_decode_tok_s": 90.0},
+                                                 problems=[])}]).write(out)
+    stray = BootEntry.path(out, IMPORTED_INDEX + 1, "zz")
+    with pytest.raises(Damaged) as refused:
+        held_to_plan(BootEntry.read(stray), stray, plan)
+    assert refused.value.where == str(stray) and refused.value.field == "arm"
+    assert sorted((e.index, e.arm) for e in all_entries(out, plan)) == [(0, "a"), (1, "b"), (IMPORTED_INDEX, "a")]
+    assert "zz" in capsys.readouterr().err
+
+
+def test_rig_import_into_a_comparison_writes_its_run_inside_it_and_refuses_an_out_elsewhere(tmp_path, monkeypatch):
+    from rig.compare.imported import import_into
+    from rig.compare.trust import inside
+    from rig.errors import Invalid
+
+    monkeypatch.setenv("RIG_RESULTS_DIR", str(tmp_path / "results"))
+    out = tmp_path / "compare"
+    _comparison_with_two_boots(out, monkeypatch)
+    peer = tmp_path / "vllm.json"
+    peer.write_text(json.dumps(_vllm()))
+    with pytest.raises(Invalid) as refused:
+        import_into(out, peer, "a", None, None, tmp_path / "outside")
+    assert refused.value.field == "--out" and not (tmp_path / "outside").exists()
+    entry = import_into(out, peer, "a", None, None, None)
+    assert all(inside(r.dir, out) for rounds in entry.rounds for r in rounds.values())
+
+
 def test_a_boot_log_that_leads_outside_the_results_is_not_read(tmp_path, monkeypatch):
     from rig.compare.conditions import log_lines
 
@@ -176,6 +281,11 @@ IMPORT_DAMAGE = {
     "no requests at all": ("vllm.json", json.dumps(_vllm(completed=0, input_lens=[], output_lens=[], ttfts=[], itls=[], errors=[],
                                                           start_times=[])).encode()),
     "a million requests": ("vllm.json", json.dumps(_vllm(completed=1_000_001, input_lens=[1] * 1_000_001)).encode()),
+    "a request that ends before it starts (AIPerf)": ("profile_export.jsonl", json.dumps(aiperf_row(request_end_ns=1_600_000_000_000_000_000)).encode()),
+    "a token count of 1e300 (AIPerf)": ("profile_export.jsonl", json.dumps(aiperf_row(output_sequence_length=1e300)).encode()),
+    "a token count of 10^300 (AIPerf)": ("profile_export.jsonl", json.dumps(aiperf_row(output_sequence_length=10**300)).encode()),
+    "a fractional token count (AIPerf)": ("profile_export.jsonl", json.dumps(aiperf_row(output_sequence_length=3.5)).encode()),
+    "a start in the year 10^11 (AIPerf)": ("profile_export.jsonl", json.dumps(aiperf_row(request_start_ns=10**30)).encode()),
 }
 
 

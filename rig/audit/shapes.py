@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
 
 import yaml
 from pydantic import Field, ValidationError
@@ -13,7 +12,7 @@ from pydantic import Field, ValidationError
 from rig.deploy.recipe import Resolved
 from rig.errors import Invalid, RigError
 from rig.strict_yaml import load_json_file
-from rig.typed import Spec, first_problem
+from rig.typed import Spec, Tokens, first_problem
 
 AUDIT_DIR = Path(__file__).resolve().parent
 MODELS_DIR = AUDIT_DIR / "models"
@@ -22,7 +21,7 @@ CONFIG_KEYS = ("hidden_size", "intermediate_size", "moe_intermediate_size", "n_s
                "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "vocab_size")
 CONFIG_MAX_BYTES = 4 << 20  # a config.json is a few kB
 # A dimension is a whole number from 0 (the model has none of that part) to 2^24 (vocabularies are ~10^5-10^6).
-Dimension = Annotated[int, Field(ge=0, le=1 << 24)]
+Dimension = Tokens
 
 
 class ModelDims(Spec):
@@ -83,10 +82,12 @@ def load_dims(name: str | None, model_dir: str | None) -> tuple[ModelDims, str]:
             config = config["text_config"]
         if not isinstance(config, dict):
             raise Invalid(str(path), "(file)", "the top level is not a JSON object", "pass a checkpoint's config.json, unchanged")
-        dims = {key: config.get(key) for key in CONFIG_KEYS}
-        if dims["head_dim"] is None and dims["hidden_size"] and dims["num_attention_heads"]:
-            dims["head_dim"] = dims["hidden_size"] // dims["num_attention_heads"]
-        return _dims(dims, str(path)), str(path)
+        # Validated before anything is computed from it: a dimension written as a string is refused
+        # naming its key, not met as a TypeError in the arithmetic below.
+        dims = _dims({key: config.get(key) for key in CONFIG_KEYS}, str(path))
+        if dims.head_dim is None and dims.hidden_size and dims.num_attention_heads:
+            dims = dims.model_copy(update={"head_dim": dims.hidden_size // dims.num_attention_heads})
+        return dims, str(path)
     if not name:
         raise RigError("recipe", "model.dims", "the recipe names no model dimensions", "set model.dims or pass --model-dir")
     path = MODELS_DIR / f"{name}.json"

@@ -24,7 +24,7 @@ from rig.boot.health import await_healthy
 from rig.boot.record import BootRecord
 from rig.boot.state import forget, new_boot, refuse_if_port_taken, refuse_if_up, remember
 from rig.deploy.recipe import Resolved
-from rig.engines import ENGINES, server_argv
+from rig.engines import ENGINES, NO_NETWORK_ENV, server_argv
 from rig.errors import RigError
 from rig.paths import REPO_ROOT
 from rig.tinymodel import ensure_tiny_model
@@ -65,7 +65,7 @@ class NativeDriver:
         environment (an arm's `KEY` alone takes its value from there: every boot would have it)."""
         engine = ENGINES[resolved.recipe.engine.name]
         inherited = {key: value for key, value in os.environ.items() if key not in unset}
-        env = {**inherited, **resolved.full_env(), **overlay, **engine_env.visible_devices(resolved),
+        env = {**inherited, **NO_NETWORK_ENV, **resolved.full_env(), **overlay, **engine_env.visible_devices(resolved),
                "RIG_ADAPTER_MANIFEST_DIR": record.manifest_dir, "RIG_BOOT_ID": record.boot_id,
                "RIG_ENGINE": resolved.recipe.engine.name}
         native = resolved.recipe.native

@@ -6,13 +6,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from pydantic import Field, ValidationInfo, field_serializer, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_serializer, model_validator
 
 from rig.deploy.recipe import AdapterUse, Resolved, Variant, check_overlay, check_semantics, load, parse_recipe, recipe_path
-from rig.errors import RigError
+from rig.errors import Invalid, RigError
 from rig.grammar import IMAGE_TAG_VARIABLE, secret_pair
 from rig.redaction import REDACTED
-from rig.typed import STORED, Spec
+from rig.typed import STORED, Spec, first_problem
 
 
 class Arm(Spec):
@@ -107,8 +107,12 @@ class Arm(Spec):
                 audit=base.audit,
             )
             overlaid = recipe.model_copy(update={"variants": {**recipe.variants, synthetic: variant}})
-        except ValueError as error:
-            raise RigError("command line", field, str(error).splitlines()[0], "fix the overlay") from None
+        except ValidationError as error:
+            # The rule a value broke, named by its key (env.KEY, adapters.0.gates.KEY) as the arm wrote it.
+            where, rule = first_problem(error)
+            key = next((str(part) for part in reversed(error.errors()[0]["loc"]) if isinstance(part, str)), where)
+            raise Invalid("command line", f"{field} {key}", rule,
+                          f"change {key}'s value in the arm to one the recipe's rules allow, or drop {key}") from None
         try:
             check_semantics(overlaid, field)
         except RigError as error:

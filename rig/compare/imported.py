@@ -13,8 +13,9 @@ from rig.compare.model import IMPORTED_INDEX, BootEntry, ComparePlan
 from rig.compare.output import write_report
 from rig.compare.report import analyze
 from rig.compare.run import all_entries, boot_coherence_of, run_result
-from rig.errors import Damaged, NotFound, RigError
-from rig.load.peers import ImportedRun
+from rig.compare.trust import inside
+from rig.errors import Damaged, Invalid, NotFound, RigError
+from rig.load.peers import ImportedRun, import_file
 from rig.load.records import read_records
 
 
@@ -35,6 +36,18 @@ def comparison_for(compare: Path, arm: str, scenario: str | None) -> ComparePlan
         raise RigError("command line", "--scenario", f"{scenario} is not a scenario of that comparison",
                        f"use one of {', '.join(plan.scenarios)}")
     return plan
+
+
+def import_into(compare: Path, file: Path, arm: str, scenario: str | None, block: int | None, out: Path | None) -> BootEntry:
+    """`rig import FILE --compare DIR --arm A`: the run is written inside the comparison (its
+    imported/ folder, or `out` when that lies inside it), as every path a boot entry names must
+    (rig.compare.trust), then joined as a boot of `arm`."""
+    plan = comparison_for(compare, arm, scenario)
+    if out is not None and not inside(str(out), compare):
+        raise Invalid("command line", "--out", f"{out} lies outside the comparison {compare}: a comparison reads only its own runs",
+                      "leave --out out (the run goes to the comparison's imported/ folder), or name a folder inside it")
+    imported = import_file(file, scenario or plan.scenarios[0], out, under=compare / "imported")
+    return join(compare, plan, arm, block, imported, file)
 
 
 def join(compare: Path, plan: ComparePlan, arm: str, block: int | None, imported: ImportedRun, source: Path,

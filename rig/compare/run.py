@@ -48,6 +48,7 @@ from rig.compare.model import (
 from rig.compare.percentiles import LatencyHistogram
 from rig.compare.scoring import check_scoring_tokenizer
 from rig.compare.sequential import Decision, Look, UntilDecided, look_line
+from rig.compare.trust import confined, held_to_plan
 from rig.deploy.recipe import Resolved
 from rig.errors import Damaged, NotFound, RigError
 from rig.load.goodput import goodput
@@ -425,7 +426,7 @@ def _read_entry(path: Path, index: int | None = None, block: int | None = None, 
     another index, block or arm): then it is renamed aside, kept for reference, and the boot is
     redone. Nothing measured is lost: its runs stay under runs/."""
     try:
-        entry = BootEntry.read(path)
+        entry = confined(BootEntry.read(path), path, path.parent.parent)  # boots/NN-arm.json of its comparison
         if index is not None and arm is not None and block is not None:
             _check_position(entry, path, index, block, arm)
         return entry
@@ -543,8 +544,9 @@ def imported_entries(out: Path, plan: ComparePlan) -> list[BootEntry]:
         if path.name.endswith(IN_PROGRESS) or not head.isdigit() or int(head) < max(planned, IMPORTED_INDEX):
             continue
         try:
-            entries.append(BootEntry.read(path))
-        except Damaged:  # an imported entry rig cannot read: left out, not guessed at
+            entries.append(held_to_plan(confined(BootEntry.read(path), path, out), path, plan))
+        except Damaged as error:  # an imported entry rig cannot read or trust: left out, not guessed at
+            print(f"compare: {error}; left out", file=sys.stderr)
             continue
     return entries
 
@@ -556,7 +558,7 @@ def all_entries(out: Path, plan: ComparePlan) -> list[BootEntry]:
     for index, (block, arm) in enumerate(plan.order()):
         for path in (BootEntry.path(out, index, arm.name, burn_in=True), BootEntry.path(out, index, arm.name)):
             try:
-                entry = BootEntry.read(path)
+                entry = confined(BootEntry.read(path), path, out)
                 _check_position(entry, path, index, block, arm)
                 entries.append(entry)
             except (NotFound, Damaged):  # not run yet, or damaged (or not this position's): a resume redoes it

@@ -15,7 +15,7 @@ from rig import __version__, grammar
 from rig.atomic import write_files_atomic
 from rig.deploy.pins import is_lab_image
 from rig.deploy.recipe import Recipe, Resolved, check_rig_owned, parse_recipe
-from rig.engines import ENGINES, MULTINODE_ADDR_VAR, server_argv
+from rig.engines import ENGINES, MULTINODE_ADDR_VAR, NO_NETWORK_ENV, server_argv
 from rig.errors import RigError
 from rig.paths import REPO_ROOT
 
@@ -164,7 +164,7 @@ def _service(resolved: Resolved, node_rank: int | None) -> dict[str, Any]:
     multinode = topo.nodes > 1
     listen = recipe.serving.bind if multinode else "0.0.0.0"  # noqa: S104 - inside the container; published on serving.bind
     host_env = {name: f"${{{name}:-{default}}}" for name, default in resolved.host_env().items()}
-    environment = {**resolved.full_env(), **host_env, "RIG_ADAPTER_MANIFEST_DIR": IMAGE_MANIFEST_DIR}
+    environment = {**NO_NETWORK_ENV, **resolved.full_env(), **host_env, "RIG_ADAPTER_MANIFEST_DIR": IMAGE_MANIFEST_DIR}
     service: dict[str, Any] = {
         "image": f"{image_name(recipe)}:${{{grammar.IMAGE_TAG_VARIABLE}:-{grammar.DEFAULT_IMAGE_TAG}}}",
         "build": {

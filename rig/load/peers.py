@@ -20,13 +20,25 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import io
+import itertools
 import json
 import time
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from rig import paths
 from rig.atomic import write_text_atomic
@@ -37,7 +49,7 @@ from rig.load.records import RequestRecord, read_records
 from rig.load.request_metrics import Done, e2e, itl, run_tokens_per_chunk, ttft
 from rig.load.summary import ClientSetup, ClientVerdict, ImportedFrom, Provenance, RunSummary, ScenarioRun, Window
 from rig.strict_yaml import strict_json
-from rig.typed import STORED, first_problem
+from rig.typed import MAX_TIME_S, MAX_TOKENS, STORED, Count, Epoch, Finite, Seconds, Tokens, first_problem
 
 VLLM_FILE = "vllm-result.json"
 AIPERF_RECORDS = "profile_export.jsonl"
@@ -45,8 +57,11 @@ AIPERF_AGGREGATE = "profile_export_aiperf.json"
 AIPERF_SCHEMA = "1.5"  # the profile_export_aiperf.json schema version whose fields are written
 NS = 1_000_000_000
 # A peer's per-request export grows with its requests, not like a trace: AIPerf's profile_export.jsonl of
-# 3000 streams over a 33 s benchmark on an H200 is 91 MB; this reads ~11 times that.
-MAX_PEER_EXPORT_BYTES = 1 << 30
+# 3000 streams over a 33 s benchmark on an H200 is 91 MB. The cap bounds the work, not just the read:
+# an import holds every request's chunk times as rig's records and summarises them, about 13 times the
+# file's size at its peak and under a second per MB (benchmarks/peer_import.py), so 256 MiB (almost three
+# times that export) takes at most ~3.5 GB and a few minutes.
+MAX_PEER_EXPORT_BYTES = 256 << 20
 
 
 # --- export -----------------------------------------------------------------------------------
@@ -235,25 +250,25 @@ class Peer(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
 
 
-Seconds = Annotated[StrictFloat | StrictInt, Field(ge=0, le=86_400 * 7)]
-Count = Annotated[StrictInt, Field(ge=0, le=1 << 24)]
+# The number types of rig.typed (finite, bounded), as the peers write them.
+Nanoseconds = Annotated[StrictInt, Field(ge=0, le=int(MAX_TIME_S) * NS)]  # since the epoch
 
 
 class VllmResult(Peer):
     completed: Count
-    duration: Annotated[StrictFloat | StrictInt, Field(gt=0, le=86_400 * 7)]
-    input_lens: list[Count] = Field(max_length=1_000_000)
-    output_lens: list[Count] = Field(max_length=1_000_000)
+    duration: Annotated[Seconds, Field(gt=0)]
+    input_lens: list[Tokens] = Field(max_length=1_000_000)
+    output_lens: list[Tokens] = Field(max_length=1_000_000)
     ttfts: list[Seconds] = Field(max_length=1_000_000)
     itls: list[list[Seconds]] = Field(max_length=1_000_000)
     errors: list[StrictStr | None] = Field(max_length=1_000_000)
-    start_times: list[Annotated[StrictFloat | StrictInt, Field(ge=0)]] | None = None
+    start_times: list[Epoch] | None = None
     model_id: StrictStr | None = None
     backend: StrictStr | None = None
 
 
 class AiperfValue(Peer):
-    value: StrictFloat | StrictInt | list[StrictFloat | StrictInt] | None
+    value: Finite | list[Finite] | None
     unit: StrictStr
 
 
@@ -262,11 +277,19 @@ class AiperfMetadata(Peer):
     x_correlation_id: StrictStr | None = Field(None, max_length=200)
     conversation_id: StrictStr | None = Field(None, max_length=200)
     turn_index: Count = 0
-    request_start_ns: Annotated[StrictInt, Field(ge=0)]
-    request_end_ns: Annotated[StrictInt, Field(ge=0)] | None = None
+    request_start_ns: Nanoseconds
+    request_end_ns: Nanoseconds | None = None
     worker_id: StrictStr | None = Field(None, max_length=200)
     benchmark_phase: StrictStr = "profiling"
     was_cancelled: StrictBool = False
+
+    @field_validator("request_end_ns")
+    @classmethod
+    def _ends_after_it_starts(cls, end: int | None, info: ValidationInfo) -> int | None:
+        start = info.data.get("request_start_ns")
+        if end is not None and start is not None and end < start:
+            raise ValueError("before request_start_ns: a request ends after it starts")
+        return end
 
 
 class AiperfError(Peer):
@@ -321,7 +344,7 @@ def _vllm_records(data: bytes, where: str) -> tuple[list[RequestRecord], float |
             record.error, record.error_detail = "peer_error", error[:300]
         else:
             first = start + first_s
-            record.chunks = [first, *(first + float(np.sum(gaps[: k + 1])) for k in range(len(gaps)))]
+            record.chunks = [first, *(first + elapsed for elapsed in itertools.accumulate(float(gap) for gap in gaps))]
             record.t_first, record.t_last, record.t_end = first, record.chunks[-1], record.chunks[-1]
             record.usage = {"prompt_tokens": inp, "completion_tokens": out}
             record.finish_reason = "imported"
@@ -340,13 +363,22 @@ def _plausible(record: RequestRecord, where: str, field: str, fix: str) -> Reque
     return record
 
 
+def _tokens(value: float, where: str, field: str) -> int:
+    """A peer's token count: a whole number of at most MAX_TOKENS (a count of 1e300 is no count)."""
+    if value != int(value) or not 0 <= value <= MAX_TOKENS:
+        raise Invalid(where, field, f"{value:g} is not a token count (a whole number 0..{MAX_TOKENS})",
+                      "pass the profile_export.jsonl AIPerf wrote, unchanged")
+    return int(value)
+
+
 def _aiperf_records(data: bytes, where: str) -> tuple[list[RequestRecord], float | None]:
-    try:
-        text = data.decode("utf-8", errors="strict")
-    except UnicodeDecodeError as error:
-        raise Damaged(where, f"byte {error.start}", "not UTF-8 text", "pass the profile_export.jsonl AIPerf wrote, unchanged") from None
     records = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, raw in enumerate(io.BytesIO(data), start=1):  # a line at a time: no second copy of the file as text or lines
+        try:
+            line = raw.decode("utf-8", errors="strict")
+        except UnicodeDecodeError as error:
+            raise Damaged(where, f"line {number} byte {error.start + 1}", "not UTF-8 text",
+                          "pass the profile_export.jsonl AIPerf wrote, unchanged") from None
         if not line.strip():
             continue
         try:
@@ -385,7 +417,8 @@ def _aiperf_records(data: bytes, where: str) -> tuple[list[RequestRecord], float
             record.t_end = (meta.request_end_ns / NS) if meta.request_end_ns else record.t_last
             output = number_of("output_sequence_length") or number_of("output_token_count")
             inputs = number_of("input_sequence_length")
-            record.usage = {k: int(v) for k, v in (("prompt_tokens", inputs), ("completion_tokens", output)) if v is not None}
+            record.usage = {k: _tokens(v, where, f"line {number}: metrics.{k}")
+                            for k, v in (("prompt_tokens", inputs), ("completion_tokens", output)) if v is not None}
             record.finish_reason = "imported"
         records.append(_plausible(record, where, f"line {number}", "pass the profile_export.jsonl AIPerf wrote, unchanged"))
     if not records:
@@ -399,9 +432,11 @@ class ImportedRun(NamedTuple):
     tool: str  # "vllm" or "aiperf"
 
 
-def import_file(path: Path, scenario_ref: str | None, out: Path | None = None, progress: bool = True) -> ImportedRun:
-    """Reads a peer's file into a run directory, computed by rig's rules, provenance marked.
-    (`rig import --compare` then adds it to a comparison: rig.compare.imported.)"""
+def import_file(path: Path, scenario_ref: str | None, out: Path | None = None, progress: bool = True,
+                under: Path | None = None) -> ImportedRun:
+    """Reads a peer's file into a run directory (`out`, else a new one below `under`, by default
+    results/imported), computed by rig's rules, provenance marked. (`rig import --compare` then adds
+    it to a comparison: rig.compare.imported.)"""
     from rig.load.scenarios import load_scenario
 
     where = display(path)
@@ -413,7 +448,7 @@ def import_file(path: Path, scenario_ref: str | None, out: Path | None = None, p
         raise Invalid(where, "(file)", "holds no requests", "pass the result of a run that sent requests")
     digest = hashlib.sha256(data).hexdigest()
 
-    run = out or paths.results_dir() / "imported" / f"{time.strftime('%Y%m%d-%H%M%S')}-{tool}-{digest[:8]}" / scenario.name
+    run = out or (under or paths.results_dir() / "imported") / f"{time.strftime('%Y%m%d-%H%M%S')}-{tool}-{digest[:8]}" / scenario.name
     if run.exists() and any(run.iterdir()):
         raise RigError(str(run), "(directory)", "already holds a run", "pass a new --out directory")
     starts = [r.t_send for r in records]

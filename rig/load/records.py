@@ -11,10 +11,10 @@ from pathlib import Path
 
 from pydantic import Field, JsonValue, ValidationInfo, model_validator
 
-from rig.typed import STORED, Versioned
+from rig.typed import MAX_TIME_S, MAX_TOKENS, STORED, Versioned
 
 RECORD_SCHEMA = 3
-MAX_TIME = 1e11  # seconds since the epoch (the year 5138): a larger "time" is no time
+MAX_TIME = MAX_TIME_S
 
 
 class RequestRecord(Versioned):
@@ -92,18 +92,20 @@ class RequestRecord(Versioned):
             raise ValueError("t_first is before t_send")
         if self.t_last is not None and self.t_first is not None and self.t_last < self.t_first:
             raise ValueError("t_last is before t_first")
-        if self.chunk_tokens is not None and any(n < 0 for n in self.chunk_tokens):
-            raise ValueError("a negative token count in chunk_tokens")
+        if any(t is not None and t < self.t_send for t in (self.t_last, self.t_end)):
+            raise ValueError("the request ends (t_last or t_end) before it was sent (t_send): no request takes negative time")
+        if self.chunk_tokens is not None and any(not 0 <= n <= MAX_TOKENS for n in self.chunk_tokens):
+            raise ValueError(f"a token count in chunk_tokens outside 0..{MAX_TOKENS}")
         if self.chunk_waits_us is not None and (len(self.chunk_waits_us) != len(self.chunks) or any(w < 0 for w in self.chunk_waits_us)):
             raise ValueError("chunk_waits_us is not one wait of 0 us or more per chunk")
         for key in ("completion_tokens", "prompt_tokens"):
             value = (self.usage or {}).get(key)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-                raise ValueError(f"usage.{key} {value!r} is not a count")
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_TOKENS):
+                raise ValueError(f"usage.{key} {str(value)[:40]} is not a token count (a whole number 0..{MAX_TOKENS})")
         for name in ("prompt_tokens_target", "cached_tokens", "max_tokens"):
             value = getattr(self, name)
-            if value is not None and value < 0:
-                raise ValueError(f"{name} {value} is negative")
+            if value is not None and not 0 <= value <= MAX_TOKENS:
+                raise ValueError(f"{name} {str(value)[:40]} is not a token count (0..{MAX_TOKENS})")
         return self
 
     def to_line(self) -> str:

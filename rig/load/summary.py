@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, model_validator
 
 from rig.atomic import write_text_atomic
 from rig.boot.record import BootImage
@@ -26,7 +26,7 @@ from rig.load.wire import LAG_PROBE_SLEEP, LagProbe, TraceReplay
 from rig.load.workload import OutputLengthSpec
 from rig.observe.gpu import GpuSummary
 from rig.observe.server_metrics import ServerMetrics
-from rig.typed import Typed, Versioned
+from rig.typed import STORED, Epoch, Typed, Versioned
 
 SUMMARY_SCHEMA = 3
 SUMMARY_MAX_BYTES = 16 << 20  # a summary is tens of kB; its observations at most a few MB
@@ -38,10 +38,10 @@ ERROR_RATE_LIMIT = 0.01  # more than 1% of requests failed: the run measured a s
 class Window(Typed):
     """The measurement window of a run and how it was chosen."""
 
-    start: float
-    end: float
-    run_start: float  # users spawned (Locust's spawning_complete), else the first request
-    run_end: float  # Locust began stopping users, else the last request's end
+    start: Epoch
+    end: Epoch
+    run_start: Epoch  # users spawned (Locust's spawning_complete), else the first request
+    run_end: Epoch  # Locust began stopping users, else the last request's end
     steady: bool  # False: no steady state was reached; the figures cover a transient
     opened_by: str  # why the window opens where it does
     # Derived, written for readers of the JSON; recomputed whenever a window is built or read.
@@ -49,7 +49,9 @@ class Window(Typed):
     kept_fraction: float = 0.0
 
     @model_validator(mode="after")
-    def _derive(self) -> Window:
+    def _derive(self, info: ValidationInfo) -> Window:
+        if info.context == STORED and (self.end < self.start or self.run_end < self.run_start):
+            raise ValueError("the window (or the run) ends before it starts")
         self.seconds = max(self.end - self.start, 1e-9)
         self.kept_fraction = self.seconds / max(self.run_end - self.run_start, 1e-9)
         return self
@@ -228,7 +230,7 @@ class ImportedFrom(Typed):
     tool: str
     file: str
     sha256: str
-    imported_at: float
+    imported_at: Epoch
     records: int
 
 
@@ -269,7 +271,7 @@ class Provenance(Typed):
     served_model: str | None
     host: HostFacts | None
     client: ClientSetup
-    time: float
+    time: Epoch
     imported: ImportedFrom | None = None
 
 

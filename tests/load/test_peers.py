@@ -165,7 +165,7 @@ def test_an_imported_aiperf_run_joins_a_comparison(measured, tmp_path):
     out = _comparison(tmp_path)
     export_run(run, "aiperf", tmp_path / "peer")
     result = rig_cli("import", str(tmp_path / "peer" / "profile_export.jsonl"), "--compare", str(out), "--arm", "before",
-                     "--block", "2", "--out", str(tmp_path / "imported"), env={"RIG_RESULTS_DIR": str(tmp_path / "results")})
+                     "--block", "2", env={"RIG_RESULTS_DIR": str(tmp_path / "results")})  # the run goes inside the comparison
     assert result.returncode == 0, result.stdout + result.stderr
     analysis = json.loads((out / "compare.json").read_text())
     comparison = analysis["scenarios"]["prose-c1"]["vs"]["after"]
