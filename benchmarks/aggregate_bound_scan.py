@@ -1,5 +1,5 @@
 """The aggregate rate's client bound (rig.load.client_error, output_tok_s) against the simulated
-clients of tests/load/test_client_error.py, over many seeds: how many runs put the truth outside
+clients of tests/load/client_error/client_sim.py, over many seeds: how many runs put the truth outside
 the bound (misses), the runs nearest to it (error / bound), and the median bound and error; for
 the figure's bound and for each of its two rules alone (every user's shift traded at both edges;
 the shifts' move across a steady window, pooled over the processes), so that neither rests on the
@@ -34,9 +34,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "load")]
+sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "load" / "client_error")]
 
-import test_client_error as simulation  # noqa: E402
+import client_sim as simulation  # noqa: E402
 
 from rig.load import client_error  # noqa: E402
 from rig.load.client_error import UNBOUNDED, client_bounds  # noqa: E402
@@ -63,7 +63,7 @@ def bounds_by_rule(records: list[RequestRecord], window: Window, clients: list[C
         del client_error.POOLED[AGGREGATE]
         out[RULES[1]] = client_bounds(records, window, clients, 0.01, master)[AGGREGATE].bound
         client_error.POOLED[AGGREGATE] = pooled
-        client_error.BOUNDS[AGGREGATE] = lambda inputs: UNBOUNDED
+        client_error.BOUNDS[AGGREGATE] = lambda inputs: client_error.Bound(UNBOUNDED)
         alone = client_bounds(records, window, clients, 0.01, master)[AGGREGATE].bound
         out[RULES[2]] = None if alone is None or alone >= UNBOUNDED else alone
     finally:

@@ -131,12 +131,14 @@ def parts(source: Source) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, bound_of in client_error.BOUNDS.items():
         pooled = client_error.POOLED.get(name)
+        assert client_error.bound(name, inputs).total == bounds[name].bound
         out[name] = {"total": bounds[name].bound,
-                     "per_process": {str(i.profile.process): bound_of(i) for i in inputs if i.profile.samples},
-                     "pooled": pooled(inputs) if pooled is not None and inputs and all(i.profile.samples for i in inputs) else None}
+                     "per_process": {str(i.profile.process): bound_of(i).total for i in inputs if i.profile.samples_s},
+                     "pooled": pooled(inputs).total if pooled is not None and client_error.monitored(inputs) else None}
     out["output_tok_s parts"] = {str(i.profile.process): None if i.aggregate is None else
-                                 {"tokens": i.aggregate.tokens, "by_edges": i.aggregate.by_edges, "between": i.aggregate.between}
-                                 for i in inputs if i.profile.samples}
+                                 {"tokens": i.aggregate.tokens, "by_edges": i.aggregate.by_edges_share,
+                                  "between": i.aggregate.between_share}
+                                 for i in inputs if i.profile.samples_s}
     return out
 
 
