@@ -1,4 +1,4 @@
-"""R12: no more first chunks past a steady run's end than twice the most that began as fast inside it. (docs/client-error.md)"""
+"""R12: no more first chunks past a steady run's end than twice the most that began as fast inside it (docs/client-error.md)."""
 
 from __future__ import annotations
 

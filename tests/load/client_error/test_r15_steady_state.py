@@ -1,4 +1,4 @@
-"""R15: at a steady state the shifts before the window cancel between its edges. (docs/client-error.md)"""
+"""R15: at a steady state the shifts before the window cancel between its edges (docs/client-error.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""R2: a long stretch is placed in time and counts at the recorded times it reached. (docs/client-error.md)"""
+"""R2: a long stretch is placed in time and counts at the recorded times it reached (docs/client-error.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""R3: a read waits behind the other reads of its loop pass; the monitor cannot meet that wait. (docs/client-error.md)"""
+"""R3: a read waits behind the other reads of its loop pass; the monitor cannot meet that wait (docs/client-error.md)."""
 
 from __future__ import annotations
 

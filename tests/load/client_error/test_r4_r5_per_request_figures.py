@@ -1,4 +1,4 @@
-"""R4 (summed durations) and R5 (percentiles): every figure against the truth of a simulated client. (docs/client-error.md)"""
+"""R4 (summed durations) and R5 (percentiles): every figure against the truth of a simulated client (docs/client-error.md)."""
 
 from __future__ import annotations
 

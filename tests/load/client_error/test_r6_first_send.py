@@ -1,4 +1,4 @@
-"""R6: a closed-loop user's first send, held back by the spawn's pacer and its own way to the send. (docs/client-error.md)"""
+"""R6: a closed-loop user's first send, held back by the spawn's pacer and its own way to the send (docs/client-error.md)."""
 
 from __future__ import annotations
 

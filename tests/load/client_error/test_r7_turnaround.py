@@ -1,4 +1,4 @@
-"""R7: a user's turnaround between requests, less a conversation's think time, after a failure to its start. (docs/client-error.md)"""
+"""R7: a user's turnaround between requests, less a conversation's think time, after a failure to its start (docs/client-error.md)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 import numpy as np
 from client_sim import PROFILES, START, Loop, busy_loop, closed_loop, conversations, monitor, record, server_times, stalls_at
 
-from rig.load.client_error import client_bounds
+from rig.load.client_error import LagProfile, client_bounds, turnaround_hold
 from rig.load.metrics import summarize
 from rig.load.records import RequestRecord
 from rig.load.summary import Window
@@ -92,3 +92,16 @@ def test_a_stall_over_a_pending_connect_after_a_failure_is_the_clients():
     error = abs(truth / summarize(records, window).output_tok_s - 1)
     bound = client_bounds(records, window, [ClientStats(process="p", lag=monitor(loop, seconds + 2))], limit=0.01)["output_tok_s"]
     assert error > 0.01 and bound.bound is not None and error <= bound.bound, (error, bound)
+
+
+def test_a_turnaround_holds_the_user_back_by_the_time_to_its_next_send_less_the_think_time():
+    """R7 on two turns of one conversation, a quiet loop: the hold-back is the time from the end as
+    read to the next send, less the think time, plus the short delay the end was read late by."""
+    first = record(0, 0, 1.0, [1.2, 1.3], 2).model_copy(update={"conversation": "c", "turn": 0})
+    second = record(0, 1, 3.35, [3.5, 3.6], 2).model_copy(update={"conversation": "c", "turn": 1})
+    profile = LagProfile.of(ClientStats(process="p", lag=[(START + 0.01 * k, 0.0001) for k in range(1, 500)]), START, START + 5.0)
+    hold = turnaround_hold(first, second, profile, 0.0001, 2.0)
+    assert hold.rule == "R7" and hold.start_s == first.t_end
+    assert hold.seconds == max(0.0, second.t_send - first.t_end - 2.0) + 0.0 + 0.0001
+    other = second.model_copy(update={"conversation": "d", "turn": 0})  # a new conversation starts at once: no think time
+    assert turnaround_hold(first, other, profile, 0.0001, 2.0).seconds == second.t_send - first.t_end + 0.0001

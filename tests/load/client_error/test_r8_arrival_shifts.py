@@ -1,13 +1,13 @@
-"""R8: an arrival schedule's request runs behind the ideal client by its own send's lateness. (docs/client-error.md)"""
+"""R8: an arrival schedule's request runs behind the ideal client by its own send's lateness (docs/client-error.md)."""
 
 from __future__ import annotations
 
 import random
 
 import pytest
-from client_sim import PROFILES, START, busy_loop, monitor, open_loop
+from client_sim import PROFILES, START, busy_loop, monitor, open_loop, record
 
-from rig.load.client_error import client_bounds
+from rig.load.client_error import client_bounds, scheduled_holds
 from rig.load.metrics import summarize
 from rig.load.summary import Window
 from rig.load.wire import ClientStats
@@ -30,3 +30,15 @@ def test_an_arrivals_shift_is_its_own_sends_lateness(profile, most):
         bound = client_bounds(records, window, [ClientStats(process="p", lag=monitor(loop, 38.0))], most)["output_tok_s"]
         assert bound.bound is not None and error <= bound.bound and bound.holds, (seed, error, bound)
         assert max(len([r for r in records if r.user == user]) for user in {r.user for r in records}) >= 10  # many requests a user
+
+
+def test_an_arrivals_hold_lasts_over_its_own_span_only():
+    """R8 on two arrivals of one user, the first sent 30 ms late, the second on time: the shift rises
+    to 30 ms where the first request's span opens (its schedule, less the read lateness) and falls
+    back to 0 where it ends."""
+    late = record(0, 0, 1.03, [1.2, 1.3], 2).model_copy(update={"t_scheduled": START + 1.0})
+    on_time = record(0, 1, 5.0, [5.2, 5.3], 2).model_copy(update={"t_scheduled": START + 5.0})
+    holds = scheduled_holds([late, on_time], 0.01, START + 10.0)
+    assert [h.rule for h in holds] == ["R8", "R8"]
+    assert holds[0].start_s == late.t_scheduled - 0.01 and holds[0].seconds == late.t_send - late.t_scheduled
+    assert holds[1].start_s > late.t_end and holds[1].seconds == -holds[0].seconds

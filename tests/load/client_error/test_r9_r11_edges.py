@@ -1,4 +1,5 @@
-"""R9-R11 and R14: the users' shifts traded at the window's edges, reads held past an edge, what the run's end never read, a drained window's end. (docs/client-error.md)"""
+"""R9-R11 and R14: the users' shifts traded at the window's edges, reads held past an edge, what the
+run's end never read, a drained window's end (docs/client-error.md)."""
 
 from __future__ import annotations
 
