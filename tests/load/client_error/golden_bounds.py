@@ -20,6 +20,7 @@ REPO = HERE.parents[2]
 sys.path[:0] = [str(HERE), str(REPO)]
 
 import client_sim as sim  # noqa: E402
+import engine_sim  # noqa: E402
 
 from rig.load import client_error  # noqa: E402
 from rig.load.metrics import responsive_end, steady_window  # noqa: E402
@@ -118,7 +119,7 @@ def simulated_runs() -> Iterator[tuple[str, Source]]:
     window = steady_window(records, {"spawning_complete": start + 16 * 0.0005, "stopping": start + end}, 0.0, 16)
     yield "users in step", Source(records, window, [ClientStats(process="p", lag=sim.monitor(loop, end + 2))])
     for case in ("burst, locked monitor", "spread, sends"):
-        records, _, lag = sim.engine_run(random.Random(0), seconds=12.0, **sim.ENGINE_CASES[case])
+        records, _, lag = engine_sim.engine_run(random.Random(0), seconds=12.0, **engine_sim.ENGINE_CASES[case])
         window = Window(start=start + 3.0, end=start + 11.0, run_start=start, run_end=start + 12.0, steady=True, opened_by="simulated")
         yield f"engine steps, {case}", Source(records, window, [ClientStats(process="p", lag=lag)])
 

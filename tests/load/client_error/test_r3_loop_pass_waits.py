@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from client_sim import ENGINE_CASES, misses
+from engine_sim import ENGINE_CASES, misses
 
 
 @pytest.mark.slow  # a calibration simulation: `make test` runs it, `make test-fast` does not

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Any
 
 import numpy as np
 import pytest
 from client_sim import (
     PROFILES,
     START,
-    _open_loop_error_and_bound,
-    _window,
+    Loop,
     busy_loop,
     closed_loop,
     cut_at,
@@ -106,18 +106,35 @@ def test_a_closed_loop_user_with_no_stream_open_at_the_runs_end_was_about_to_sen
     assert (remaining, first, rate) == (9.0, 0.0, pytest.approx(100.0))
 
 
+def open_loop_error_and_bound(loop: Loop, window: Window, cut: float | None = None, ideal_window: Window | None = None,
+                               seed: int = 0) -> tuple[float, Any]:
+    """256 users at 60 req/s for 25 s, 16 tokens each: the aggregate's error against the ideal client
+    (its own window where the window's end is the client's to time) and its bound."""
+    records, _ = open_loop(loop, 256, 60.0, 25.0, 16, 0.05, 0.01, seed)
+    ideal, _ = open_loop(None, 256, 60.0, 25.0, 16, 0.05, 0.01, seed)
+    if cut is not None:
+        records, ideal = cut_at(records, START + cut), cut_at(ideal, START + cut)
+    truth = summarize(ideal, ideal_window or window).output_tok_s
+    bound = client_bounds(records, window, [ClientStats(process="p", lag=monitor(loop, 40.0))], 0.05)["output_tok_s"]
+    return abs(truth / summarize(records, window).output_tok_s - 1), bound
+
+
+def window_of(start: float, end: float, run_end: float) -> Window:
+    return Window(start=START + start, end=START + end, run_start=START, run_end=START + run_end, steady=True, opened_by="simulated")
+
+
 def test_a_stall_just_after_an_edge_holds_back_the_reads_of_what_crossed_it():
     """Each inside its bound: sends late by a stall just before the window's end, whose tokens a
     second stall just after it read late, beyond the tokens read near the edge; a replay's window that
     closes when the client read the last response; a run cut at its end just after a stall."""
     scheduled = open_loop(None, 256, 60.0, 25.0, 16, 0.05, 0.01, 0)[1]
     last = scheduled[-1]
-    error, bound = _open_loop_error_and_bound(stalls_at([(last - 0.32, 0.3), (last + 0.015, 0.3)], 40.0), _window(2.0, last, 33.0))
+    error, bound = open_loop_error_and_bound(stalls_at([(last - 0.32, 0.3), (last + 0.015, 0.3)], 40.0), window_of(2.0, last, 33.0))
     assert error > 0.005 and bound.bound is not None and error <= bound.bound, (error, bound)
     loop = stalls_at([(last - 0.001, 0.2)], 40.0)
     drained = max(r.t_end for r in open_loop(loop, 256, 60.0, 25.0, 16, 0.05, 0.01, 0)[0]) - START
     ideal_drained = max(r.t_end for r in open_loop(None, 256, 60.0, 25.0, 16, 0.05, 0.01, 0)[0]) - START
-    error, bound = _open_loop_error_and_bound(loop, _window(0.0, drained, drained), ideal_window=_window(0.0, ideal_drained, ideal_drained))
+    error, bound = open_loop_error_and_bound(loop, window_of(0.0, drained, drained), ideal_window=window_of(0.0, ideal_drained, ideal_drained))
     assert error > 0.005 and bound.bound is not None and error <= bound.bound, (error, bound)
-    error, bound = _open_loop_error_and_bound(stalls_at([(19.6, 0.3)], 40.0), _window(2.0, 20.0, 20.0), cut=20.0)
+    error, bound = open_loop_error_and_bound(stalls_at([(19.6, 0.3)], 40.0), window_of(2.0, 20.0, 20.0), cut=20.0)
     assert error > 0.005 and bound.bound is not None and error <= bound.bound, (error, bound)
