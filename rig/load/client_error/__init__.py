@@ -10,16 +10,18 @@ reported * (1 +/- bound). A figure is usable when its bound is at most the scena
 - holds: what holds a user's timeline back (R6 first send, R7 turnaround, R8 an arrival's send);
 - timeline, aggregate: the aggregate rate by the window's edges (R9-R14);
 - steady: the aggregate at a steady state, over every process at once (R15);
+- inputs, build: what the bounds read of each process;
 - figures: each figure's bound and the bound over the processes (R16).
 """
 
 from __future__ import annotations
 
 from rig.load.client_error.aggregate import AggregateParts, aggregate_parts
+from rig.load.client_error.build import figure_inputs
 from rig.load.client_error.delays import CLOCK_RESOLUTION_S, DelayLevel, LagProfile, ShortDelays, Stretch
 from rig.load.client_error.figures import BOUNDS, POOLED, SPANS, bound, monitored
 from rig.load.client_error.holds import first_send_hold, scheduled_holds, turnaround_hold
-from rig.load.client_error.inputs import FigureInputs, figure_inputs
+from rig.load.client_error.inputs import FigureInputs
 from rig.load.client_error.steady import steady_state_bound, steady_state_moved
 from rig.load.client_error.terms import NO_BOUND, UNBOUNDED, Bound, Hold, Term, share_of_reported, share_text
 from rig.load.client_error.timeline import FirstChunks, Timeline, Traded, Unread

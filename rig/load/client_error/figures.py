@@ -115,5 +115,5 @@ def bound(figure: str, inputs: list[FigureInputs]) -> Bound:
     worst = max(bounds, key=lambda b: b.total)  # type: ignore[arg-type,return-value]
     pooled = POOLED[figure](inputs) if figure in POOLED else NO_BOUND
     if pooled.total is not None and pooled.total < worst.total:  # type: ignore[operator]
-        return Bound(pooled.total, (*pooled.terms, Term("R16", "pooled", 1.0)))
-    return Bound(worst.total, (*worst.terms, Term("R16", "processes", float(len(bounds)))))
+        return Bound(pooled.total, (*pooled.terms, Term("R16", "pooled_over_processes_count", float(len(inputs)))))
+    return Bound(worst.total, (*worst.terms, Term("R16", "worst_of_processes_count", float(len(bounds)))))
