@@ -11,6 +11,7 @@ from rig.load.client_error.inputs import FigureInputs
 from rig.load.client_error.per_request import duration_sum_bound, quantile_bound
 from rig.load.client_error.steady import steady_state_bound
 from rig.load.client_error.terms import NO_BOUND, Bound, Term, share_of_reported
+from rig.load.client_error.timeline import Timeline
 from rig.load.request_metrics import Done, decode_time, e2e, itl, tpot, ttft
 from rig.load.summary import HEADLINE, LATENCY
 
@@ -81,7 +82,22 @@ def edges_bound(inputs: FigureInputs) -> Bound:
         return NO_BOUND
     return Bound(share_of_reported(parts.by_edges_share),
                  (Term("R9", "edges_share", parts.edges_share), Term("R13", "between_share", parts.between_share),
-                  Term("R14", "drain_share", parts.drain_share), Term("R9", "window_tokens", parts.tokens)))
+                  Term("R14", "drain_share", parts.drain_share), Term("R9", "window_tokens", parts.tokens),
+                  *hold_terms(parts.timelines or [], inputs.window.end)))
+
+
+def hold_terms(timelines: list[Timeline], end_s: float) -> list[Term]:
+    """The longest any user was held back by each source (R6-R8) up to the window's end: which
+    hold-backs the edges traded."""
+    longest: dict[str, float] = {}
+    for line in timelines:
+        by_rule: dict[str, float] = {}
+        for hold in line.holds:
+            if hold.start_s <= end_s:
+                by_rule[hold.rule] = by_rule.get(hold.rule, 0.0) + hold.seconds
+        for rule, seconds in by_rule.items():
+            longest[rule] = max(longest.get(rule, seconds), seconds)
+    return [Term(rule, "longest_user_hold_s", seconds) for rule, seconds in sorted(longest.items())]
 
 
 # One bound per reported figure and process.

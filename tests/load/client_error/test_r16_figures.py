@@ -47,3 +47,5 @@ def test_a_bound_shows_the_terms_that_made_it():
     [level] = [t.value for t in bound("itl_p50_ms", inputs).terms if t.name == "level_s"]
     assert level in [lv.level_s for lv in inputs[0].profile.levels()]
     assert {t.rule for t in bound("output_tok_s", inputs).terms} & {"R9", "R15"}
+    edges = {t.rule: t.value for t in BOUNDS["output_tok_s"](inputs[0]).terms if t.name == "longest_user_hold_s"}
+    assert set(edges) == {"R6", "R7"} and edges["R7"] > 0  # closed-loop users: a first send and turnarounds
