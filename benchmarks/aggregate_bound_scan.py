@@ -1,5 +1,5 @@
 """The aggregate rate's client bound (rig.load.client_error, output_tok_s) against the simulated
-clients of tests/load/test_client_error.py, over many seeds: how many runs put the truth outside
+clients of tests/load/client_error/client_sim.py, over many seeds: how many runs put the truth outside
 the bound (misses), the runs nearest to it (error / bound), and the median bound and error; for
 the figure's bound and for each of its two rules alone (every user's shift traded at both edges;
 the shifts' move across a steady window, pooled over the processes), so that neither rests on the
@@ -34,9 +34,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "load")]
+sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "load" / "client_error")]
 
-import test_client_error as simulation  # noqa: E402
+import client_sim as simulation  # noqa: E402
+import engine_sim  # noqa: E402
 
 from rig.load import client_error  # noqa: E402
 from rig.load.client_error import UNBOUNDED, client_bounds  # noqa: E402
@@ -63,7 +64,7 @@ def bounds_by_rule(records: list[RequestRecord], window: Window, clients: list[C
         del client_error.POOLED[AGGREGATE]
         out[RULES[1]] = client_bounds(records, window, clients, 0.01, master)[AGGREGATE].bound
         client_error.POOLED[AGGREGATE] = pooled
-        client_error.BOUNDS[AGGREGATE] = lambda inputs: UNBOUNDED
+        client_error.BOUNDS[AGGREGATE] = lambda inputs: client_error.Bound(UNBOUNDED)
         alone = client_bounds(records, window, clients, 0.01, master)[AGGREGATE].bound
         out[RULES[2]] = None if alone is None or alone >= UNBOUNDED else alone
     finally:
@@ -87,10 +88,10 @@ def engine_at_scale(seed: int, processes: int, users: int, seconds: float = 25.0
     """`processes` client processes of `users` each against one engine's step clock."""
     records, ideal, clients = [], [], []
     for j in range(processes):
-        read, _, lag = simulation.engine_run(random.Random(seed * 100 + j), users=users, seconds=seconds, step=0.05, tokens=64,
+        read, _, lag = engine_sim.engine_run(random.Random(seed * 100 + j), users=users, seconds=seconds, step=0.05, tokens=64,
                                              **options)
         records += as_process(read, f"p{j}")
-        ideal += as_process(simulation.engine_run(None, users=users, seconds=seconds, step=0.05, tokens=64, **options)[0], f"p{j}")
+        ideal += as_process(engine_sim.engine_run(None, users=users, seconds=seconds, step=0.05, tokens=64, **options)[0], f"p{j}")
         clients.append(ClientStats(process=f"p{j}", lag=lag))
     window = closing_window(START + 5.0, START + seconds)
     records, ideal = simulation.cut_at(records, window.end), simulation.cut_at(ideal, window.end)
@@ -184,18 +185,18 @@ def main() -> int:
         return original_bounds(records, window, clients, limit)
 
     captured: list[dict[str, float | None]] = []
-    simulation.client_bounds = through_rules  # the tests' trials, with each rule's bound captured
+    simulation.client_bounds = engine_sim.client_bounds = through_rules  # the tests' trials, each rule's bound captured
     try:
         for profile, users, seed in itertools.product(simulation.PROFILES, (4, 16, 48), range(args.seeds)):
             for name, error, _, _ in simulation.trial(1000 + seed, profile, users):
                 if name == AGGREGATE:
                     runs.append((f"{profile}, {users} users, seed {1000 + seed}", error, captured[-1]))
         for seed, case in itertools.product(range(args.seeds), ENGINE_CASES):
-            for name, error, _ in simulation.engine_trial(500 + seed, **case):
+            for name, error, _ in engine_sim.engine_trial(500 + seed, **case):
                 if name == AGGREGATE:
                     runs.append((f"engine {case or 'as is'}, seed {500 + seed}", error, captured[-1]))
     finally:
-        simulation.client_bounds = original_bounds
+        simulation.client_bounds = engine_sim.client_bounds = original_bounds
     at_scale: list[tuple[str, Callable[[], tuple[float, dict]]]] = []
     for seed in range(2000, 2000 + args.at_scale):
         for users, options in itertools.product((16, 100, 300), AT_SCALE_ENGINE):

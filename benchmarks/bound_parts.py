@@ -41,22 +41,22 @@ def main() -> int:
             print(f"{i.profile.process}: no bound")
             continue
         parts.append(part)
-        start, end = (client_error._Traded.of([line.traded[k] for line in part.timelines]).total(i.first_chunks) / part.tokens
+        start, end = (client_error.Traded.of([line.traded[k] for line in part.timelines]).total(i.first_chunks) / part.tokens
                       for k in (0, 1))
-        print(f"{i.profile.process}: {part.tokens:,.0f} tokens; edges' rule {100 * part.by_edges:.3f}% (shifts traded at the start "
-              f"{100 * start:.3f}%, at the end {100 * end:.3f}%; between requests {100 * part.between:.3f}%)")
+        print(f"{i.profile.process}: {part.tokens:,.0f} tokens; edges' rule {100 * part.by_edges_share:.3f}% (shifts traded at the start "
+              f"{100 * start:.3f}%, at the end {100 * end:.3f}%; between requests {100 * part.between_share:.3f}%)")
     lines = [line for part in parts for line in part.timelines]
     if not lines:
         return 1
     tokens = sum(part.tokens for part in parts)
     first_chunks = inputs[0].first_chunks
-    moved = client_error._steady_state_moved(lines, window, first_chunks)
-    traded = max(client_error._Traded.of([p.read_late_traded[k] for p in parts]).total(first_chunks) for k in (0, 1))
+    moved = client_error.steady_state_moved(lines, window, first_chunks)
+    traded = max(client_error.Traded.of([p.read_late_traded[k] for p in parts]).total(first_chunks) for k in (0, 1))
     print("steady-state rule: " + ("none (no steady window, or shifts as long as the window)" if moved is None else
                                    f"shifts moved {100 * moved / tokens:.3f}%, late reads traded {100 * traded / tokens:.3f}%"))
-    first = np.array([line.holds[0][1] for line in lines]) * 1e3
-    before = np.array([line.held_by(window.start) for line in lines]) * 1e3
-    inside = np.array([line.held_by(window.end) for line in lines]) * 1e3 - before
+    first = np.array([line.holds[0].seconds for line in lines]) * 1e3
+    before = np.array([line.held_by_s(window.start) for line in lines]) * 1e3
+    inside = np.array([line.held_by_s(window.end) for line in lines]) * 1e3 - before
     print(f"users' shift at the window's start: p50 {np.median(before):.1f} ms, max {before.max():.1f} ms; of it the first send's "
           f"hold-up p50 {np.median(first):.1f} ms, max {first.max():.1f} ms; held back inside the window p50 {np.median(inside):.1f} ms, "
           f"max {inside.max():.1f} ms ({len(lines)} users)")

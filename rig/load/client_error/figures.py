@@ -1,0 +1,135 @@
+"""Each reported figure's client bound, by the figure's name in HEADLINE and LATENCY
+(rig.load.summary), and the bound of a figure over every process (docs/client-error.md, R16)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from rig.load.client_error.inputs import FigureInputs
+from rig.load.client_error.per_request import duration_sum_bound, quantile_bound
+from rig.load.client_error.steady import steady_state_bound
+from rig.load.client_error.terms import NO_BOUND, Bound, Term, share_of_reported
+from rig.load.client_error.timeline import Timeline
+from rig.load.request_metrics import Done, decode_time, e2e, itl, tpot, ttft
+from rig.load.summary import HEADLINE, LATENCY
+
+# A request's samples: (value, first recorded time, second, the larger loop-pass wait of the two
+# reads (R3); the send is no read: it has none)
+Spans = Callable[[Done], list[tuple[float, float, float, float]]]
+
+
+def first_wait_s(d: Done) -> float:
+    return d.record.chunk_wait(0)
+
+
+def last_wait_s(d: Done) -> float:
+    return d.record.chunk_wait(len(d.record.chunks) - 1)
+
+
+def decode_bound(inputs: FigureInputs) -> Bound:
+    """R4 over the decode times (first chunk to last)."""
+    return duration_sum_bound([(d.first, d.last, max(first_wait_s(d), last_wait_s(d))) for d in inputs.done
+                               if d.decoded_tokens > 0 and decode_time(d) > 0], inputs.profile)
+
+
+def prefill_bound(inputs: FigureInputs) -> Bound:
+    """R4 over the TTFTs (send to first chunk)."""
+    return duration_sum_bound([(d.sent, d.first, first_wait_s(d)) for d in inputs.done if d.record.prompt_tokens and ttft(d) > 0],
+                              inputs.profile)
+
+
+def percentile_bound(spans_of: Spans, quantile: float, per_token: bool = False) -> Callable[[FigureInputs], Bound]:
+    """R5 over one kind of sample; TPOT divides a duration by the request's decoded tokens."""
+    def bound_of(inputs: FigureInputs) -> Bound:
+        spans = [span for d in inputs.done for span in spans_of(d)]
+        if not spans:
+            return NO_BOUND
+        samples = [value for value, _, _, _ in spans]
+        value = float(np.percentile(samples, 100 * quantile))
+        fewest = min((d.decoded_tokens for d in inputs.done if d.decoded_tokens >= 1), default=1.0)
+        return quantile_bound(samples, [(a, b) for _, a, b, _ in spans], [wait for _, _, _, wait in spans], quantile,
+                              1.0 / fewest if per_token else 1.0, inputs.profile, value)
+    return bound_of
+
+
+def tpot_spans(d: Done) -> list[tuple[float, float, float, float]]:
+    value = tpot(d)
+    return [] if value is None else [(value, d.first, d.last, max(first_wait_s(d), last_wait_s(d)))]
+
+
+def itl_spans(d: Done) -> list[tuple[float, float, float, float]]:
+    chunks = d.record.chunks
+    return [(gap, a, b, max(d.record.chunk_wait(i), d.record.chunk_wait(i + 1)))
+            for i, (gap, a, b) in enumerate(zip(itl(d), chunks, chunks[1:]))]
+
+
+# Each latency sample with the two recorded times it is the difference of (the values from
+# rig.load.request_metrics, the one definition of each).
+SPANS: dict[str, Spans] = {
+    "ttft": lambda d: [(ttft(d), d.sent, d.first, first_wait_s(d))],
+    "e2e": lambda d: [(e2e(d), d.sent, d.last, last_wait_s(d))],
+    "tpot": tpot_spans,
+    "itl": itl_spans,
+}
+
+
+def edges_bound(inputs: FigureInputs) -> Bound:
+    """R9-R14: one process's aggregate by the edges' rule (the steady-state one is pooled: R15)."""
+    parts = inputs.aggregate
+    if parts is None:
+        return NO_BOUND
+    return Bound(share_of_reported(parts.by_edges_share),
+                 (Term("R9", "edges_share", parts.edges_share), Term("R13", "between_share", parts.between_share),
+                  Term("R14", "drain_share", parts.drain_share), Term("R9", "window_tokens", parts.tokens),
+                  *hold_terms(parts.timelines or [], inputs.window.end)))
+
+
+def hold_terms(timelines: list[Timeline], end_s: float) -> list[Term]:
+    """The longest any user was held back by each source (R6-R8) up to the window's end: which
+    hold-backs the edges traded."""
+    longest: dict[str, float] = {}
+    for line in timelines:
+        by_rule: dict[str, float] = {}
+        for hold in line.holds:
+            if hold.start_s <= end_s:
+                by_rule[hold.rule] = by_rule.get(hold.rule, 0.0) + hold.seconds
+        for rule, seconds in by_rule.items():
+            longest[rule] = max(longest.get(rule, seconds), seconds)
+    return [Term(rule, "longest_user_hold_s", seconds) for rule, seconds in sorted(longest.items())]
+
+
+# One bound per reported figure and process.
+BOUNDS: dict[str, Callable[[FigureInputs], Bound]] = {
+    "user_decode_tok_s": decode_bound,
+    "prefill_tok_s": prefill_bound,
+    "output_tok_s": edges_bound,
+    "e2e_p50_ms": percentile_bound(SPANS["e2e"], 0.50),
+    "e2e_p99_ms": percentile_bound(SPANS["e2e"], 0.99),  # a sweep's tail columns (rig.load.sweep)
+    "tpot_p99_ms": percentile_bound(SPANS["tpot"], 0.99, per_token=True),
+    **{f.name: percentile_bound(SPANS[f.samples], f.quantile, per_token=f.samples == "tpot") for f in LATENCY},
+}
+assert {f.name for f in HEADLINE.values()} <= set(BOUNDS), "every headline figure has a client bound"
+# Bounds read over every process at once, where a statistical one is tighter than the worst process's (R16).
+POOLED: dict[str, Callable[[list[FigureInputs]], Bound]] = {"output_tok_s": steady_state_bound}
+
+
+def monitored(inputs: list[FigureInputs]) -> bool:
+    """R16: every process that sent the window's requests has lag samples."""
+    return bool(inputs) and all(i.profile.samples_s for i in inputs)
+
+
+def bound(figure: str, inputs: list[FigureInputs]) -> Bound:
+    """R16: the worst process's bound, or the pooled one where that is smaller; with the terms of the
+    one taken. NO_BOUND where a process is not monitored or no process has samples of the figure."""
+    if not monitored(inputs):
+        return NO_BOUND
+    bounds = [b for i in inputs if (b := BOUNDS[figure](i)).total is not None]
+    if not bounds:
+        return NO_BOUND
+    worst = max(bounds, key=lambda b: b.total)  # type: ignore[arg-type,return-value]
+    pooled = POOLED[figure](inputs) if figure in POOLED else NO_BOUND
+    if pooled.total is not None and pooled.total < worst.total:  # type: ignore[operator]
+        return Bound(pooled.total, (*pooled.terms, Term("R16", "pooled_over_processes_count", float(len(inputs)))))
+    return Bound(worst.total, (*worst.terms, Term("R16", "worst_of_processes_count", float(len(bounds)))))
