@@ -67,7 +67,10 @@ class Patch:
                                 f"install {self.library}=={LOCUST_PIN if self.library == 'locust' else self.written_for + '.*'} "
                                 f"(`pip install -e .`), or re-check {self.owner}.{self.attribute} against {version} and update the patch")
         where = f"{self.owner}.{self.attribute}"
-        found = inspect.getattr_static(self.target(), self.attribute, None)
+        try:
+            found = inspect.getattr_static(self.target(), self.attribute, None)
+        except (ImportError, AttributeError):
+            found = None
         if self.parameters is None:
             if not isinstance(found, property):
                 raise PatchMismatch(HERE, f"patch {self.name}", f"{where} is not a property in {self.library} {version}",
@@ -106,6 +109,7 @@ def require_written_for(patches: tuple[Patch, ...] = PATCHES) -> None:
 def _replace(patch: Patch, make: Callable[[Any], Callable[..., Any]]) -> None:
     """Replaces the attribute with make(original) (wrapped in a property where the patch says so).
     Applied again, it replaces the original again rather than wrapping its own replacement."""
+    patch.check()
     owner = patch.target()
     current = inspect.getattr_static(owner, patch.attribute)
     function = current.fget if isinstance(current, property) else current

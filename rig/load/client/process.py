@@ -102,7 +102,7 @@ class ClientProcess:
             gevent.spawn(self.monitor.run)  # the master's stalls start later batches late: its samples bound that
             return
         if isinstance(runner, WorkerRunner):
-            runner.register_message(EPOCH_MESSAGE, lambda _environment, msg, **_kw: self.schedule.start(float(msg.data)))
+            runner.register_message(EPOCH_MESSAGE, self._epoch)
             if os.environ.get(RIG_PARENT_ENV):  # on the master's host: its clock is this one
                 patches.record_worker_spawns(runner, self.spawns)
         elif isinstance(runner, LocalRunner):
@@ -154,6 +154,10 @@ class ClientProcess:
         else:
             self.write_window("drained")
             gevent.spawn(runner.quit)
+
+    def _epoch(self, environment: Any, msg: Any, **_: Any) -> None:
+        """A worker's: the master set the schedule's epoch."""
+        self.schedule.start(float(msg.data))
 
     def _worker_drained(self, environment: Any, msg: Any, **_: Any) -> None:
         self.drained_workers.add(str(msg.data))

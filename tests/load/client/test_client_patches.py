@@ -46,6 +46,10 @@ def test_an_attribute_that_is_gone_is_refused():
     assert "HTTPConnection.send_request is missing in urllib3" in refusal(dataclasses.replace(SEND_TIME, attribute="send_request"))
 
 
+def test_a_class_that_is_gone_is_refused():
+    assert "urllib3.connection:HTTPConnexion.request is missing" in refusal(dataclasses.replace(SEND_TIME, owner="urllib3.connection:HTTPConnexion"))
+
+
 def test_an_attribute_with_other_parameters_is_refused():
     text = refusal(dataclasses.replace(SEND_TIME, parameters=("self", "url", "method")))
     assert "HTTPConnection.request takes (self, method, url), not (self, url, method)" in text
