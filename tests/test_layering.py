@@ -131,6 +131,15 @@ def test_the_comparison_runs_its_load_through_the_session_not_the_loadtest_comma
     assert "rig.load.session" in GRAPH["rig.compare.run"]
 
 
+def test_the_locust_client_is_imported_by_nothing_else_in_rig():
+    """rig.load.client imports Locust, which patches the standard library with gevent on import: only
+    the Locust file (loadtests/locustfile.py) loads it."""
+    client = {module for module in GRAPH if module == "rig.load.client" or module.startswith("rig.load.client.")}
+    assert client >= {"rig.load.client.process", "rig.load.client.patches"}
+    importers = sorted(module for module, targets in GRAPH.items() if targets & client and module not in client)
+    assert importers == [], importers
+
+
 def test_the_docker_client_has_its_own_module():
     users = {module for module, targets in GRAPH.items() if "rig.docker_client" in targets}
     assert {"rig.deploy.build", "rig.boot.rehearse", "rig.boot.compose", "rig.drift"} <= users

@@ -252,7 +252,7 @@ def test_distributed_run_master_and_workers(timed_target, tmp_path):
 def test_a_local_runs_records_say_which_round_of_the_spawn_started_each_user(timed_target, tmp_path):
     """Locust's local runner paces the spawn's rounds on the process's own loop (two users a second
     here): each user's first record says which round started it and how far that round ran behind
-    the pace (the locustfile's _record_rounds), so the aggregate's bound counts the rounds' late
+    the pace (rig.load.client.patches.record_local_rounds), so the aggregate's bound counts the rounds' late
     wake-ups, however short."""
     from rig.load.records import read_records
 

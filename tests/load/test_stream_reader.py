@@ -1,7 +1,7 @@
-"""The locustfile's stream reader (`stream_into`, `_reads`, its stall watchdog, `_error_kind`) on
+"""The Locust client's stream reader (rig.load.client.stream: `stream_into`, `reads`, the stall watchdog, `error_kind`) on
 Locust's real HttpSession (requests and urllib3, as every rig user reads) against a loopback server
 that sends exact bytes: chunked SSE framing split across chunks, several events in one chunk, a body
-cut mid-chunk, a server that stops sending mid-body and one that never answers. The locustfile
+cut mid-chunk, a server that stops sending mid-body and one that never answers. The Locust file
 imports Locust (which patches the standard library with gevent), so each case runs in its own
 interpreter. No assertion depends on how fast anything ran."""
 
@@ -20,6 +20,7 @@ import locust  # first, as Locust's own command line does: it patches the standa
 import json, socket, sys, threading
 sys.path.insert(0, sys.argv[1])
 import locustfile
+from rig.load.client.stream import error_kind, stream_into
 from locust.clients import HttpSession
 from locust.event import Events
 
@@ -55,25 +56,26 @@ class Pieces(list):  # what stream_into feeds: each read as it arrived, with its
         self.append(data.decode())
         self.waits.append(waited_us)
 
-locustfile.PASSES.watch()  # as Locust's init does
+process = locustfile.process
+process.passes.watch()  # as Locust's init does
 import time
 began = time.time()
 session = HttpSession(f"http://127.0.0.1:{listener.getsockname()[1]}", Events().request, user=None)
 pieces, error = Pieces(), None
-watch = locustfile.STALLS.watch(0.5)  # as StreamingUser.send: no socket read timeout, the watchdog's
+watch = process.stalls.watch(0.5)  # as StreamingUser.send: no socket read timeout, the watchdog's
 try:
     with session.post("/v1/chat/completions", json={}, stream=True, catch_response=True,
                       timeout=(5, None)) as response:
-        locustfile.stream_into(response, pieces, watch)
+        stream_into(response, pieces, watch, process.passes)
         response.success()
 except Exception as caught:
-    error = locustfile._error_kind(caught)
+    error = error_kind(caught)
 finally:
-    locustfile.STALLS.release(watch)
+    process.stalls.release(watch)
 import gevent
-written = locustfile.WRITTEN.get(id(gevent.getcurrent()))  # the request's send time, once urllib3 wrote it whole
+written = process.written.get(id(gevent.getcurrent()))  # the request's send time, once urllib3 wrote it whole
 print(json.dumps({"body": "".join(pieces), "reads": len(pieces), "error": error, "waits": pieces.waits,
-                  "passes_seen": locustfile.PASSES.earliest > began, "written": written is not None and written >= began}))
+                  "passes_seen": process.passes.earliest > began, "written": written is not None and written >= began}))
 """
 
 
@@ -118,7 +120,8 @@ import locust
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import locustfile, requests, urllib3
-kinds = [locustfile._error_kind(e) for e in (requests.exceptions.ConnectTimeout("x"), ConnectionRefusedError(111, "x"),
+from rig.load.client.stream import error_kind
+kinds = [error_kind(e) for e in (requests.exceptions.ConnectTimeout("x"), ConnectionRefusedError(111, "x"),
          requests.exceptions.ConnectionError("x"), urllib3.exceptions.ProtocolError("x"), ValueError("Connection"))]
 print(json.dumps(kinds))
 """
