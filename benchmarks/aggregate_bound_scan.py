@@ -111,7 +111,7 @@ def spawn_at_scale(seed: int, users: int, stalls: int, seconds: float = 25.0, ra
                    rounds: bool = False) -> tuple[float, dict]:
     """Locust's local runner: batches with stalls during the spawn; the window opens a request's
     lifetime after it. `rounds`: the records say which round started each user, as the locustfile's
-    _record_rounds writes them, and the loop is busy besides (stretches under the monitor's period,
+    record_local_rounds writes them, and the loop is busy besides (stretches under the monitor's period,
     30 a second), so the pace's wake-ups come late by what no long stretch shows."""
     rng = random.Random(seed)
     spans = [(rng.uniform(0.1, users / rate), rng.uniform(0.2, 1.0)) for _ in range(stalls)]

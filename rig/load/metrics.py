@@ -250,7 +250,7 @@ def client_lag(client: ClientStats, window: Window) -> ClientLag:
                      lag_p99_ms=None if stats.p99 is None else 1000 * stats.p99,
                      lag_max_ms=1000 * inside[-1] if inside else None,
                      stalls=len(stalls), stalled_s=float(sum(stalls)), stalled_fraction=sum(stalls) / window.seconds,
-                     # collections the client ran inside the window (its collector is off there; see the locustfile)
+                     # collections the client ran inside the window (its collector is off there; see rig/load/client/monitor.py)
                      gc_pauses=[pause for pause in client.gc_pauses if window.start <= pause[0] <= window.end],
                      cpu_percent_mean=client.cpu_percent_mean, cpu_percent_max=client.cpu_percent_max)
 

@@ -65,7 +65,7 @@ def test_a_masters_late_wake_ups_at_each_round_of_the_spawn_are_the_clients():
 
 def test_a_local_runners_late_wake_ups_at_each_round_of_the_spawn_are_the_clients():
     """The same late wake-ups in Locust's local runner, whose one process paces the rounds and spawns
-    them: the records say which round started each user (the locustfile's _record_rounds), so the
+    them: the records say which round started each user (rig.load.client's record_local_rounds), so the
     rounds' lateness counts, short wake-ups included; from the process's long stretches alone (the
     rule of records that do not say) the truth is outside the bound (0.77% under 0.27%; the window
     closes before the run's end as above)."""
