@@ -15,6 +15,7 @@ rig has no Kubernetes driver: it renders these, it does not apply them (docs/kub
 from __future__ import annotations
 
 import copy
+import hashlib
 import re
 from decimal import Decimal
 from pathlib import Path
@@ -43,6 +44,10 @@ POD_IP_VARIABLE = "RIG_POD_IP"
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 # DNS-1035 label: a Service's and a LeaderWorkerSet's name (the LWS webhook checks NameIsDNS1035Label).
 DNS_1035_LABEL = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
+# The LWS controller names a group's worker StatefulSet <name>-<group> and its pods <name>-<group>-<rank>;
+# a StatefulSet's name, with the revision-hash suffix of its pods' label, must stay within a 63-character
+# label (52 for the set): 45 leaves room for the group and rank digits.
+NAME_MAX = 45
 _SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([kmgtp]?)i?b?")
 _BINARY = ("", "Ki", "Mi", "Gi", "Ti", "Pi")
 
@@ -53,13 +58,13 @@ def k8s_path(resolved: Resolved) -> Path:
 
 
 def object_name(resolved: Resolved) -> str:
-    """rig-<recipe>[-<variant>]: every object of one file shares it, so `kubectl delete -f` finds them."""
+    """rig-<recipe>[-<variant>]: every object of one file shares it, so `kubectl delete -f` finds them.
+    A name over NAME_MAX, or one that ends in '-', keeps its start and ends in a hash of the whole."""
     name = f"rig-{resolved.recipe.name}" + (f"-{resolved.variant}" if resolved.variant else "")
-    if not DNS_1035_LABEL.fullmatch(name):
-        raise RigError(f"recipes/{resolved.recipe.name}.yaml", "name/variants",
-                       f"makes the Kubernetes name {name!r}, longer than 63 characters; nothing was rendered",
-                       "shorten the recipe or variant name")
-    return name
+    if len(name) <= NAME_MAX and DNS_1035_LABEL.fullmatch(name):
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:10]
+    return f"{name[:NAME_MAX - len(digest) - 1].rstrip('-')}-{digest}"
 
 
 def quantity(docker_size: str) -> str:

@@ -210,12 +210,13 @@ def test_docker_sizes_become_the_same_bytes_as_a_quantity(docker, kubernetes):
     assert k8s.quantity(docker) == kubernetes
 
 
-def test_a_name_kubernetes_cannot_take_is_refused_in_one_line():
+def test_a_name_too_long_for_kubernetes_keeps_its_start_and_ends_in_a_hash():
     recipe = parse_recipe(REPO / "recipes" / "tiny-cpu.yaml")
-    long = recipe.model_copy(update={"name": "t" * 60})
-    with pytest.raises(RigError) as raised:
-        k8s.object_name(long.variant(None))
-    assert "name" in str(raised.value) and "\n" not in str(raised.value)
+    names = {k8s.object_name(recipe.model_copy(update={"name": stem}).variant(None)) for stem in ("t" * 60, "t" * 61, "t" * 59 + "-")}
+    assert len(names) == 3
+    for name in names:
+        assert len(name) <= k8s.NAME_MAX and k8s.DNS_1035_LABEL.fullmatch(name) and name.startswith("rig-ttt"), name
+    assert k8s.object_name(recipe.variant(None)) == "rig-tiny-cpu-cb"
 
 
 def test_stale_manifest_is_detected(rendered_copy):
@@ -225,3 +226,13 @@ def test_stale_manifest_is_detected(rendered_copy):
     assert path.is_relative_to(rendered_copy)
     path.write_text(path.read_text().replace("sizeLimit: 1Gi", "sizeLimit: 2Gi"))
     assert render.render([REPO / "recipes" / "tiny-cpu.yaml"], check=True) == [path]
+
+
+def test_a_multinode_topology_without_an_engine_launch_is_refused_in_one_line():
+    """vLLM has no multi-node launch in rig's engine registry: no LeaderWorkerSet is rendered for it."""
+    recipe = parse_recipe(REPO / "recipes" / "glm52-tp6.yaml")
+    two = recipe.model_copy(update={"variants": {}, "default_variant": None,
+                                    "topology": recipe.topology.model_copy(update={"nodes": 2, "gpus_per_node": 3})})
+    with pytest.raises(RigError) as raised:
+        k8s.render_manifests(two.variant(None))
+    assert raised.value.field == "topology.nodes" and "\n" not in str(raised.value)
