@@ -26,7 +26,7 @@ import yaml
 from rig import grammar
 from rig.deploy.container import IMAGE_MANIFEST_DIR, api_key_command, file_stem, image_name
 from rig.deploy.recipe import Resolved
-from rig.engines import server_argv
+from rig.engines import MULTINODE_ADDR_VAR, server_argv
 from rig.errors import RigError
 from rig.paths import REPO_ROOT
 
@@ -82,17 +82,20 @@ def quantity(docker_size: str) -> str:
     return f"{size}{_BINARY[power]}"
 
 
-def _lws_argv(argv: list[str], resolved: Resolved) -> list[str]:
-    """The engine's multi-node flags with the rank and the head's address taken from LWS's environment."""
-    engine = resolved.recipe.engine.name
-    if "--node-rank" not in argv or "--dist-init-addr" not in argv:
-        raise RigError(f"recipes/{resolved.recipe.name}.yaml", "topology.nodes",
-                       f"{engine} has no multi-node launch rig knows (rig/engines.py); nothing was rendered",
-                       "use one node, or an engine with a multi-node launch")
-    argv = list(argv)
-    argv[argv.index("--node-rank") + 1] = WORKER_INDEX
-    argv[argv.index("--dist-init-addr") + 1] = f"{LEADER_ADDRESS}:{DIST_INIT_PORT}"
-    return argv
+def _lws_argv(resolved: Resolved, listen: str) -> list[str]:
+    """The engine's own multi-node argv (rig/engines.py), read for rank 0 and rank 1: the words that
+    differ are the rank, written as $(LWS_WORKER_INDEX), and the head's host:port (RIG_DIST_INIT_ADDR
+    in the compose file) is $(LWS_LEADER_ADDRESS):DIST_INIT_PORT. Any engine's launch reads the same way."""
+    recipe = resolved.recipe
+    first, second = (server_argv(resolved, recipe.model.path, listen, rank) for rank in (0, 1))
+    ranked = [a != b for a, b in zip(first, second, strict=False)]
+    if len(first) != len(second) or not any(ranked) or any(
+            (a, b) != ("0", "1") for a, b, rank in zip(first, second, ranked, strict=True) if rank):
+        raise RigError(f"recipes/{recipe.name}.yaml", "topology.nodes",
+                       f"{recipe.engine.name} has no multi-node launch rig can give each rank (rig/engines.py); nothing was rendered",
+                       "use one node, or an engine whose multi-node launch takes a node rank")
+    head = re.compile(r"\$\{" + MULTINODE_ADDR_VAR + r"\b[^}]*\}")  # compose's ${RIG_DIST_INIT_ADDR:?...}
+    return [WORKER_INDEX if rank else head.sub(f"{LEADER_ADDRESS}:{DIST_INIT_PORT}", word) for word, rank in zip(first, ranked, strict=True)]
 
 
 def _env(resolved: Resolved, multinode: bool) -> list[dict[str, Any]]:
@@ -117,13 +120,12 @@ def _container(resolved: Resolved, leader: bool) -> dict[str, Any]:
     multinode = topo.nodes > 1
     # One pod network namespace per server: 0.0.0.0 there is the pod's own address; the Service exposes it.
     listen = f"$({POD_IP_VARIABLE})" if multinode else "0.0.0.0"  # noqa: S104
-    argv = server_argv(resolved, recipe.model.path, listen, 0)
     container: dict[str, Any] = {
         "name": "server" if leader else "worker",
         "image": f"{image_name(recipe)}:{grammar.DEFAULT_IMAGE_TAG}",
         "imagePullPolicy": "IfNotPresent",
         "command": api_key_command(recipe.engine.name),
-        "args": _lws_argv(argv, resolved) if multinode else argv,
+        "args": _lws_argv(resolved, listen) if multinode else server_argv(resolved, recipe.model.path, listen),
         "env": _env(resolved, multinode),
     }
     if leader:
@@ -207,7 +209,7 @@ def _leader_worker_set(resolved: Resolved, name: str) -> dict[str, Any]:
     }
 
 
-def manifests(resolved: Resolved) -> list[dict[str, Any]]:
+def _manifests(resolved: Resolved) -> list[dict[str, Any]]:
     """The objects of one recipe variant, in the order `kubectl apply` creates them."""
     name = object_name(resolved)
     if resolved.topology.nodes > 1:
@@ -231,6 +233,6 @@ def render_manifests(resolved: Resolved) -> str:
     if recipe.model.source == "mount":
         header.append(f"# Model: the PersistentVolumeClaim {model_claim(resolved)} holding {recipe.model.id}, mounted read-only.")
     header.append(f"# Optional API key: the Secret {API_KEY_SECRET}, key {grammar.KEY_VARIABLE} (never in this file).")
-    documents = [copy.deepcopy(document) for document in manifests(resolved)]
+    documents = [copy.deepcopy(document) for document in _manifests(resolved)]
     body = yaml.safe_dump_all(documents, sort_keys=False, width=120, default_flow_style=False, explicit_start=True)
     return "\n".join(header) + "\n" + body
