@@ -45,7 +45,7 @@ $(VENV)/.rig-setup: pyproject.toml adapter/pyproject.toml
 
 setup: $(VENV)/.rig-setup ## create .venv with everything the host side needs
 
-render: setup ## render docker/ and compose/ from recipes/
+render: setup ## render docker/, compose/ and k8s/ from recipes/
 	$(RIG_RUN) render
 
 validate: setup ## validate one recipe (RECIPE=) or all

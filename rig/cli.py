@@ -593,8 +593,8 @@ COMMANDS = [
             "Parse and check recipes with the strict loader: every field, every variant, every adapter gate. One line per "
             "recipe; a failure names the file, the field and the fix.",
             ("rig validate", "rig validate tiny-cpu mia-tp4"), _recipes_arguments),
-    Command("render", cmd_render, "render docker/<recipe>/Dockerfile and compose/<recipe>.yaml",
-            "Write each recipe's Dockerfile and compose file from the recipe (the single source of truth); --check only "
+    Command("render", cmd_render, "render docker/<recipe>/Dockerfile, compose/<recipe>.yaml and k8s/<recipe>.yaml",
+            "Write each recipe's Dockerfile, compose file and Kubernetes manifests from the recipe (the single source of truth); --check only "
             "says which are stale.",
             ("rig render", "rig render --check"), _render_arguments),
     Command("build", cmd_build, "build a recipe's image (needs a Docker engine)",

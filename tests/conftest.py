@@ -201,17 +201,19 @@ def measured(loadtest: subprocess.CompletedProcess[str]) -> bool:
 
 @pytest.fixture
 def rendered_copy(tmp_path, monkeypatch) -> Path:
-    """A copy of the checkout's docker/ and compose/ that rig's render writes to instead (returned: its
+    """A copy of the checkout's docker/, compose/ and k8s/ that rig's render writes to instead (returned: its
     root). A test that writes rendered files (a hand edit, a render failing halfway) must not write
     the checkout's: another test, on another worker, holds those unwritten at the same moment."""
     import shutil
 
+    import rig.deploy.k8s as k8s
     import rig.deploy.render as render
 
     root = tmp_path / "checkout"
-    for name in ("docker", "compose"):
+    for name in ("docker", "compose", "k8s"):
         shutil.copytree(REPO / name, root / name, symlinks=True)
     monkeypatch.setattr(render, "REPO_ROOT", root)
     monkeypatch.setattr(render, "DOCKER_DIR", root / "docker")
     monkeypatch.setattr(render, "COMPOSE_DIR", root / "compose")
+    monkeypatch.setattr(k8s, "K8S_DIR", root / "k8s")
     return root

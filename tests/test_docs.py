@@ -35,7 +35,7 @@ ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 # The system's own tools a page may show between rig's commands; the repository paths they name are
 # held by the path test like any other citation.
 SYSTEM_TOOLS = {"cd", "cp", "mv", "mkdir", "ls", "cat", "tar", "git", "scp", "rsync", "ssh", "sha256sum", "curl", "docker",
-                "nvidia-smi"}
+                "nvidia-smi", "kubectl"}
 
 
 def _repository_files() -> set[str]:

@@ -15,6 +15,7 @@ from conftest import REPO, recorded_writes, writes_outside
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+import rig.deploy.k8s as k8s_module
 import rig.deploy.render as render_module
 from rig import grammar
 from rig.deploy.recipe import parse_recipe
@@ -121,12 +122,13 @@ def _check(stem: str, document: str, root: Path) -> str:
     folder = Path(tempfile.mkdtemp(dir=root))
     path = folder / f"{stem}.yaml"
     path.write_text(document, encoding="utf-8", errors="surrogatepass")
-    out = root / "tree"  # the repository root of this example: it exists, docker/ and compose/ do not yet
+    out = root / "tree"  # the repository root of this example: it exists, docker/, compose/ and k8s/ do not yet
     out.mkdir()
-    allowed = [out / "docker", out / "compose", REPO / "results", REPO / ".rig"]
+    allowed = [out / "docker", out / "compose", out / "k8s", REPO / "results", REPO / ".rig"]
     refused = None
     with recorded_writes() as writes, \
-            mock.patch.multiple(render_module, REPO_ROOT=out, DOCKER_DIR=out / "docker", COMPOSE_DIR=out / "compose"):
+            mock.patch.multiple(render_module, REPO_ROOT=out, DOCKER_DIR=out / "docker", COMPOSE_DIR=out / "compose"), \
+            mock.patch.object(k8s_module, "K8S_DIR", out / "k8s"):
         try:
             recipe = parse_recipe(path)
             files = render_module.rendered_files(recipe)
@@ -144,6 +146,8 @@ def _check(stem: str, document: str, root: Path) -> str:
         assert target.read_text() == content
         if target.parent == out / "compose":
             assert not _interpolations(yaml.safe_load(content), host_env)
+        if target.parent == out / "k8s":
+            assert [d["kind"] for d in yaml.safe_load_all(content)][0] == "Service"
     return "rendered"
 
 

@@ -1,6 +1,7 @@
-"""Render a recipe into `docker/<name>/Dockerfile` and `compose/<name>[.<variant>].yaml`.
+"""Render a recipe into `docker/<name>/Dockerfile`, `compose/<name>[.<variant>].yaml` and
+`k8s/<name>[.<variant>].yaml` (rig/deploy/k8s.py).
 
-Both are committed; `rig render --check` (and a test) fails when either is stale.
+All are committed; `rig render --check` (and a test) fails when any is stale.
 """
 
 from __future__ import annotations
@@ -13,37 +14,22 @@ import yaml
 
 from rig import __version__, grammar
 from rig.atomic import write_files_atomic
+from rig.deploy import k8s
+from rig.deploy.container import IMAGE_MANIFEST_DIR, api_key_command, file_stem, image_name
 from rig.deploy.pins import is_lab_image
 from rig.deploy.recipe import Recipe, Resolved, check_rig_owned, parse_recipe
-from rig.engines import ENGINES, MULTINODE_ADDR_VAR, NO_NETWORK_ENV, server_argv
+from rig.engines import MULTINODE_ADDR_VAR, NO_NETWORK_ENV, server_argv
 from rig.errors import RigError
 from rig.paths import REPO_ROOT
 
 DOCKER_DIR = REPO_ROOT / "docker"
 COMPOSE_DIR = REPO_ROOT / "compose"
-IMAGE_MANIFEST_DIR = "/rig/manifests"
 CACHE_VOLUME = "rig-cache"
-# The API key is read from the container's environment at start (RIG_API_KEY), never written to a
-# layer, and never put on the engine's command line (host `ps`, `docker top` and /proc/*/cmdline
-# show argv to anyone). An engine with a way to read it outside argv and its logs gets it that way
-# (vLLM: VLLM_API_KEY, dropped by its child processes; rig_adapters.runtime) and RIG_API_KEY is
-# unset before it starts; an engine without one (rig/engines.py no_key_reason) refuses to start
-# with the key set, one line on stderr, instead of serving an endpoint the user believes is closed.
-
-
-def _api_key_script(engine: str) -> str:
-    row = ENGINES[engine]
-    if row.api_key is not None and row.api_key.startswith("env:"):
-        name = row.api_key.removeprefix("env:")
-        return f'if [ -n "${{RIG_API_KEY:-}}" ]; then export {name}="$RIG_API_KEY"; fi; unset RIG_API_KEY; exec "$@"'
-    reason = row.no_key_reason.replace("'", "").replace('"', "")
-    return (f'if [ -n "${{RIG_API_KEY:-}}" ]; then echo "rig: RIG_API_KEY is set but rig will not hand {engine} a key: '
-            f'{reason}; unset RIG_API_KEY" >&2; exit 2; fi; exec "$@"')
 
 
 def api_key_entrypoint(engine: str) -> list[str]:
-    """The compose entrypoint that hands RIG_API_KEY to `engine` without argv ($ doubled for compose)."""
-    return ["/bin/sh", "-c", _api_key_script(engine).replace("$", "$$"), "rig-serve"]
+    """`api_key_command` for a compose file ($ doubled: compose would interpolate it)."""
+    return [word.replace("$", "$$") for word in api_key_command(engine)]
 
 
 class _NoAliasDumper(yaml.SafeDumper):
@@ -51,16 +37,12 @@ class _NoAliasDumper(yaml.SafeDumper):
         return True
 
 
-def image_name(recipe: Recipe) -> str:
-    return f"rig/{recipe.name}"
-
-
 def dockerfile_path(recipe: Recipe) -> Path:
     return DOCKER_DIR / recipe.name / "Dockerfile"
 
 
 def compose_path(resolved: Resolved) -> Path:
-    return COMPOSE_DIR / f"{resolved.slug if resolved.variant != resolved.recipe.default_variant else resolved.recipe.name}.yaml"
+    return COMPOSE_DIR / f"{file_stem(resolved)}.yaml"
 
 
 def project_name(recipe: str, variant: str | None) -> str:
@@ -276,7 +258,7 @@ def _inside(path: Path, root: Path, recipe: Recipe) -> Path:
 
 
 def rendered_files(recipe: Recipe) -> dict[Path, str]:
-    """Every file a recipe renders to, by path; each path is checked to lie in docker/ or compose/."""
+    """Every file a recipe renders to, by path; each path is checked to lie in docker/, compose/ or k8s/."""
     _refuse_unsafe(recipe)
     if recipe.image is None:  # native-only: nothing to build or compose
         return {}
@@ -284,13 +266,14 @@ def rendered_files(recipe: Recipe) -> dict[Path, str]:
     for name in recipe.variants or [None]:
         resolved = recipe.variant(name)
         files[_inside(compose_path(resolved), COMPOSE_DIR, recipe)] = render_compose(resolved)
+        files[_inside(k8s.k8s_path(resolved), k8s.K8S_DIR, recipe)] = k8s.render_manifests(resolved)
     return files
 
 
 def render(paths: list[Path], check: bool = False) -> list[Path]:
     """Write (or, with check, compare) every rendered file; returns the stale or written ones.
     Every recipe is rendered (and refused) before anything is written, and the writes are one
-    all-or-nothing step (rig/atomic.py): a failure halfway leaves docker/ and compose/ as they were."""
+    all-or-nothing step (rig/atomic.py): a failure halfway leaves docker/, compose/ and k8s/ as they were."""
     planned: dict[Path, str] = {}
     for recipe_file in paths:
         for path, content in rendered_files(parse_recipe(recipe_file)).items():

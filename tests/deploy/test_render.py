@@ -17,13 +17,14 @@ from rig.deploy.render import rendered_files
 
 COMPOSE_FILES = sorted((REPO / "compose").glob("*.yaml"))
 DOCKERFILES = sorted((REPO / "docker").glob("*/Dockerfile"))
+K8S_FILES = sorted((REPO / "k8s").glob("*.yaml"))
 
 
 def test_rendered_files_are_fresh():
     result = rig_cli("render", "--check")
     assert result.returncode == 0, result.stdout + result.stderr
     expected = {p for r in all_recipe_paths() for p in rendered_files(parse_recipe(r))}
-    assert set(COMPOSE_FILES) | set(DOCKERFILES) == expected
+    assert set(COMPOSE_FILES) | set(DOCKERFILES) | set(K8S_FILES) == expected
 
 
 def test_stale_file_is_detected(rendered_copy):
