@@ -502,7 +502,7 @@ def _run_order(plan: ComparePlan, out: Path, progress: bool, arms: ResolvedArms,
         # An arm's first boot in this process may compile whatever its position saw before: a resumed
         # comparison can run on a fresh host, whose caches hold nothing of the earlier burn-ins.
         redo = (plan.boot_state_control and not plan.cold_caches and not burn_in and arm is not plan.control
-                and ((compiled_first is None and not keeps_compiling) or arm.name not in booted))
+                and not keeps_compiling and (compiled_first is None or arm.name not in booted))
         try:
             entry = run_boot(plan, index, block, arm, out, progress and steps, burn_in=burn_in, arms=arms,
                              redo_if_compiled=redo, port=port)
