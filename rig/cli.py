@@ -386,7 +386,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     _, analysis = compare(args.recipe, args.arm, args.control, args.boots, args.rounds, args.scenario, args.small,
                           args.workers, args.resume, duration_s=args.duration, target_pct=args.target,
                           max_boots=args.max_boots, goodput=args.goodput, accept_fingerprint=args.accept_fingerprint,
-                          cold_caches=args.cold_caches, burn_in=not args.no_burn_in, port=args.port)
+                          cold_caches=args.cold_caches, burn_in=not args.no_burn_in, port=args.port, driver=args.driver)
     return exit_status(analysis)
 
 
@@ -439,9 +439,9 @@ def _up_arguments(p: argparse.ArgumentParser) -> None:
     _recipe_argument(p)
     p.add_argument("--env", action="append", help="extra environment for the server, KEY=VALUE (repeatable)")
     p.add_argument("--port", type=count(1, 65535), help="the port the server listens on (default: the recipe's serving.port)")
-    p.add_argument("--driver", choices=["native", "compose"],
-                   help="native: the server as processes of this host; compose: the recipe's image with Docker Compose "
-                        "(default: the recipe's own driver)")
+    p.add_argument("--driver", choices=["native", "compose", "slurm"],
+                   help="native: the server as processes of this host; compose: the recipe's image with Docker Compose; "
+                        "slurm: a Slurm job, the engine started with srun on its nodes (default: the recipe's own driver)")
     p.add_argument("--cold-caches", action="store_true", help="empty compile/kernel caches of this boot's own (the "
                    "user's caches are not touched): a boot that compiles, as a machine's first boot does")
 
@@ -552,6 +552,8 @@ def _compare_arguments(p: argparse.ArgumentParser) -> None:
     _no_keep_text_argument(p)
     p.add_argument("--port", type=count(1, 65535), help="the port every boot listens on (default: the recipe's "
                    "serving.port); not part of the plan, so a resumed comparison may take another")
+    p.add_argument("--driver", choices=["native", "compose", "slurm"], help="the driver every boot uses (default: the "
+                   "recipe's own; part of the plan)")
 
 
 def _audit_arguments(p: argparse.ArgumentParser) -> None:
