@@ -78,11 +78,7 @@ class SlurmDriver(NativeDriver):
             _refuse_loopback_off_head(resolved, head)
             record.base_url = f"http://{f'[{head}]' if ':' in head else head}:{port}"
             remember(record)
-            command = [*self.step_args(record, resolved.topology.nodes), sys.executable, "-m", "rig.boot.slurm_launch",
-                       record.boot_dir]
-            with open(Path(record.boot_dir) / "srun.log", "ab") as log:
-                self._step = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                              env=env, cwd=REPO_ROOT, start_new_session=True)
+            self._step = start_step(record.slurm_job, resolved.topology.nodes, Path(record.boot_dir), env, record.boot_id)
         except BaseException as error:
             record.status, record.error = "failed", str(error) or type(error).__name__
             if record.slurm_job:
@@ -104,12 +100,6 @@ class SlurmDriver(NativeDriver):
         record.fingerprint = self.job_fingerprint(record)
         remember(record)
         return record
-
-    @staticmethod
-    def step_args(record: BootRecord, nodes: int) -> list[str]:
-        """One task on every node of the job; a task that fails ends the step (and so the boot)."""
-        return ["srun", "--jobid", record.slurm_job or "", "--nodes", str(nodes), "--ntasks", str(nodes),
-                "--ntasks-per-node", "1", "--kill-on-bad-exit=1", "--job-name", record.boot_id, "--chdir", str(REPO_ROOT)]
 
     def job_fingerprint(self, record: BootRecord) -> Fingerprint | None:
         """The head node's fingerprint (with the boot's own image, manifests and caches, read on
@@ -174,6 +164,18 @@ class SlurmDriver(NativeDriver):
 
 
 DRIVERS[SlurmDriver.name] = SlurmDriver
+
+
+def start_step(job: str, nodes: int, boot_dir: Path, env: dict[str, str], name: str) -> subprocess.Popen[bytes]:
+    """The job's step: the launcher (rig/boot/slurm_launch.py) as one task on every node, reading
+    BOOT_DIR/launch.json; a task that fails ends the step. srun runs in a session of its own (an
+    interrupt of rig is not the engine's) and writes its own messages to BOOT_DIR/srun.log."""
+    command = ["srun", "--jobid", job, "--nodes", str(nodes), "--ntasks", str(nodes), "--ntasks-per-node", "1",
+               "--kill-on-bad-exit=1", "--job-name", name, "--chdir", str(REPO_ROOT),
+               sys.executable, "-m", "rig.boot.slurm_launch", str(boot_dir)]
+    with open(boot_dir / "srun.log", "ab") as log:
+        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                cwd=REPO_ROOT, start_new_session=True)
 
 
 def _refuse_loopback_off_head(resolved: Resolved, head: str) -> None:
