@@ -105,15 +105,11 @@ class SlurmDriver(NativeDriver):
         """The head node's fingerprint (with the boot's own image, manifests and caches, read on
         this host), the job's node list, and every node's fingerprint as it wrote it."""
         own = record.fingerprint
-        nodes = {}
-        for rank, node in enumerate(record.slurm_nodes):
-            path = Path(record.boot_dir) / fingerprint_name(rank)
-            if path.is_file():
-                nodes[node] = Fingerprint.model_validate(json.loads(path.read_text()))
-        head = nodes.get(record.slurm_nodes[0]) if record.slurm_nodes else None
-        if head is None or own is None:
+        paths = [Path(record.boot_dir) / fingerprint_name(rank) for rank in range(len(record.slurm_nodes))]
+        if own is None or not paths or not all(path.is_file() for path in paths):
             return own
-        return head.model_copy(update={"image_id": own.image_id, "image_digests": own.image_digests,
+        nodes = [Fingerprint.model_validate(json.loads(path.read_text())) for path in paths]
+        return nodes[0].model_copy(update={"image_id": own.image_id, "image_digests": own.image_digests,
                                        "adapter_manifests": own.adapter_manifests, "compile_cache": own.compile_cache,
                                        "slurm_nodes": ",".join(record.slurm_nodes), "nodes": nodes})
 

@@ -17,13 +17,13 @@ import sys
 from pathlib import Path
 
 from rig.atomic import write_text_atomic
-from rig.engines import MULTINODE_ADDR_VAR
+from rig.engines import MULTINODE_ADDR_VAR, MULTINODE_HOST_VAR, MULTINODE_PORT_VAR
 from rig.typed import Typed
 
 PLAN_FILE = "launch.json"
 # The head's address where an argv names it with shell syntax (`${RIG_DIST_INIT_ADDR:?...}`, as in
-# the rendered compose files): replaced by host:port here, where no shell runs.
-_ADDR_REFERENCE = re.compile(r"\$\{" + MULTINODE_ADDR_VAR + r"(?::?[-?][^}]*)?\}")
+# the rendered compose files): replaced here, where no shell runs.
+_REFERENCE = re.compile(r"\$\{(" + "|".join((MULTINODE_ADDR_VAR, MULTINODE_HOST_VAR, MULTINODE_PORT_VAR)) + r")(?::?[-?][^}]*)?\}")
 
 
 class LaunchPlan(Typed):
@@ -44,12 +44,17 @@ def fingerprint_name(rank: int) -> str:
 
 def node_argv(plan: LaunchPlan, rank: int, head_address: str) -> list[str]:
     """The argv of the node of `rank`, with the head's host:port where the argv names it."""
-    where = f"{head_address}:{plan.dist_port}"
-    return [_ADDR_REFERENCE.sub(where, part) for part in plan.argv[rank]]
+    values = head_variables(head_address, plan.dist_port)
+    return [_REFERENCE.sub(lambda found: values[found.group(1)], part) for part in plan.argv[rank]]
+
+
+def head_variables(head_address: str, dist_port: int) -> dict[str, str]:
+    return {MULTINODE_ADDR_VAR: f"{head_address}:{dist_port}", MULTINODE_HOST_VAR: head_address,
+            MULTINODE_PORT_VAR: str(dist_port)}
 
 
 def node_environment(environ: dict[str, str], rank: int, nodes: int, head_address: str, dist_port: int) -> dict[str, str]:
-    return {**environ, MULTINODE_ADDR_VAR: f"{head_address}:{dist_port}", "MASTER_ADDR": head_address,
+    return {**environ, **head_variables(head_address, dist_port), "MASTER_ADDR": head_address,
             "MASTER_PORT": str(dist_port), "RANK": str(rank), "WORLD_SIZE": str(nodes), "RIG_NODE_RANK": str(rank),
             "RIG_NNODES": str(nodes)}
 

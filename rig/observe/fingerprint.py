@@ -97,7 +97,7 @@ class Fingerprint(Typed):
     adapter_manifests: ManifestHashes | None = None
     compile_cache: CacheFiles | None = None
     slurm_nodes: str | None = None  # a Slurm boot's nodes, the head first (rig/boot/slurm.py)
-    nodes: dict[str, Fingerprint] = Field(default_factory=dict)  # a Slurm boot: each node's own fingerprint
+    nodes: list[Fingerprint] = Field(default_factory=list)  # a Slurm boot: each node's own, by rank (hostname: its node)
 
 
 class FingerprintDifference(Typed):

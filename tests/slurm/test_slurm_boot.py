@@ -37,7 +37,7 @@ def test_up_status_logs_loadtest_down_as_a_slurm_job(tmp_path):
         logs = rig_cli("logs", "tiny-cpu", env=env)
         assert logs.returncode == 0 and "GET /health" in logs.stdout, logs.stdout[-1000:]
         # every node's fingerprint, the head's as the boot's, with the job's node list
-        assert state["fingerprint"]["slurm_nodes"] == ",".join(nodes) and set(state["fingerprint"]["nodes"]) == set(nodes)
+        assert state["fingerprint"]["slurm_nodes"] == ",".join(nodes) and [n["hostname"] for n in state["fingerprint"]["nodes"]] == nodes
         loadtest = rig_cli("loadtest", "tiny-cpu", "--scenario", "prose-c1", "--small", "--workers", "1", "--duration", "3",
                            env=env, timeout=300)
         assert measured(loadtest), loadtest.stdout[-2000:] + loadtest.stderr[-2000:]
