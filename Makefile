@@ -27,6 +27,7 @@ TARGET ?=
 MAX_BOOTS ?=
 PORT ?=
 VERBOSE ?=
+DRIVER ?=
 # The Slurm lab's clients (rig, sinfo, the slurm tests) find its cluster through SLURM_CONF.
 ifneq ($(wildcard .rig/slurm/slurm.conf),)
 export SLURM_CONF ?= $(CURDIR)/.rig/slurm/slurm.conf
@@ -100,7 +101,7 @@ build: setup ## build a recipe's image (needs a Docker engine)
 	$(RIG_RUN) build $(RECIPE)
 
 up: setup ## boot a recipe and wait until healthy
-	$(RIG_RUN) up $(RECIPE)
+	$(RIG_RUN) up $(RECIPE) $(if $(DRIVER),--driver $(DRIVER),)
 
 down: setup ## stop a booted recipe
 	$(RIG_RUN) down $(RECIPE)
@@ -114,8 +115,8 @@ status: setup ## what is up
 loadtest: setup ## Locust load test against RECIPE (SCENARIO= to pick; VERBOSE=1: every column and note)
 	$(RIG_RUN) loadtest $(RECIPE) $(if $(SCENARIO),--scenario $(SCENARIO),) $(if $(SIZE),--$(SIZE),) $(if $(VERBOSE),--verbose,)
 
-compare: setup ## before/after comparison across boots (ARMS=, BOOTS=, ROUNDS=, DURATION=, TARGET=1 MAX_BOOTS=8; rig's defaults otherwise)
-	$(RIG_RUN) compare $(RECIPE) $(foreach a,$(ARMS),--arm $(a)) $(if $(BOOTS),--boots $(BOOTS),) $(if $(ROUNDS),--rounds $(ROUNDS),) $(if $(SIZE),--$(SIZE),) \
+compare: setup ## before/after comparison across boots (ARMS=, BOOTS=, ROUNDS=, DURATION=, TARGET=1 MAX_BOOTS=8, DRIVER=slurm; rig's defaults otherwise)
+	$(RIG_RUN) compare $(RECIPE) $(foreach a,$(ARMS),--arm $(a)) $(if $(BOOTS),--boots $(BOOTS),) $(if $(ROUNDS),--rounds $(ROUNDS),) $(if $(SIZE),--$(SIZE),) $(if $(DRIVER),--driver $(DRIVER),) \
 	  $(if $(DURATION),--duration $(DURATION),) $(if $(TARGET),--target $(TARGET),) $(if $(MAX_BOOTS),--max-boots $(MAX_BOOTS),)
 
 audit: setup ## GEMM shape audit of a recipe against backend constraints
