@@ -16,14 +16,8 @@ mkdir -p "$STATE"
 STATE=$(cd "$STATE" && pwd)
 export SLURM_CONF=$STATE/slurm.conf
 
-say() { echo "slurm-lab:   $*"; }
-step() {  # step NAME FUNCTION: run one step, print its duration
-  local name=$1 t0=$SECONDS
-  shift
-  "$@"
-  printf 'slurm-lab: %-10s %4ds\n' "$name" $((SECONDS - t0))
-}
-running() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+LAB_NAME=slurm-lab LAB_STEP_WIDTH=10
+. lab/lib.sh
 
 packages() {
   if command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null; then
@@ -110,11 +104,11 @@ daemons() {
   done
 }
 
-wait_idle() {
-  local idle
+wait_idle() {  # idle, or (a lab already up) running jobs: each node answers and takes jobs
+  local ready
   for _ in $(seq 120); do
-    idle=$(sinfo -h -N -t idle -o %N 2>/dev/null | sort -u | wc -l)
-    if ((idle == ${#NODES[@]})); then say "sinfo: ${NODES[*]} idle"; return; fi
+    ready=$(sinfo -h -N -t idle,alloc,mix -o %N 2>/dev/null | sort -u | wc -l)
+    if ((ready == ${#NODES[@]})); then say "sinfo: ${NODES[*]} $(sinfo -h -N -o %t | sort -u | tr '\n' ' ')"; return; fi
     scontrol update NodeName="$(IFS=,; echo "${NODES[*]}")" State=RESUME >/dev/null 2>&1 || true
     sleep 0.5
   done
@@ -130,14 +124,6 @@ up() {
   step daemons daemons
   step idle wait_idle
   echo "slurm-lab: ready in $((SECONDS - t0))s; clients: export SLURM_CONF=$SLURM_CONF"
-}
-
-stop_pidfile() {  # stop_pidfile NAME FILE
-  if running "$2"; then
-    kill "$(cat "$2")" && say "stopped $1 (pid $(cat "$2"))"
-    for _ in $(seq 40); do running "$2" || break; sleep 0.25; done
-  fi
-  rm -f "$2"
 }
 
 down() {

@@ -338,9 +338,12 @@ def cmd_loadtest(args: argparse.Namespace) -> int:
     from rig.load.command import loadtest
 
     _keep_text(args)
-    return loadtest(args.recipe, args.scenario, args.small, args.workers, args.duration, args.remote_workers, args.master_bind,
-                    url=args.url, model=args.model, boot_id=args.boot_id, flush_cache=args.flush_cache, port=args.port,
-                    verbose=args.verbose)
+    if args.slurm_workers and args.remote_workers:
+        raise RigError("command line", "--slurm-workers", "and --remote-workers both name the remote workers",
+                       "pass one: --slurm-workers N starts them as a Slurm job, --remote-workers N waits for yours")
+    return loadtest(args.recipe, args.scenario, args.small, args.workers, args.duration, args.slurm_workers or args.remote_workers,
+                    args.master_bind, url=args.url, model=args.model, boot_id=args.boot_id, flush_cache=args.flush_cache,
+                    port=args.port, verbose=args.verbose, slurm_workers=bool(args.slurm_workers))
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -490,6 +493,8 @@ def _loadtest_arguments(p: argparse.ArgumentParser) -> None:
     _window_argument(p)
     p.add_argument("--remote-workers", type=count(0, 4096), default=0,
                    help="distributed scenarios also wait for this many Locust workers on other client machines")
+    p.add_argument("--slurm-workers", type=count(0, 4096), default=0, help="distributed scenarios also start this many "
+                   "Locust workers as a Slurm job, one per client node (RIG_SLURM_PARTITION, ...)")
     p.add_argument("--master-bind", default="127.0.0.1",
                    help="address the Locust master listens on (remote workers need a reachable one)")
     _no_keep_text_argument(p)

@@ -72,3 +72,18 @@ def test_a_job_slurm_ends_mid_boot_is_a_failed_boot_with_its_reason(tmp_path):
     assert saved["status"] == "failed" and saved["slurm_job"] == job
     assert saved["slurm_end"].startswith("Slurm job state CANCELLED"), saved
     assert not state_file.exists() and not queue(f"rig-{saved['boot_id']}")
+
+
+def test_locust_workers_start_as_a_slurm_job_on_client_nodes(tmp_path):
+    """c3000 at small sizes with two workers as a job on n1 and n2: the run waits for them, their
+    records come back through Locust's worker reports, and their job is gone afterwards."""
+    env = _env(tmp_path)
+    loadtest = rig_cli("loadtest", "tiny-cpu", "--scenario", "c3000", "--small", "--workers", "1", "--slurm-workers", "2",
+                       "--duration", "3", "--port", str(free_port()), env=env, timeout=400)
+    assert measured(loadtest), loadtest.stdout[-2000:] + loadtest.stderr[-2000:]
+    summaries = [json.loads(p.read_text()) for p in Path(env["RIG_RESULTS_DIR"]).rglob("c3000/summary.json")]
+    assert summaries, list(Path(env["RIG_RESULTS_DIR"]).rglob("*"))[:20]
+    client = summaries[0]["provenance"]["client"]
+    assert client["remote_workers"] == 2 and client["distributed"] is True, client
+    assert summaries[0]["metrics"]["requests"]["total"] > 0
+    assert not queue("rig-load-")

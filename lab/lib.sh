@@ -1,0 +1,19 @@
+# What lab/lab.sh and lab/slurm.sh share: a step's timing line, a message, a pid file's process.
+# The sourcing script sets LAB_NAME (the prefix of its lines) and LAB_STEP_WIDTH.
+
+step() {  # step NAME FUNCTION: run one step, print its duration
+  local name=$1 t0=$SECONDS
+  shift
+  "$@"
+  printf '%s: %-*s %4ds\n' "$LAB_NAME" "$LAB_STEP_WIDTH" "$name" $((SECONDS - t0))
+}
+say() { echo "$LAB_NAME:   $*"; }
+running() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+stop_pidfile() {  # stop_pidfile NAME FILE: SIGTERM the process, wait up to 20 s for it to end
+  if running "$2"; then
+    kill "$(cat "$2")" && say "stopped $1 (pid $(cat "$2"))"
+    for _ in $(seq 40); do running "$2" || break; sleep 0.5; done
+  fi
+  rm -f "$2"
+}
