@@ -226,7 +226,7 @@ def run_boot(plan: ComparePlan, index: int, block: int, arm: Arm, out: Path, pro
     `redo_if_compiled`, a boot whose engine log says it compiled becomes a burn-in as soon as it is
     healthy (it defines no quality reference, enters no identity check), and the caller boots again."""
     base, resolved = (arms or ResolvedArms(plan))[arm]
-    driver = driver_for(base, plan.driver)
+    driver = driver_named(plan.driver) if plan.driver else driver_for(base)  # --driver, else the recipe's own
     attempt, runs_dir = _attempt_dir(out, index, arm)
     runs_dir.mkdir(parents=True)  # an attempt killed while booting still counts as one
     entry = BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=arm is plan.control and not burn_in,
