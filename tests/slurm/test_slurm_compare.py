@@ -52,10 +52,11 @@ def test_a_comparison_of_slurm_boots_survives_a_job_slurm_ended_and_finds_the_de
     left_out = [r for x in saved["boots"]["exclusions"] for r in x["rounds"]]
     assert all("client INVALID" in r for r in left_out), left_out
     # The injected delay is what the per-token interval must meet (the report's known-effect rule); the
-    # verdict is "slower" where every pair was measured (a busy box may leave one out for the client's
-    # timing, as named above, and two pairs have one degree of freedom: no verdict is claimed then).
+    # verdict is "slower" where every pair was measured (a busy box may leave pairs out for the client's
+    # timing, as named above: with one pair there is no interval, with two one degree of freedom).
     [effect] = [e for e in saved["known_effects"] if e["arm"] == "on" and e["adapter"] == "token_delay"]
-    assert effect["covered"] is True and DELAY_MS <= effect["per_token_ms"] < DELAY_MS * 1.5, effect
+    assert DELAY_MS <= effect["per_token_ms"] < DELAY_MS * 1.5, effect
+    assert effect["covered"] is (True if stats["pairs"] >= 2 else None), (effect, stats)
     assert stats["verdict"] == "slower" if stats["pairs"] == 3 else stats["verdict"] != "faster", stats
     nodes = {json.loads(p.read_text())["fingerprint"]["slurm_nodes"] for p in (out / "boots").glob("*.json")}
     assert len(nodes) == 1, nodes  # every boot on the same node set: nothing voided for it
