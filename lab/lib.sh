@@ -11,9 +11,11 @@ say() { echo "$LAB_NAME:   $*"; }
 running() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 stop_pidfile() {  # stop_pidfile NAME FILE: SIGTERM the process, wait up to 20 s for it to end
+  local pid
   if running "$2"; then
-    kill "$(cat "$2")" && say "stopped $1 (pid $(cat "$2"))"
-    for _ in $(seq 40); do running "$2" || break; sleep 0.5; done
+    pid=$(cat "$2")  # read once: a daemon removes its own pid file as it stops
+    kill "$pid" && say "stopped $1 (pid $pid)"
+    for _ in $(seq 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
   fi
   rm -f "$2"
 }
