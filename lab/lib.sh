@@ -9,13 +9,15 @@ step() {  # step NAME FUNCTION: run one step, print its duration
 }
 say() { echo "$LAB_NAME:   $*"; }
 running() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# A process that runs: an exited one nobody reaped (a zombie) answers kill -0 but holds nothing.
+alive() { [[ -r /proc/$1/status ]] && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status"; }
 
 stop_pidfile() {  # stop_pidfile NAME FILE: SIGTERM the process, wait up to 20 s for it to end
   local pid
   if running "$2"; then
     pid=$(cat "$2")  # read once: a daemon removes its own pid file as it stops
     kill "$pid" && say "stopped $1 (pid $pid)"
-    for _ in $(seq 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    for _ in $(seq 40); do alive "$pid" || break; sleep 0.5; done
   fi
   rm -f "$2"
 }
