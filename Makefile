@@ -27,9 +27,14 @@ TARGET ?=
 MAX_BOOTS ?=
 PORT ?=
 VERBOSE ?=
+DRIVER ?=
+# The Slurm lab's clients (rig, sinfo, the slurm tests) find its cluster through SLURM_CONF.
+ifneq ($(wildcard .rig/slurm/slurm.conf),)
+export SLURM_CONF ?= $(CURDIR)/.rig/slurm/slurm.conf
+endif
 
 .DEFAULT_GOAL := help
-.PHONY: help setup render lint test test-fast demo build up down logs status loadtest compare audit adapters validate evidence lab lab-down rehearse
+.PHONY: help setup render lint test test-fast demo build up down logs status loadtest compare audit adapters validate evidence lab lab-down rehearse slurm-lab slurm-lab-down
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -59,7 +64,7 @@ lint: setup ## ruff, recipe validation, freshness of rendered files
 	$(RIG_RUN) validate
 	$(RIG_RUN) render --check
 
-UNIT := not e2e and not docker and not gpu and not timed and not slow
+UNIT := not e2e and not docker and not gpu and not timed and not slow and not slurm
 TIMED := (timed or slow) and not e2e and not docker and not gpu
 
 test-fast: setup ## unit tests: no server boot, no Locust run, no container (everyday work; < 3 min on 2 cores)
@@ -96,7 +101,7 @@ build: setup ## build a recipe's image (needs a Docker engine)
 	$(RIG_RUN) build $(RECIPE)
 
 up: setup ## boot a recipe and wait until healthy
-	$(RIG_RUN) up $(RECIPE)
+	$(RIG_RUN) up $(RECIPE) $(if $(DRIVER),--driver $(DRIVER),)
 
 down: setup ## stop a booted recipe
 	$(RIG_RUN) down $(RECIPE)
@@ -110,8 +115,8 @@ status: setup ## what is up
 loadtest: setup ## Locust load test against RECIPE (SCENARIO= to pick; VERBOSE=1: every column and note)
 	$(RIG_RUN) loadtest $(RECIPE) $(if $(SCENARIO),--scenario $(SCENARIO),) $(if $(SIZE),--$(SIZE),) $(if $(VERBOSE),--verbose,)
 
-compare: setup ## before/after comparison across boots (ARMS=, BOOTS=, ROUNDS=, DURATION=, TARGET=1 MAX_BOOTS=8; rig's defaults otherwise)
-	$(RIG_RUN) compare $(RECIPE) $(foreach a,$(ARMS),--arm $(a)) $(if $(BOOTS),--boots $(BOOTS),) $(if $(ROUNDS),--rounds $(ROUNDS),) $(if $(SIZE),--$(SIZE),) \
+compare: setup ## before/after comparison across boots (ARMS=, BOOTS=, ROUNDS=, DURATION=, TARGET=1 MAX_BOOTS=8, DRIVER=slurm; rig's defaults otherwise)
+	$(RIG_RUN) compare $(RECIPE) $(foreach a,$(ARMS),--arm $(a)) $(if $(BOOTS),--boots $(BOOTS),) $(if $(ROUNDS),--rounds $(ROUNDS),) $(if $(SIZE),--$(SIZE),) $(if $(DRIVER),--driver $(DRIVER),) \
 	  $(if $(DURATION),--duration $(DURATION),) $(if $(TARGET),--target $(TARGET),) $(if $(MAX_BOOTS),--max-boots $(MAX_BOOTS),)
 
 audit: setup ## GEMM shape audit of a recipe against backend constraints
@@ -126,6 +131,12 @@ lab: setup ## container lab: dockerd, registry on 127.0.0.1:5000, Debian base im
 
 lab-down: ## stop what `make lab` started (keeps .rig/lab caches and registry storage)
 	lab/lab.sh down
+
+slurm-lab: ## a real 2-node Slurm cluster on this machine: munged, slurmctld, slurmd n1 and n2 (no systemd; idempotent)
+	lab/slurm.sh up
+
+slurm-lab-down: ## stop the Slurm lab's daemons (keeps .rig/slurm: config and logs)
+	lab/slurm.sh down
 
 rehearse: setup ## build a GPU recipe's Dockerfile unchanged on the lab's STAND-IN base and arm its adapters
 	$(PY) -m rig.boot.rehearse rehearse $(RECIPE)

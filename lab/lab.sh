@@ -16,14 +16,8 @@ TORCH_WHEEL_GLOB='torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl'
 STANDIN_TAG=standin-lab
 mkdir -p "$LAB"
 
-step() {  # step NAME FUNCTION: run one step, print its duration
-  local name=$1 t0=$SECONDS
-  shift
-  "$@"
-  printf 'lab: %-16s %4ds\n' "$name" $((SECONDS - t0))
-}
-say() { echo "lab:   $*"; }
-running() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+LAB_NAME=lab LAB_STEP_WIDTH=16
+. lab/lib.sh
 
 packages() {
   local missing=()
@@ -211,14 +205,6 @@ up() {
   step compose-plugin compose_plugin
   echo "lab: ready in $((SECONDS - t0))s: engine $(docker info -f '{{.ServerVersion}}'), registry http://$REGISTRY_ADDR, base $BASE_REPO:$BASE_TAG"
   echo "lab: next: rig pin tiny-cpu-docker && make build tiny-cpu-docker   (or: make rehearse mia-tp4)"
-}
-
-stop_pidfile() {  # stop_pidfile NAME FILE
-  if running "$2"; then
-    kill "$(cat "$2")" && say "stopped $1 (pid $(cat "$2"))"
-    for _ in $(seq 40); do running "$2" || break; sleep 0.5; done
-  fi
-  rm -f "$2"
 }
 
 down() {

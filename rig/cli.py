@@ -338,9 +338,12 @@ def cmd_loadtest(args: argparse.Namespace) -> int:
     from rig.load.command import loadtest
 
     _keep_text(args)
-    return loadtest(args.recipe, args.scenario, args.small, args.workers, args.duration, args.remote_workers, args.master_bind,
-                    url=args.url, model=args.model, boot_id=args.boot_id, flush_cache=args.flush_cache, port=args.port,
-                    verbose=args.verbose)
+    if args.slurm_workers and args.remote_workers:
+        raise RigError("command line", "--slurm-workers", "and --remote-workers both name the remote workers",
+                       "pass one: --slurm-workers N starts them as a Slurm job, --remote-workers N waits for yours")
+    return loadtest(args.recipe, args.scenario, args.small, args.workers, args.duration, args.slurm_workers or args.remote_workers,
+                    args.master_bind, url=args.url, model=args.model, boot_id=args.boot_id, flush_cache=args.flush_cache,
+                    port=args.port, verbose=args.verbose, slurm_workers=bool(args.slurm_workers))
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -384,7 +387,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     _, analysis = compare(args.recipe, args.arm, args.control, args.boots, args.rounds, args.scenario, args.small,
                           args.workers, args.resume, duration_s=args.duration, target_pct=args.target,
                           max_boots=args.max_boots, goodput=args.goodput, accept_fingerprint=args.accept_fingerprint,
-                          cold_caches=args.cold_caches, burn_in=not args.no_burn_in, port=args.port)
+                          cold_caches=args.cold_caches, burn_in=not args.no_burn_in, port=args.port, driver=args.driver)
     return exit_status(analysis)
 
 
@@ -437,9 +440,9 @@ def _up_arguments(p: argparse.ArgumentParser) -> None:
     _recipe_argument(p)
     p.add_argument("--env", action="append", help="extra environment for the server, KEY=VALUE (repeatable)")
     p.add_argument("--port", type=count(1, 65535), help="the port the server listens on (default: the recipe's serving.port)")
-    p.add_argument("--driver", choices=["native", "compose"],
-                   help="native: the server as processes of this host; compose: the recipe's image with Docker Compose "
-                        "(default: the recipe's own driver)")
+    p.add_argument("--driver", choices=["native", "compose", "slurm"],
+                   help="native: the server as processes of this host; compose: the recipe's image with Docker Compose; "
+                        "slurm: a Slurm job, the engine started with srun on its nodes (default: the recipe's own driver)")
     p.add_argument("--cold-caches", action="store_true", help="empty compile/kernel caches of this boot's own (the "
                    "user's caches are not touched): a boot that compiles, as a machine's first boot does")
 
@@ -488,6 +491,8 @@ def _loadtest_arguments(p: argparse.ArgumentParser) -> None:
     _window_argument(p)
     p.add_argument("--remote-workers", type=count(0, 4096), default=0,
                    help="distributed scenarios also wait for this many Locust workers on other client machines")
+    p.add_argument("--slurm-workers", type=count(0, 4096), default=0, help="distributed scenarios also start this many "
+                   "Locust workers as a Slurm job, one per client node (RIG_SLURM_PARTITION, ...)")
     p.add_argument("--master-bind", default="127.0.0.1",
                    help="address the Locust master listens on (remote workers need a reachable one)")
     _no_keep_text_argument(p)
@@ -550,6 +555,8 @@ def _compare_arguments(p: argparse.ArgumentParser) -> None:
     _no_keep_text_argument(p)
     p.add_argument("--port", type=count(1, 65535), help="the port every boot listens on (default: the recipe's "
                    "serving.port); not part of the plan, so a resumed comparison may take another")
+    p.add_argument("--driver", choices=["native", "compose", "slurm"], help="the driver every boot uses (default: the "
+                   "recipe's own; part of the plan)")
 
 
 def _audit_arguments(p: argparse.ArgumentParser) -> None:

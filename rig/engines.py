@@ -24,9 +24,11 @@ if TYPE_CHECKING:
     from rig.deploy.recipe import Resolved
 
 MULTINODE_ADDR_VAR = "RIG_DIST_INIT_ADDR"
+# The head's host and rendezvous port apart, for an engine that takes them as two flags (vLLM).
+MULTINODE_HOST_VAR, MULTINODE_PORT_VAR = "RIG_DIST_INIT_HOST", "RIG_DIST_INIT_PORT"
 # Variables rig itself sets in every engine's environment or compose file: never a recipe's.
 RIG_OWNED_ENV = (KEY_VARIABLE, "RIG_BOOT_ID", "RIG_ADAPTER_MANIFEST_DIR", "RIG_MANIFEST_DIR", "RIG_MODEL_DIR",
-                 IMAGE_TAG_VARIABLE, "RIG_ENGINE", MULTINODE_ADDR_VAR)
+                 IMAGE_TAG_VARIABLE, "RIG_ENGINE", MULTINODE_ADDR_VAR, MULTINODE_HOST_VAR, MULTINODE_PORT_VAR)
 ROUNDING_FILE = Path(__file__).resolve().parent / "audit" / "engine_rounding.yaml"
 # Every server rig starts, natively or in a container, checks for no update and reaches no network:
 # huggingface_hub (under `transformers serve`, and every engine that loads a model through it) touches
@@ -78,6 +80,16 @@ def _vllm(launch: Launch) -> list[str]:
     if launch.ep > 1:
         argv += ["--enable-expert-parallel"]
     return argv
+
+
+def _vllm_multinode(launch: Launch) -> list[str]:
+    # vLLM's own multi-node launch (ParallelConfig nnodes/node_rank/master_addr/master_port, 0.24.0 and
+    # later): every node runs `vllm serve` with the whole tensor-parallel size; a node other than the
+    # head runs --headless (its workers join the head's engine; no API server of its own).
+    argv = ["--nnodes", str(launch.nodes), "--node-rank", str(launch.node_rank),
+            "--master-addr", f"${{{MULTINODE_HOST_VAR}:?set {MULTINODE_HOST_VAR} to node 0's address}}",
+            "--master-port", f"${{{MULTINODE_PORT_VAR}:?set {MULTINODE_PORT_VAR} to node 0's rendezvous port}}"]
+    return argv + (["--headless"] if launch.node_rank else [])
 
 
 def _transformers(launch: Launch) -> list[str]:
@@ -211,7 +223,7 @@ ENGINES: dict[str, Engine] = {
         # /collective_rpc, /update_weights...; usage.prompt_tokens_details (cached prompt tokens)
         # is filled only with --enable-prompt-tokens-details (entrypoints/openai/cli_args.py).
         Engine(name="vllm", package="vllm", gpu=True, program=Program(("vllm", "serve"), ("-m", "vllm.entrypoints.cli.main", "serve")),
-               argv=_vllm, length_pinning={"ignore_eos": True},
+               argv=_vllm, multinode=_vllm_multinode, length_pinning={"ignore_eos": True},
                cache_reset=CacheReset("/reset_prefix_cache", {"VLLM_SERVER_DEV_MODE": "1"},
                                       "vLLM registers it only among its dev routes, which also open /sleep, /collective_rpc "
                                       "and /update_weights to anyone who reaches the port"),
@@ -221,7 +233,8 @@ ENGINES: dict[str, Engine] = {
                # vllm/engine/arg_utils.py and entrypoints/openai/cli_args.py.
                owned_flags=("--model", "--host", "--port", "--uds", "--api-key", "--config", "--tensor-parallel-size", "-tp",
                             "--decode-context-parallel-size", "-dcp", "--enable-expert-parallel", "-ep",
-                            "--served-model-name"),
+                            "--served-model-name", "--nnodes", "-n", "--node-rank", "-r", "--master-addr", "--master-port",
+                            "--headless"),
                served_name_flag="--served-model-name", tokenizer_flags=("--tokenizer",),  # arg_utils.py EngineArgs.tokenizer
                # envs.py validate_environ (0.24.0): a warning for every VLLM_* name it does not define.
                unknown_env_line=r"Unknown vLLM environment variable detected: (VLLM_[A-Za-z0-9_]+)"),

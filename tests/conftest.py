@@ -51,6 +51,15 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def require_lab(reason: str | None, message: str, marker: str) -> None:
+    """A lab test's precondition: with `reason` (why the lab is missing) it skips with one line, or
+    fails under CI=true, where the `marker` tests must run."""
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{message}; CI=true: the {marker} tests must run, not skip")
+        pytest.skip(message)
+
+
 def tool(name: str) -> str:
     found = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
     if not found:

@@ -15,6 +15,12 @@ class BootFailed(Exception):
     """A boot that did not become healthy; the server has been stopped and its log kept."""
 
 
+class BootPreempted(BootFailed):
+    """The scheduler ended the boot's job (its time limit, a node failure, a cancel from outside):
+    the nodes were taken away, which says nothing of the engine. A comparison stops there, without
+    an entry for that boot, so `rig compare --resume` boots it again."""
+
+
 class BootDriver(Protocol):
     name: str
 

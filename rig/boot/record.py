@@ -20,7 +20,7 @@ from rig.typed import Typed, Versioned, first_problem
 
 # What a stored boot record (boot.json, a state file) may name as its driver: `rig down` stops it
 # through that driver, so an unknown one is refused instead of falling back to another.
-STORED_DRIVERS = frozenset({"native", "compose"})
+STORED_DRIVERS = frozenset({"native", "compose", "slurm"})
 RECORD_MAX_BYTES = 4 << 20
 LOG_MAX_BYTES = 256 << 20  # a server log; a vLLM boot writes ~1 MB  # a boot record is a few kB (its fingerprint included)
 BOOT_SCHEMA = 1  # boot.json and the state files; records written before it carried no version are version 1
@@ -86,6 +86,9 @@ class BootRecord(Versioned):
     kernel_boot_time: int | None = None
     compose_project: str | None = None
     compose_files: list[str] = Field(default_factory=list)
+    slurm_job: str | None = None  # the Slurm job of a slurm boot (rig/boot/slurm.py)
+    slurm_nodes: list[str] = Field(default_factory=list)  # its nodes, the head first
+    slurm_end: str | None = None  # Slurm's state and reason where Slurm ended the job before rig stopped it
     image: BootImage = Field(default_factory=BootImage)
     # The host as this boot found it (rig.observe.fingerprint): comparisons check boots against it.
     fingerprint: Fingerprint | None = None

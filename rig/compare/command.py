@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from rig.boot.base import BootPreempted
 from rig.boot.state import refuse_if_port_taken, refuse_if_up
 from rig.compare.arms import check_arms, parse_arm
 from rig.compare.conditions import accept_fingerprint_problem
@@ -50,7 +51,7 @@ def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, 
             small: bool | None, workers: int | None, resume: str | None, progress: bool = True,
             duration_s: float | None = None, target_pct: float | None = None, max_boots: int | None = None,
             goodput: str | None = None, accept_fingerprint: list[str] | None = None,
-            cold_caches: bool = False, burn_in: bool = True, port: int | None = None,
+            cold_caches: bool = False, burn_in: bool = True, port: int | None = None, driver: str | None = None,
             until: UntilDecided | None = None, show_report: bool = True, steps: bool = True) -> tuple[Path, Analysis]:
     """Run (or resume) a comparison and write its report. `until`: add pairs one at a time until
     every headline interval excludes 0, from until.first pairs up to until.most (its looks are in
@@ -114,7 +115,8 @@ def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, 
                            burn_in_first=burn_in and _state_unknowable(ENGINES[resolved.recipe.engine.name]),
                            max_boots=min(MAX_PAIRS, max_boots or 2 * boots) if target_pct is not None else None,
                            first_stage=boots if target_pct is not None else None,
-                           slos=parse_slos(goodput), accept_fingerprint=list(accept_fingerprint or []), cold_caches=cold_caches)
+                           slos=parse_slos(goodput), accept_fingerprint=list(accept_fingerprint or []), cold_caches=cold_caches,
+                           driver=driver)
     except ValidationError as error:
         field, problem = first_problem(error)
         raise Invalid("command line", field, problem, "see `rig compare --help` for what each option takes") from None
@@ -132,7 +134,9 @@ def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, 
         refuse_if_port_taken(resolved, port)
     try:
         plan, entries = run_compare(plan, out, progress, port, until=until, steps=steps)
-    except KeyboardInterrupt:  # Ctrl-C, SIGTERM: say where the finished boots are and how to go on from them
+    except (KeyboardInterrupt, BootPreempted) as error:  # Ctrl-C, SIGTERM, a job the scheduler ended: how to go on
+        if isinstance(error, BootPreempted):
+            print(f"compare: {error}", file=sys.stderr)
         finished = finished_boots(out)
         kept = f"; {finished} finished boot(s) kept in {out}" if finished else f" before any boot finished; its plan is kept in {out}"
         print(f"compare: stopped{kept}: run the same command with --resume {out} to go on from "

@@ -29,7 +29,7 @@ from pydantic import JsonValue
 
 from rig import paths
 from rig.atomic import write_text_atomic
-from rig.boot import BootFailed, driver_for, driver_named
+from rig.boot import BootFailed, BootPreempted, driver_for, driver_named
 from rig.boot.checks import check_boot, read_manifests
 from rig.boot.record import BootRecord
 from rig.chat import stream_chat
@@ -230,7 +230,7 @@ def run_boot(plan: ComparePlan, index: int, block: int, arm: Arm, out: Path, pro
     `redo_if_compiled`, a boot whose engine log says it compiled becomes a burn-in as soon as it is
     healthy (it defines no quality reference, enters no identity check), and the caller boots again."""
     base, resolved = (arms or ResolvedArms(plan))[arm]
-    driver = driver_for(base)
+    driver = driver_named(plan.driver) if plan.driver else driver_for(base)  # --driver, else the recipe's own
     attempt, runs_dir = _attempt_dir(out, index, arm)
     runs_dir.mkdir(parents=True)  # an attempt killed while booting still counts as one
     entry = BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=arm is plan.control and not burn_in,
@@ -244,6 +244,9 @@ def run_boot(plan: ComparePlan, index: int, block: int, arm: Arm, out: Path, pro
         others = {key for other in [*plan.arms, *([plan.control] if plan.control else [])] for key in other.overlay()}
         record = driver.up(base, overlay=arm.overlay(), port=port, progress=progress, cold_caches=plan.cold_caches,
                            unset=others - set(arm.overlay()))
+    except BootPreempted:
+        marker.unlink(missing_ok=True)  # its job is gone: nothing to stop on resume, and no entry, so it is booted again
+        raise
     except BootFailed as error:
         entry.voided, entry.problems = True, [str(error)]
         marker.unlink(missing_ok=True)
@@ -297,6 +300,10 @@ def run_boot(plan: ComparePlan, index: int, block: int, arm: Arm, out: Path, pro
         clock.lap("down")
         marker.unlink(missing_ok=True)
         entry.compile_cache = record.compile_cache
+    preempted = getattr(driver, "preempted", None)  # a scheduler's driver: was the job ended under the load?
+    ended = preempted(record) if preempted is not None and entry.voided else None
+    if ended is not None:
+        raise BootPreempted(f"{record.ref}: the scheduler ended boot {record.boot_id} while it was measured: {ended}")
     return entry
 
 
@@ -382,7 +389,7 @@ def kept_design(saved: ComparePlan, command: ComparePlan) -> str:
 
     pairs = [(flag, getattr(saved, field), getattr(command, field)) for flag, field in (
         ("--boots", "boots"), ("--duration", "duration_s"), ("--small", "small"), ("--workers", "workers"),
-        ("--target", "target_pct"), ("--max-boots", "max_boots"), ("--cold-caches", "cold_caches"))]
+        ("--target", "target_pct"), ("--max-boots", "max_boots"), ("--cold-caches", "cold_caches"), ("--driver", "driver"))]
     return ", ".join(f"{flag} {shown(was)} (this command: {shown(now)})" for flag, was, now in pairs
                      if was != now and not (flag == "--boots" and saved.target_pct is not None))
 

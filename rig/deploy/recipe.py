@@ -130,6 +130,23 @@ class NativeSpec(Spec):
         return self.python or f"{(self.venv or '').rstrip('/')}/bin/python"
 
 
+# The drivers that start the engine as processes from rig's environment (or the recipe's native one).
+PROCESS_DRIVERS = ("native", "slurm")
+
+
+class SlurmSpec(Spec):
+    """What a Slurm boot asks the scheduler for besides the topology (rig/boot/slurm_job.py); the
+    environment's RIG_SLURM_PARTITION, RIG_SLURM_ACCOUNT and RIG_SLURM_TIME win over these."""
+
+    partition: StrictStr | None = None
+    account: StrictStr | None = None
+    time: Annotated[StrictStr, Field(pattern=r"^([0-9]+-)?[0-9]+(:[0-9]{2}){0,2}$")] | None = Field(
+        None, description="the job's time limit, in Slurm's form (minutes, HH:MM:SS, D-HH:MM:SS)")
+    constraint: StrictStr | None = Field(None, description="node features the job needs (--constraint)")
+    extra_args: list[Annotated[StrictStr, Field(pattern=r"^--[a-z][a-z-]*(=[^\s]+)?$")]] = Field(
+        default_factory=list, max_length=16, description="further salloc options, each --name=value")
+
+
 class Topology(Spec):
     tp: Parallel = 1
     ep: Parallel = 1
@@ -218,7 +235,8 @@ class Recipe(Spec):
     image: BaseImage | None = Field(None, description="the image compose builds and boots; a native-only recipe has none")
     topology: Topology
     serving: Serving
-    driver: Literal["compose", "native"] = "compose"
+    driver: Literal["compose", "native", "slurm"] = "compose"
+    slurm: SlurmSpec | None = Field(None, description="slurm driver: partition, account, time limit")
     native: NativeSpec | None = Field(None, description="native driver: the Python environment of the engine (default: rig's own)")
     server_args: ServerArgs = Field(default_factory=list)
     env: EnvMap = Field(default_factory=dict)
@@ -403,7 +421,7 @@ def check_semantics(recipe: Recipe, where: str) -> None:
     engine_row = ENGINES[recipe.engine.name]
     if image is None and recipe.driver == "compose":
         raise RigError(where, "image", "a compose recipe needs the image it builds and boots", "add image: {repository, tag, digests}")
-    if recipe.native is not None and recipe.driver != "native":
+    if recipe.native is not None and recipe.driver not in PROCESS_DRIVERS:
         raise RigError(where, "native", "native names the engine's Python environment, but the recipe boots with compose",
                        "set driver: native, or remove native")
     if recipe.model.source == "generated" and not recipe.model.generate:
@@ -418,7 +436,7 @@ def check_semantics(recipe: Recipe, where: str) -> None:
         from rig.tinymodel import presets
 
         dummy = presets()[recipe.model.generate]["weights"] == "dummy"
-    if recipe.driver == "native" and recipe.gpu and recipe.native is None:
+    if recipe.driver in PROCESS_DRIVERS and recipe.gpu and recipe.native is None:
         raise RigError(where, "native", f"a native {recipe.engine.name} recipe must name the engine's Python environment",
                        "add native: {python: /path/to/python3, pythonpath: [...]} (or venv: /path/to/venv)")
     variants = [recipe.variant(None)] if not recipe.variants else [recipe.variant(n) for n in recipe.variants]
@@ -617,7 +635,7 @@ def check_rig_owned(recipe: Recipe, where: str) -> None:
             refuse_env_name(name, engine, where, f"{prefix}host_env.{name}")
             if name in env or name in recipe.env:
                 raise RigError(where, f"{prefix}host_env.{name}", f"{name} is also set in env", "set it in one of them")
-            if recipe.driver == "native":
+            if recipe.driver in PROCESS_DRIVERS:
                 raise RigError(where, f"{prefix}host_env.{name}", "host_env is read by compose; the native driver has none",
                                f"set {name} in env, or pass it with rig up --env")
         for index, token in enumerate(args):
@@ -639,7 +657,7 @@ def refuse_inherited_gates(resolved: Resolved, overlay: dict[str, str], environ:
     rejects) would leave a server without it that rig calls up (measured: RIG_TOKEN_DELAY_MS=abc in
     the shell, `rig up tiny-cpu` exited 0 with token_delay REFUSED in its log). A gate reaches a boot
     through the recipe or an overlay only, where both checks see it."""
-    if resolved.recipe.driver != "native":
+    if resolved.recipe.driver not in PROCESS_DRIVERS:
         return  # a container gets only the environment its compose file names
     names = _adapter_env_names()
     given = {**resolved.full_env(), **overlay}

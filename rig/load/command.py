@@ -51,7 +51,8 @@ def verdict(measured: list[RunSummary], skipped: dict[str, str]) -> str:
 
 def loadtest(ref: str | None, names: list[str] | None, small: bool | None, workers: int | None, duration_s: float | None = None,
              remote_workers: int = 0, master_bind: str = "127.0.0.1", url: str | None = None, model: str | None = None,
-             boot_id: str | None = None, flush_cache: bool = False, port: int | None = None, verbose: bool = False) -> int:
+             boot_id: str | None = None, flush_cache: bool = False, port: int | None = None, verbose: bool = False,
+             slurm_workers: bool = False) -> int:
     """Measure a recipe's server (booting it if nothing is up), or with `url` a server rig did not start.
     `names` None: the default series (see the module's docstring). `verbose`: every column and note."""
     default_series = names is None
@@ -68,7 +69,8 @@ def loadtest(ref: str | None, names: list[str] | None, small: bool | None, worke
     summaries: list[RunSummary] = []
     try:
         summaries = run_scenarios(target, names, small, workers, root, duration_s=duration_s,
-                                  remote_workers=remote_workers, master_bind=master_bind, flush_cache=flush_cache)
+                                  remote_workers=remote_workers, master_bind=master_bind, flush_cache=flush_cache,
+                                  slurm_workers=slurm_workers)
     except Interrupted as stop:
         summaries, interrupted = stop.summaries, True
     finally:

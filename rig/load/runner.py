@@ -158,8 +158,10 @@ class LocustRun:
     """One scenario run. Processes are started here and always stopped here."""
 
     def __init__(self, scenario: Scenario, base_url: str, out_dir: Path, workers: int,
-                 remote_workers: int = 0, master_bind: str = "127.0.0.1", settle_s: float = 0.0) -> None:
+                 remote_workers: int = 0, master_bind: str = "127.0.0.1", settle_s: float = 0.0,
+                 slurm_workers: bool = False) -> None:
         self.scenario, self.base_url, self.out_dir = scenario, base_url, out_dir
+        self.slurm_workers, self.slurm_job_name = slurm_workers, None  # remote workers started as a Slurm job
         self.settle_s = settle_s
         self.distributed = (scenario.distributed and scenario.pool > 1) or remote_workers > 0
         self.workers = workers if self.distributed else 1
@@ -203,7 +205,13 @@ class LocustRun:
         master = _locust() + common + ["--master", "--expect-workers", str(self.workers + self.remote_workers),
                                        "--master-bind-host", self.master_bind, "--master-bind-port", str(port)]
         self._spawn(master, log)
-        if self.remote_workers:
+        if self.remote_workers and self.slurm_workers:
+            from rig.load import slurm_workers
+
+            process, self.slurm_job_name = slurm_workers.start(self.remote_workers, _locust(), self.master_bind, port,
+                                                               self.out_dir, self.env, log)
+            self.processes.append(process)
+        elif self.remote_workers:
             # The same worker code runs on other client machines; their records come back through
             # Locust's worker reports because this run's directory is not on those machines.
             self.remote_command = (f"RIG_LOAD_CONFIG=<copy of {self.out_dir / 'config.json'}> python -m locust -f loadtests/locustfile.py "
@@ -262,6 +270,10 @@ class LocustRun:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        if self.slurm_job_name is not None:
+            from rig.load import slurm_workers
+
+            slurm_workers.stop(self.slurm_job_name)
 
 
 @dataclass
@@ -302,7 +314,7 @@ def workload_config(scenario: Scenario, counter: TokenCounter, label: str) -> Wo
 def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers: int | None = None,
                  counter: TokenCounter | None = None, warmup: bool = False, progress: bool = True,
                  prompts: list[Prompt] | None = None, remote_workers: int = 0,
-                 master_bind: str = "127.0.0.1", settle_s: float = 0.0) -> RunSummary:
+                 master_bind: str = "127.0.0.1", settle_s: float = 0.0, slurm_workers: bool = False) -> RunSummary:
     if out_dir.exists() and any(out_dir.iterdir()):
         raise RigError(str(out_dir), "(directory)", "already holds a run; records of two runs must never mix",
                        "use a new results directory")
@@ -311,7 +323,8 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
     counter = counter or TokenCounter(target.model_dir, record.base_url, record.served_model)
     # Same label in the same round of every boot: the nonce sequence (and a trace's block tags) repeat across arms.
     label = f"{scenario.seed}/{out_dir.parent.name}/{out_dir.name}"
-    run = LocustRun(scenario, record.base_url, out_dir, workers or default_workers(), remote_workers, master_bind, settle_s)
+    run = LocustRun(scenario, record.base_url, out_dir, workers or default_workers(), remote_workers, master_bind, settle_s,
+                    slurm_workers)
     if scenario.kind in ARRIVAL_KINDS and run.processes_sending > scenario.pool:
         raise RigError(f"loadtests/scenarios/{scenario.name}.yaml", "users", f"{scenario.pool} user(s) for {run.processes_sending} "
                        "Locust processes: each process sends its share of the arrivals and needs a user to send them",

@@ -126,7 +126,8 @@ def scenarios_for(names: list[str], small: bool, duration_s: float | None = None
 
 def run_scenarios(target: LoadTarget, names: list[str], small: bool, workers: int | None, root: Path,
                   progress: bool = True, warmup: bool = True, duration_s: float | None = None,
-                  remote_workers: int = 0, master_bind: str = "127.0.0.1", flush_cache: bool = False) -> list[RunSummary]:
+                  remote_workers: int = 0, master_bind: str = "127.0.0.1", flush_cache: bool = False,
+                  slurm_workers: bool = False) -> list[RunSummary]:
     """The warmup rule lives here: each scenario's first complete run after a boot is run, kept,
     marked and left out of results; the measured run waits for the steady state its warmup timed."""
     scenarios = scenarios_for(names, small, duration_s)
@@ -144,7 +145,7 @@ def run_scenarios(target: LoadTarget, names: list[str], small: bool, workers: in
                     print(f"{scenario.name}: {note}")
             summary = run_scenario(target, scenario, out, workers, counter, warmup=is_warmup, progress=progress,
                                    remote_workers=remote_workers if scenario.distributed else 0, master_bind=master_bind,
-                                   settle_s=settle_estimate(target.record, scenario))
+                                   settle_s=settle_estimate(target.record, scenario), slurm_workers=slurm_workers)
             note_run(target.record, out, summary, scenario)
             summaries.append(summary)
             if summary.interrupted:

@@ -96,6 +96,8 @@ class Fingerprint(Typed):
     image_digests: list[str] | None = None
     adapter_manifests: ManifestHashes | None = None
     compile_cache: CacheFiles | None = None
+    slurm_nodes: str | None = None  # a Slurm boot's nodes, the head first (rig/boot/slurm.py)
+    nodes: list[Fingerprint] = Field(default_factory=list)  # a Slurm boot: each node's own, by rank (hostname: its node)
 
 
 class FingerprintDifference(Typed):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import measured
+from conftest import measured, require_lab
 
 from rig.boot.checks import check_boot
 from rig.boot.record import BootRecord
@@ -64,11 +64,7 @@ def run(*command: str, env: dict[str, str] | None = None, timeout: float = 900) 
 @pytest.fixture(scope="session")
 def lab() -> None:
     reason = lab_missing()
-    if reason:
-        message = f"container lab not running ({reason}): run `make lab`"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{message}; CI=true: the docker tests must run, not skip")
-        pytest.skip(message)
+    require_lab(reason, f"container lab not running ({reason}): run `make lab`", "docker")
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,63 @@
+"""`rig compare --driver slurm` on a real cluster (`make slurm-lab`): the token_delay arms' known
+effect over ABBA boots that are Slurm jobs, with one job ended by Slurm mid-boot on the way (the
+comparison stops, and `--resume` boots it again), and nothing left in squeue."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import REPO, free_port
+from slurm_lab import queue, slurm_cluster  # noqa: F401 - slurm_cluster is a fixture
+
+from rig.exits import Exit
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
+
+DELAY_MS = 20
+
+
+def test_a_comparison_of_slurm_boots_survives_a_job_slurm_ended_and_finds_the_delay(tmp_path):
+    env = {**os.environ, "RIG_RESULTS_DIR": str(tmp_path / "results"), "RIG_STATE_DIR": str(tmp_path / "state")}
+    command = [sys.executable, "-m", "rig", "compare", "tiny-cpu", "--arm", "off:@delay,RIG_TOKEN_DELAY_MS=0",
+               "--arm", f"on:@delay,RIG_TOKEN_DELAY_MS={DELAY_MS}", "--driver", "slurm", "--boots", "3", "--rounds", "1",
+               "--scenario", "prose-c1", "--small", "--workers", "1", "--duration", "3", "--port", str(free_port())]
+    first = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    state_file, deadline, job, out = tmp_path / "state" / "tiny-cpu.json", time.monotonic() + 240, None, None
+    while time.monotonic() < deadline and job is None:  # the second boot's job, once Slurm granted it
+        markers = list((tmp_path / "results" / "compare").glob("*/boots/01-on.in-progress.json"))
+        try:
+            job = json.loads(state_file.read_text()).get("slurm_job") if markers else None
+        except (OSError, ValueError):
+            pass
+        out = markers[0].parent.parent if markers else None
+        time.sleep(0.1)
+    assert job is not None and out is not None, "the second boot never got its job"
+    subprocess.run(["scancel", job], check=True, timeout=30)
+    _, stderr = first.communicate(timeout=240)
+    assert first.returncode == Exit.FAILED, stderr[-2000:]
+    assert not (out / "boots" / "01-on.json").exists()  # no entry: the boot is redone, not voided
+    assert f"--resume {out}" in stderr and "CANCELLED" in stderr, stderr[-2000:]
+
+    resumed = subprocess.run([*command, "--resume", str(out)], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode in (Exit.OK, Exit.UNUSABLE), resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    saved = json.loads((out / "compare.json").read_text())
+    assert saved["boots"]["used"] == 6 and not saved["boots"]["voided"], saved["boots"]
+    assert json.loads((out / "boots" / "01-on.json").read_text())["attempt"] == 2
+    stats = saved["scenarios"]["prose-c1"]["vs"]["on"]
+    left_out = [r for x in saved["boots"]["exclusions"] for r in x["rounds"]]
+    assert all("client INVALID" in r for r in left_out), left_out
+    # The injected delay is what the per-token interval must meet (the report's known-effect rule); the
+    # verdict is "slower" where every pair was measured (a busy box may leave pairs out for the client's
+    # timing, as named above: with one pair there is no interval, with two one degree of freedom).
+    [effect] = [e for e in saved["known_effects"] if e["arm"] == "on" and e["adapter"] == "token_delay"]
+    assert DELAY_MS <= effect["per_token_ms"] < DELAY_MS * 1.5, effect
+    assert effect["covered"] is (True if stats["pairs"] >= 2 else None), (effect, stats)
+    assert stats["verdict"] == "slower" if stats["pairs"] == 3 else stats["verdict"] != "faster", stats
+    nodes = {json.loads(p.read_text())["fingerprint"]["slurm_nodes"] for p in (out / "boots").glob("*.json")}
+    assert len(nodes) == 1, nodes  # every boot on the same node set: nothing voided for it
+    assert not queue() and not state_file.exists()
