@@ -1,0 +1,153 @@
+"""A race's answer: the winner, the candidates not told apart from it, a ranked table, the race's
+picture and a recipe variant written for the winner (tune.json, tune.md, tune.png, winner.yaml)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from rig import grammar
+from rig.atomic import write_text_atomic
+from rig.compare.quality import analyze_quality, quality_short
+from rig.compare.stats import Comparison
+from rig.tune.plan import RacePlan
+from rig.tune.rule import against, current_best
+from rig.tune.run import RaceState, objective_figures
+from rig.tune.space import resolve
+from rig.typed import Typed
+
+STOPS = {
+    "one": "one candidate remains",
+    "equivalent": "every survivor is within the margin of the best: no difference resolved above {margin:g}%",
+    "rounds": "the most rounds ({rounds}) ran with {left} candidates not told apart",
+    "boots": "the boot budget ({boots} boots) could not pay for another round of {left} candidates",
+    "minutes": "the time budget ({minutes:g} min of boots) ran out with {left} candidates not told apart",
+}
+
+
+class Row(Typed):
+    """One candidate in the ranked table."""
+
+    rank: int
+    candidate: str
+    setting: str
+    figure: float | None  # geometric mean of its boots' figures, in the objective's unit
+    boots: int
+    vs_winner: tuple[float, float] | None  # paired interval against the winner, percent of its figure
+    delta_pct: float | None
+    status: str  # winner, not told apart, or when and why it was eliminated
+    quality: str
+
+
+class RaceResult(Typed):
+    """tune.json."""
+
+    recipe: str
+    scenario: str
+    objective: str
+    winner: str
+    tied: list[str]  # survivors not told apart from the winner
+    stop: str  # the key of STOPS
+    stop_text: str
+    rule: str
+    boots: int  # measured boots
+    burn_ins: int
+    rows: list[Row]
+    notes: list[str]
+
+
+def _geometric(values: dict[int, list[float]]) -> float | None:
+    means = [float(np.mean(v)) for v in values.values() if v and all(x > 0 for x in v)]
+    return float(math.exp(np.mean(np.log(means)))) if means else None
+
+
+def analyze(plan: RacePlan, state: RaceState) -> RaceResult:
+    rule = plan.rule
+    figures = objective_figures(plan, state.entries)
+    winner = current_best(figures, state.survivors, plan.higher_is_better)
+    tied = [name for name in state.survivors if name != winner]
+    quality = analyze_quality(plan.compare_plan(), state.entries)
+    measured = [e for e in state.entries if e.measured]
+    ranked = [winner] + sorted(tied, key=lambda n: -(_geometric(figures.get(n, {})) or 0) * (1 if plan.higher_is_better else -1))
+    ranked += sorted(state.eliminated, key=lambda n: (-state.eliminated[n][0], -(_geometric(figures.get(n, {})) or 0)))
+    rows = []
+    for rank, name in enumerate(ranked, 1):
+        comparison: Comparison | None = None if name == winner else against(rule, figures, winner, name)
+        if name == winner:
+            status = "winner"
+        elif name in state.eliminated:
+            status = f"eliminated: {state.eliminated[name][1]}"
+        else:
+            status = "not told apart from the winner"
+        rows.append(Row(rank=rank, candidate=name, setting=plan.by_name()[name].describe(), figure=_geometric(figures.get(name, {})),
+                        boots=sum(1 for e in measured if e.arm == name),
+                        vs_winner=comparison.ci if comparison else None, delta_pct=comparison.delta if comparison else None,
+                        status=status, quality=quality_short(quality, name) if name != plan.candidates[0].name else "reference"))
+    notes = []
+    if plan.constraints.greedy_identical and not any(e.measured and e.greedy for e in state.entries if e.arm == plan.candidates[0].name):
+        notes.append("greedy identity: the baseline has no measured boot with greedy outputs; nothing was ruled out by it")
+    stop = state.stop or "rounds"
+    return RaceResult(recipe=plan.recipe, scenario=plan.scenario, objective=plan.objective, winner=winner, tied=tied, stop=stop,
+                      stop_text=STOPS[stop].format(margin=plan.margin_pct, rounds=plan.max_rounds, left=len(state.survivors),
+                                                   boots=plan.max_boots, minutes=plan.max_minutes or 0),
+                      rule=rule.statement(), boots=len(measured), burn_ins=sum(1 for e in state.entries if e.burn_in),
+                      rows=rows, notes=notes)
+
+
+def _interval(row: Row) -> str:
+    if row.vs_winner is None:
+        return "-" if row.status == "winner" else "no interval"
+    return f"{row.delta_pct:+.2f}% [{row.vs_winner[0]:+.2f}%, {row.vs_winner[1]:+.2f}%]"
+
+
+def headline(result: RaceResult) -> str:
+    """The answer, first: the winner, and who could not be told apart from it, and why the race stopped."""
+    tied = f"; not told apart from it: {', '.join(result.tied)}" if result.tied else ""
+    return f"tune: {result.winner} wins ({result.stop_text}){tied}"
+
+
+def table(result: RaceResult) -> str:
+    lines = [f"| rank | candidate | {result.objective} | vs {result.winner} | boots | status | quality |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for row in result.rows:
+        figure = "-" if row.figure is None else f"{row.figure:.4g}"
+        lines.append(f"| {row.rank} | {row.candidate} | {figure} | {_interval(row)} | {row.boots} | {row.status} | {row.quality} |")
+    return "\n".join(lines)
+
+
+def winner_variant(plan: RacePlan, result: RaceResult) -> tuple[str, str]:
+    """(variant name, YAML text) of the winner as a recipe variant, and the `rig compare` line that
+    checks it against the baseline (what the user runs today)."""
+    candidate = plan.by_name()[result.winner]
+    _, resolved = resolve(plan.recipe, candidate)
+    variant = resolved.recipe.variants[resolved.variant or ""]
+    name = f"tuned-{result.winner}"[: grammar.NAME_MAX]
+    body = variant.model_dump(mode="json", exclude_defaults=True, by_alias=True)
+    body["description"] = f"rig tune's winner on {plan.scenario}: {candidate.describe()}"
+    baseline = plan.candidates[0]
+    today = f"today:{baseline.arm().spec.partition(':')[2]}" if not baseline.server_args and (baseline.variant or baseline.env) else (
+        f"today:@{resolved.recipe.default_variant}" if resolved.recipe.default_variant else "today:(the recipe)")
+    command = f"rig compare {plan.recipe} --arm {today} --arm tuned:@{name} --scenario {plan.scenario}"
+    text = (f"# {result.winner}, the winner of `rig tune` on {plan.scenario} ({result.stop_text}).\n"
+            f"# Add it under variants: in recipes/{plan.recipe}.yaml, then check it against today's settings:\n"
+            f"#   {command}\n" + yaml.safe_dump({name: body}, sort_keys=False))
+    return name, text
+
+
+def write(out: Path, plan: RacePlan, state: RaceState) -> tuple[RaceResult, str]:
+    """Every result file; returns the result and its text (the answer first)."""
+    from rig.tune.plot import plot
+
+    result = analyze(plan, state)
+    write_text_atomic(out / "tune.json", result.json_text())
+    _, variant_text = winner_variant(plan, result)
+    write_text_atomic(out / "winner.yaml", variant_text)
+    text = "\n".join([headline(result), "", table(result), "", f"rule: {result.rule}",
+                      f"{result.boots} measured boot(s), {result.burn_ins} burn-in(s); recipe variant for the winner: "
+                      f"{out}/winner.yaml", *result.notes])
+    write_text_atomic(out / "tune.md", f"# rig tune: {plan.recipe} on {plan.scenario}\n\n{text}\n")
+    plot(plan, state, result, out / "tune.png")
+    return result, text

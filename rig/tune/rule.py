@@ -1,0 +1,161 @@
+"""The racing rule: which candidates a look eliminates, and when the race stops.
+
+F-race (Birattari et al., "A Racing Algorithm for Configuring Metaheuristics", GECCO 2002) races
+candidates on repeated blocks and drops the ones a test shows worse. Here a block is a race round:
+every surviving candidate booted once, in a position-balanced order (rig.tune.plan.round_order), so
+a drift over the round falls on all of them alike, and the unit of replication is the boot, as in
+`rig compare` (rig.compare.stats). After each round from FIRST_LOOK on, every survivor is compared
+with the current best (the survivor with the highest mean log figure) by compare_boots, the paired t
+interval `rig compare` prints, on the per-round log ratios of their boots.
+
+Error control. Every look compares the best with each other survivor, so over the whole race the
+comparisons made are among the candidates' pairs, at most C(candidates, 2) of them per look, over
+`looks` = max_rounds - FIRST_LOOK + 1 looks, both fixed before any boot. Each interval is made at
+1 - alpha / (pairs x looks) (Bonferroni over pairs and looks), so with probability at least
+1 - alpha every interval the race can make covers its true difference at once; an elimination
+happens only when an interval lies wholly on the worse side of 0, so then every elimination is
+right: the chance of any false elimination in the race (the true best's included) is at most alpha,
+whatever the data-dependent choice of the current best and whatever the dependence between looks.
+The same intervals decide equivalence: the race stops early when every survivor's interval against
+the best lies inside +-margin (no difference resolved above it). Calibrated by simulation
+(rig.tune.calibration, tests/tune/test_tune_calibration.py).
+
+FIRST_LOOK is 3 rounds: at 2 a paired interval has 1 degree of freedom, and at alpha / tests its t
+quantile is in the hundreds: the look could decide nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from rig.compare.stats import Comparison, compare_boots
+from rig.typed import Typed
+
+FIRST_LOOK = 3
+ALPHA = 0.05
+DEFAULT_MARGIN_PCT = 0.3
+DEFAULT_MAX_ROUNDS = 6
+
+RoundFigures = dict[int, list[float]]  # race round -> the usable round figures of the candidate's boot in it
+
+
+@dataclass(frozen=True)
+class RaceRule:
+    """The race's design, fixed before its first boot."""
+
+    candidates: int
+    max_rounds: int = DEFAULT_MAX_ROUNDS
+    margin_pct: float = DEFAULT_MARGIN_PCT
+    alpha: float = ALPHA
+    higher_is_better: bool = True
+
+    @property
+    def looks(self) -> int:
+        return max(1, self.max_rounds - FIRST_LOOK + 1)
+
+    @property
+    def tests(self) -> int:
+        """The intervals the race may make: every pair of candidates at every look."""
+        return max(1, self.candidates * (self.candidates - 1) // 2) * self.looks
+
+    @property
+    def confidence(self) -> float:
+        """Each interval's two-sided confidence: Bonferroni over every interval the race may make."""
+        return 1 - self.alpha / self.tests
+
+    def statement(self) -> str:
+        return (f"a look after each round from {FIRST_LOOK} to {self.max_rounds}: each survivor's paired interval against the "
+                f"best at {100 * self.confidence:.4g}% (Bonferroni over {self.tests // self.looks} pairs x {self.looks} looks), "
+                f"so any elimination, the true best's included, is wrong at most {100 * self.alpha:.0f}% of the time")
+
+
+class Standing(Typed):
+    """A survivor's interval against the best at one look (percent of the best's figure)."""
+
+    candidate: str
+    delta_pct: float | None
+    ci_pct: tuple[float, float] | None
+    pairs: int
+
+
+class Look(Typed):
+    """What one look saw and decided."""
+
+    round: int  # the race round after which it was made (0-based)
+    best: str
+    standings: list[Standing]
+    eliminated: dict[str, str]  # candidate -> why (worse than the best, a constraint, failed boots)
+    equivalent: bool  # every survivor left is within the margin of the best
+
+
+def log_mean(figures: RoundFigures) -> float | None:
+    """The mean over boots of ln(boot mean): what "best" is chosen by."""
+    means = [float(np.mean(values)) for values in figures.values() if values and all(v > 0 for v in values)]
+    return float(np.mean(np.log(means))) if means else None
+
+
+def current_best(figures: dict[str, RoundFigures], survivors: list[str], higher_is_better: bool = True) -> str:
+    """The survivor with the best mean log figure (the first survivor when none has one yet)."""
+    scored = [(m, name) for name in survivors if (m := log_mean(figures.get(name, {}))) is not None]
+    if not scored:
+        return survivors[0]
+    pick = max if higher_is_better else min
+    return pick(scored)[1]
+
+
+def against(rule: RaceRule, figures: dict[str, RoundFigures], best: str, candidate: str) -> Comparison:
+    """The candidate's paired interval against the best at the rule's confidence (compare_boots)."""
+    return compare_boots(figures.get(best, {}), figures.get(candidate, {}), "objective", rule.higher_is_better,
+                         confidence=rule.confidence, names=(best, candidate))
+
+
+def worse(rule: RaceRule, comparison: Comparison) -> bool:
+    """The interval excludes 0 on the worse side of the best."""
+    if comparison.ci is None:
+        return False
+    low, high = comparison.ci
+    return high < 0 if rule.higher_is_better else low > 0
+
+
+def within_margin(rule: RaceRule, comparison: Comparison) -> bool:
+    if comparison.ci is None:
+        return False
+    low, high = comparison.ci
+    return -rule.margin_pct <= low and high <= rule.margin_pct
+
+
+def look(rule: RaceRule, figures: dict[str, RoundFigures], survivors: list[str], round_index: int,
+         excluded: dict[str, str] | None = None) -> Look:
+    """The look after `round_index`: `excluded` (candidate -> why) are the survivors a constraint or
+    failed boots rule out at this look; the rest are judged against the best. Before FIRST_LOOK rounds
+    the intervals are shown and nothing is eliminated for speed."""
+    excluded = dict(excluded or {})
+    racing = [name for name in survivors if name not in excluded] or survivors[:1]
+    best = current_best(figures, racing, rule.higher_is_better)
+    standings, eliminated = [], dict(excluded)
+    judged = round_index + 1 >= FIRST_LOOK
+    for name in racing:
+        if name == best:
+            continue
+        comparison = against(rule, figures, best, name)
+        standings.append(Standing(candidate=name, delta_pct=comparison.delta, ci_pct=comparison.ci, pairs=comparison.pairs))
+        if judged and worse(rule, comparison):
+            eliminated[name] = f"worse than {best} after round {round_index + 1}"
+    left = [s for s in standings if s.candidate not in eliminated]
+    equivalent = judged and bool(left) and all(
+        s.ci_pct is not None and -rule.margin_pct <= s.ci_pct[0] and s.ci_pct[1] <= rule.margin_pct for s in left)
+    return Look(round=round_index, best=best, standings=standings, eliminated=eliminated, equivalent=equivalent)
+
+
+def violates_bound(values: list[float], bound: float, rule: RaceRule) -> bool:
+    """A latency percentile (one value per boot) shown above its bound: the lower end of its t
+    interval at the rule's confidence is above it (one boot, or none, shows nothing)."""
+    if len(values) < 2:
+        return False
+    from rig.compare.stats import t_quantile
+
+    mean, sd = float(np.mean(values)), float(np.std(values, ddof=1))
+    return mean - t_quantile(len(values) - 1, rule.confidence) * sd / math.sqrt(len(values)) > bound
