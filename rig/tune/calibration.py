@@ -23,7 +23,7 @@ import numpy as np
 from rig.compare.calibration import Noise
 from rig.compare.design import DEFAULT_BOOTS
 from rig.tune.plan import round_order
-from rig.tune.rule import RaceRule, RoundFigures, look
+from rig.tune.rule import RaceRule, RoundFigures, intervals, look
 
 
 @dataclass(frozen=True)
@@ -76,9 +76,7 @@ def simulate_race(true_pct: list[float], noise: Noise, rule: RaceRule, rng: np.r
         if made.equivalent:
             stop = "equivalent"
             break
-    from rig.tune.rule import current_best
-
-    winner = current_best(figures, survivors)
+    winner, _ = intervals(rule, figures, survivors)
     return RaceOutcome(best_eliminated=not (best & set(survivors)), any_eliminated=any_out,
                        named_alone=survivors == [winner] and winner in best, winner_is_best=winner in best, boots=boots, stop=stop)
 

@@ -8,16 +8,16 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+from pydantic import Field
 
 from rig import grammar
 from rig.atomic import write_text_atomic
 from rig.compare.quality import analyze_quality, quality_short
-from rig.compare.stats import Comparison
 from rig.tune.plan import RacePlan
-from rig.tune.rule import against, current_best
+from rig.tune.rule import Standing, intervals
 from rig.tune.run import RaceState, objective_figures
 from rig.tune.space import resolve
-from rig.typed import Typed
+from rig.typed import Typed, Versioned
 
 STOPS = {
     "one": "one candidate remains",
@@ -36,15 +36,17 @@ class Row(Typed):
     setting: str
     figure: float | None  # geometric mean of its boots' figures, in the objective's unit
     boots: int
-    vs_winner: tuple[float, float] | None  # paired interval against the winner, percent of its figure
+    vs_winner: tuple[float, float] | None  # interval against the winner (eliminated: against the best it lost to)
     delta_pct: float | None
+    against: str  # whom vs_winner is against: the winner, or the best of the look that eliminated it
     status: str  # winner, not told apart, or when and why it was eliminated
     quality: str
 
 
-class RaceResult(Typed):
+class RaceResult(Versioned):
     """tune.json."""
 
+    schema_version: int = Field(1, alias="schema")
     recipe: str
     scenario: str
     objective: str
@@ -67,15 +69,19 @@ def _geometric(values: dict[int, list[float]]) -> float | None:
 def analyze(plan: RacePlan, state: RaceState) -> RaceResult:
     rule = plan.rule
     figures = objective_figures(plan, state.entries)
-    winner = current_best(figures, state.survivors, plan.higher_is_better)
+    winner, final = intervals(rule, figures, state.survivors)
     tied = [name for name in state.survivors if name != winner]
     quality = analyze_quality(plan.compare_plan(), state.entries)
     measured = [e for e in state.entries if e.measured]
-    ranked = [winner] + sorted(tied, key=lambda n: -(_geometric(figures.get(n, {})) or 0) * (1 if plan.higher_is_better else -1))
-    ranked += sorted(state.eliminated, key=lambda n: (-state.eliminated[n][0], -(_geometric(figures.get(n, {})) or 0)))
+    standing: dict[str, tuple[str, Standing]] = {s.candidate: (winner, s) for s in final}
+    for made in state.looks:  # an eliminated candidate: its interval at the look that eliminated it
+        standing.update({s.candidate: (made.best, s) for s in made.standings if s.candidate in made.eliminated})
+    sign = 1 if plan.higher_is_better else -1
+    ranked = [winner] + sorted(tied, key=lambda n: -sign * (_geometric(figures.get(n, {})) or 0))
+    ranked += sorted(state.eliminated, key=lambda n: (-state.eliminated[n][0], -sign * (_geometric(figures.get(n, {})) or 0)))
     rows = []
     for rank, name in enumerate(ranked, 1):
-        comparison: Comparison | None = None if name == winner else against(rule, figures, winner, name)
+        against_name, interval = standing.get(name, (winner, None))
         if name == winner:
             status = "winner"
         elif name in state.eliminated:
@@ -83,8 +89,8 @@ def analyze(plan: RacePlan, state: RaceState) -> RaceResult:
         else:
             status = "not told apart from the winner"
         rows.append(Row(rank=rank, candidate=name, setting=plan.by_name()[name].describe(), figure=_geometric(figures.get(name, {})),
-                        boots=sum(1 for e in measured if e.arm == name),
-                        vs_winner=comparison.ci if comparison else None, delta_pct=comparison.delta if comparison else None,
+                        boots=sum(1 for e in measured if e.arm == name), vs_winner=interval.ci_pct if interval else None,
+                        delta_pct=interval.delta_pct if interval else None, against=against_name,
                         status=status, quality=quality_short(quality, name) if name != plan.candidates[0].name else "reference"))
     notes = []
     if plan.constraints.greedy_identical and not any(e.measured and e.greedy for e in state.entries if e.arm == plan.candidates[0].name):
@@ -97,10 +103,11 @@ def analyze(plan: RacePlan, state: RaceState) -> RaceResult:
                       rows=rows, notes=notes)
 
 
-def _interval(row: Row) -> str:
-    if row.vs_winner is None:
+def _interval(row: Row, winner: str) -> str:
+    if row.vs_winner is None or row.delta_pct is None:
         return "-" if row.status == "winner" else "no interval"
-    return f"{row.delta_pct:+.2f}% [{row.vs_winner[0]:+.2f}%, {row.vs_winner[1]:+.2f}%]"
+    against = "" if row.against == winner else f" vs {row.against}"
+    return f"{row.delta_pct:+.2f}% [{row.vs_winner[0]:+.2f}%, {row.vs_winner[1]:+.2f}%]{against}"
 
 
 def headline(result: RaceResult) -> str:
@@ -114,7 +121,7 @@ def table(result: RaceResult) -> str:
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for row in result.rows:
         figure = "-" if row.figure is None else f"{row.figure:.4g}"
-        lines.append(f"| {row.rank} | {row.candidate} | {figure} | {_interval(row)} | {row.boots} | {row.status} | {row.quality} |")
+        lines.append(f"| {row.rank} | {row.candidate} | {figure} | {_interval(row, result.winner)} | {row.boots} | {row.status} | {row.quality} |")
     return "\n".join(lines)
 
 

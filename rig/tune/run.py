@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import Field
+
 from rig.atomic import write_text_atomic
 from rig.compare.model import BURN_IN_BLOCK, BootEntry
 from rig.compare.report import figure_boots, percentile_boots
@@ -28,15 +30,16 @@ from rig.load.session import Interrupted
 from rig.tune.plan import RacePlan, round_order
 from rig.tune.rule import Look, look, violates_bound
 from rig.tune.space import LATENCY_BOUNDS, resolve
-from rig.typed import Typed
+from rig.typed import Versioned
 
 LOOKS_FILE = "looks.json"
 FAILED_BOOTS = 2  # a candidate whose boots failed this often leaves the race (it cannot be measured)
 
 
-class Looks(Typed):
+class Looks(Versioned):
     """looks.json: every look the race made so far (derived from the boots; written for readers)."""
 
+    schema_version: int = Field(1, alias="schema")
     looks: list[Look]
 
 
