@@ -76,8 +76,8 @@ class RaceRule:
         return 1 - self.alpha / self.tests
 
     def statement(self) -> str:
-        return (f"a look after each round from {FIRST_LOOK} to {self.max_rounds}: each survivor's paired interval against the "
-                f"best at {100 * self.confidence:.4g}% (Bonferroni over {self.tests // self.looks} pairs x {self.looks} looks), "
+        return (f"a look after each round from {FIRST_LOOK} to {self.max_rounds}: each survivor's interval against the "
+                f"best (boot noise pooled over the survivors) at {100 * self.confidence:.4g}% (Bonferroni over {self.tests // self.looks} pairs x {self.looks} looks), "
                 f"so any elimination, the true best's included, is wrong at most {100 * self.alpha:.0f}% of the time")
 
 

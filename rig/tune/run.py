@@ -63,10 +63,15 @@ class RaceState:
     seconds: float = 0.0  # the boots' own wall time (what --max-minutes counts)
 
 
-def _read(path: Path) -> BootEntry | None:
-    """A finished boot's entry; a damaged one is renamed aside (kept) and its boot is redone."""
+def _read(path: Path, index: int, block: int, name: str) -> BootEntry | None:
+    """A finished boot's entry; a damaged one, or one of another position (moved or edited), is
+    renamed aside (kept) and its boot is redone."""
     try:
-        return BootEntry.read(path)
+        entry = BootEntry.read(path)
+        if (entry.index, entry.block, entry.arm) != (index, block, name):
+            raise Damaged(str(path), "index/block/arm", f"holds boot {entry.index} (round {entry.block}) of {entry.arm!r}, "
+                          f"not this position's boot {index} (round {block}) of {name!r}", "the boot is redone")
+        return entry
     except NotFound:
         return None
     except Damaged as error:
@@ -94,8 +99,8 @@ class Racer:
     def boot(self, index: int, block: int, name: str, label: str) -> BootEntry:
         arm, state = self.arm_of[name], self.state
         burn_in = block == BURN_IN_BLOCK
-        first = None if burn_in else _read(BootEntry.path(self.out, index, name, burn_in=True))
-        done = _read(BootEntry.path(self.out, index, name))
+        first = None if burn_in else _read(BootEntry.path(self.out, index, name, burn_in=True), index, block, name)
+        done = _read(BootEntry.path(self.out, index, name), index, block, name)
         if done is not None:
             self.keeps_compiling = self.keeps_compiling or (first is not None and done.compiled)
             state.entries += [e for e in (first, done) if e is not None]

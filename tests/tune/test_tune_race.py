@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import REPO
 from simulated_runs import TTFT_S, round_result, simulate_round
 
-from conftest import REPO
 from rig.compare.model import BootEntry
 from rig.tune.plan import RacePlan
 from rig.tune.result import write

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
+
 from rig.errors import RigError
 from rig.tune.space import load_space
 
