@@ -27,7 +27,7 @@ DESCRIPTION = (
     "recipe variant) in its directory; --resume goes on after Ctrl-C or a lost host. The space is a strict YAML "
     "file whose candidates are variants x server-argument sets x environment sets: `variants: [cb]`, "
     "`server_args: {base: [], big: [--max-num-seqs, \"256\"]}`, `env: {d0: {RIG_TOKEN_DELAY_MS: \"0\"}}`, and optional "
-    "`constraints: {ttft_p99_ms: 500, greedy_identical: true}` (docs/tune.md)."
+    "`constraints: {ttft_p99_ms: 500, greedy_identical: true, mean_abs_dlogprob: 0.05}` (docs/tune.md)."
 )
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from pydantic import Field
 
 from rig.atomic import write_text_atomic
-from rig.compare.model import BURN_IN_BLOCK, BootEntry
+from rig.compare.model import BURN_IN_BLOCK, BootEntry, BootQuality
 from rig.compare.report import figure_boots, percentile_boots
 from rig.compare.run import ResolvedArms, run_boot, stop_leftover
 from rig.errors import Damaged, NotFound
@@ -189,6 +189,8 @@ def constraint_exclusions(plan: RacePlan, state: RaceState, judged: bool) -> dic
             out[name] = f"{len(failed)} boots failed (the first: {(failed[0].problems or ['no reason recorded'])[0][:160]})"
     if plan.constraints.greedy_identical:
         out.update({k: v for k, v in greedy_exclusions(plan, state).items() if k not in out})
+    if judged and plan.constraints.mean_abs_dlogprob is not None:
+        out.update({k: v for k, v in drift_exclusions(plan, state, plan.constraints.mean_abs_dlogprob).items() if k not in out})
     if judged:
         for figure_name, bound in plan.constraints.latency.items():
             values = percentile_boots(state.entries, plan.scenario, LATENCY_BOUNDS[figure_name]).values
@@ -196,6 +198,27 @@ def constraint_exclusions(plan: RacePlan, state: RaceState, judged: bool) -> dic
                 boots = [v for block_values in values.get(name, {}).values() for v in block_values]
                 if name not in out and violates_bound(boots, bound, plan.rule):
                     out[name] = f"{figure_name} above {bound:g} ms ({len(boots)} boots)"
+    return out
+
+
+def drift_exclusions(plan: RacePlan, state: RaceState, bound: float) -> dict[str, str]:
+    """Candidates whose logprobs, scored on the baseline's reference continuation, drift from the
+    baseline's boot of the same round by more than `bound` (the interval's lower end above it)."""
+    from rig.compare.quality import drift
+
+    quality: dict[str, dict[int, BootQuality]] = {}
+    for entry in state.entries:
+        if entry.measured and entry.quality is not None:
+            quality.setdefault(entry.arm, {})[entry.block] = entry.quality
+    baseline = quality.get(plan.candidates[0].name, {})
+    out = {}
+    for name in state.survivors:
+        if name == plan.candidates[0].name:
+            continue
+        values = [row.mean_abs_dlogprob for block, q in quality.get(name, {}).items() if block in baseline
+                  and (row := drift(q, baseline[block])) is not None and row.mean_abs_dlogprob is not None]
+        if violates_bound(values, bound, plan.rule):
+            out[name] = f"mean |dlogprob| above {bound:g} ({len(values)} boots)"
     return out
 
 

@@ -12,6 +12,7 @@ argument grammar before anything boots.
     constraints:                         # optional: what the winner must also satisfy
       ttft_p99_ms: 500                   # a latency percentile the client measures, at most this
       greedy_identical: true             # greedy outputs identical to the baseline candidate's
+      mean_abs_dlogprob: 0.05            # logprob drift from the baseline's boots (engines that score)
 
 A candidate is named by the entries of the axes that vary, joined by "-" (d1-big-batch); an axis
 with one entry adds nothing to the name. Each candidate is an arm of `rig compare` (variant and
@@ -47,6 +48,7 @@ class Constraints(Typed):
 
     latency: dict[str, float] = Field(default_factory=dict)
     greedy_identical: bool = False
+    mean_abs_dlogprob: float | None = None  # the most the candidate's logprobs may drift from the baseline's
 
 
 class SpaceFile(Typed):
@@ -129,13 +131,24 @@ def _refuse(where: str, field: str, problem: str, fix: str) -> Invalid:
     return Invalid(where, field, problem, fix)
 
 
-def _constraints(raw: dict[str, float | bool], where: str, scenario: str, baseline: str | None) -> Constraints:
-    """Each constraint the client can measure in this scenario; any other is refused up front."""
+def _constraints(raw: dict[str, float | bool], where: str, scenario: str, baseline: str | None, engine: str) -> Constraints:
+    """Each constraint the client can measure in this scenario on this engine; any other is refused up front."""
+    from rig.engines import ENGINES
+
     kind_tokens = load_scenario(scenario).max_tokens
     latency: dict[str, float] = {}
     greedy = False
+    dlogprob = None
     for key, value in raw.items():
         field = f"constraints.{key}"
+        if key == "mean_abs_dlogprob":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 100:
+                raise _refuse(where, field, f"{value!r} is not a positive bound", "write mean_abs_dlogprob: 0.05")
+            if ENGINES[engine].scoring is None:
+                raise _refuse(where, field, f"{engine} returns no logprobs of a given sequence: the drift cannot be measured",
+                              "bound greedy_identical instead, or race an engine that scores (vLLM, SGLang)")
+            dlogprob = float(value)
+            continue
         if key == "greedy_identical":
             if not isinstance(value, bool):
                 raise _refuse(where, field, f"{value!r} is not true or false", "write greedy_identical: true")
@@ -143,17 +156,18 @@ def _constraints(raw: dict[str, float | bool], where: str, scenario: str, baseli
             continue
         if key not in LATENCY_BOUNDS:
             raise _refuse(where, field, "is not a constraint the client measures",
-                          f"use greedy_identical or a latency bound in ms: {', '.join(LATENCY_BOUNDS)}")
+                          f"use greedy_identical, mean_abs_dlogprob or a latency bound in ms: {', '.join(LATENCY_BOUNDS)}")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e7:
             raise _refuse(where, field, f"{value!r} is not a positive bound in ms", f"write {key}: 500")
         if key in NEEDS_TWO_TOKENS and kind_tokens is not None and kind_tokens < 2:
             raise _refuse(where, field, f"scenario {scenario} asks for one token per request: there is no inter-token time "
                           "to bound", "bound ttft_p50_ms or ttft_p99_ms, or race a scenario that decodes")
         latency[key] = float(value)
-    if greedy and baseline is None:
-        raise _refuse(where, "constraints.greedy_identical", "needs the candidate whose outputs are the reference",
-                      "pass --baseline NAME (the configuration you run today)")
-    return Constraints(latency=latency, greedy_identical=greedy)
+    for key in ("greedy_identical", "mean_abs_dlogprob") if baseline is None else ():
+        if raw.get(key) not in (None, False):
+            raise _refuse(where, f"constraints.{key}", "needs the candidate whose outputs are the reference",
+                          "pass --baseline NAME (the configuration you run today)")
+    return Constraints(latency=latency, greedy_identical=greedy, mean_abs_dlogprob=dlogprob)
 
 
 def _axis(where: str, field: str, names: list[str]) -> None:
@@ -208,4 +222,4 @@ def load_space(path: Path, recipe: str, scenario: str, baseline: str | None = No
     for candidate in candidates:
         resolve(recipe, candidate, where)
     return Space(source=where, candidates=candidates,
-                 constraints=_constraints(written.constraints, where, scenario, baseline))
+                 constraints=_constraints(written.constraints, where, scenario, baseline, recipe_file.engine.name))

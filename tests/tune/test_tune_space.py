@@ -37,6 +37,7 @@ def test_the_example_space_crosses_its_axes_and_puts_the_baseline_first():
     ("env: {a: {X: '1'}, b: {X: '2'}}\nconstraints: {greedy_identical: true}\n", "constraints.greedy_identical"),
     ("env: {a: {RIG_TOKEN_DELAY_MS: 'x'}, b: {X: '2'}}\n", "candidate a"),
     ("envs: {a: {X: '1'}}\n", "envs"),
+    ("env: {a: {X: '1'}, b: {X: '2'}}\nconstraints: {mean_abs_dlogprob: 0.05}\n", "constraints.mean_abs_dlogprob"),
 ])
 def test_a_bad_space_is_refused_in_one_line_naming_the_file_and_field(tmp_path, text, field):
     path = _space(tmp_path, text)
