@@ -13,7 +13,7 @@ from rig.tune.rule import FIRST_LOOK
 from rig.tune.run import RaceState
 
 
-def plot(plan: RacePlan, state: RaceState, result: object, path: Path) -> None:
+def plot(plan: RacePlan, state: RaceState, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

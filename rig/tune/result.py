@@ -156,5 +156,5 @@ def write(out: Path, plan: RacePlan, state: RaceState) -> tuple[RaceResult, str]
                       f"{result.boots} measured boot(s), {result.burn_ins} burn-in(s); recipe variant for the winner: "
                       f"{out}/winner.yaml", *result.notes])
     write_text_atomic(out / "tune.md", f"# rig tune: {plan.recipe} on {plan.scenario}\n\n{text}\n")
-    plot(plan, state, result, out / "tune.png")
+    plot(plan, state, out / "tune.png")
     return result, text
