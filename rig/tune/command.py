@@ -79,6 +79,12 @@ def tune(args: argparse.Namespace) -> int:
     if (out / RACE_FILE).exists() and not args.resume:
         raise RigError(str(out), "--out", "already holds a race", "add --resume to go on with it, or name a new directory")
     space = load_space(Path(args.space), name, args.scenario, args.baseline)
+    from rig.tune.rule import FIRST_LOOK
+
+    if args.max_boots is not None and args.max_boots < FIRST_LOOK * len(space.candidates):
+        raise RigError("command line", "--max-boots", f"{args.max_boots} boots cannot reach the race's first look "
+                       f"({FIRST_LOOK} rounds of {len(space.candidates)} candidates)",
+                       f"pass --max-boots {FIRST_LOOK * len(space.candidates)} or more, or race fewer candidates")
     resolved = load(name)
     headline = HEADLINE[scenario.kind]
     small = default_small(resolved) if args.small is None else args.small

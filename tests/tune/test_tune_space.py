@@ -52,3 +52,30 @@ def test_an_inter_token_bound_is_refused_for_a_scenario_of_one_token(tmp_path):
     with pytest.raises(RigError) as refused:
         load_space(path, "tiny-cpu", "prefill-8k")
     assert refused.value.field == "constraints.itl_p99_ms"
+
+
+def test_a_boot_budget_that_cannot_reach_the_first_look_is_refused_before_anything_runs(tmp_path, capsys):
+    from rig.cli import main
+    from rig.exits import Exit
+
+    code = main(["tune", "tiny-cpu", "--space", str(EXAMPLE), "--scenario", "prose-c1", "--max-boots", "20",
+                 "--out", str(tmp_path / "race")])
+    error = capsys.readouterr().err
+    assert code == Exit.BAD_INPUT and "--max-boots" in error and "24 or more" in error
+    assert not (tmp_path / "race").exists()
+
+
+def test_a_race_directory_is_resumed_only_with_resume_and_only_by_the_same_race(tmp_path, capsys):
+    from rig.cli import main
+    from rig.exits import Exit
+    from rig.tune.plan import RacePlan
+
+    out = tmp_path / "race"
+    out.mkdir()
+    space = load_space(EXAMPLE, "tiny-cpu", "prose-c1", "base-d0")
+    RacePlan(recipe="tiny-cpu", scenario="prose-c1", space=str(EXAMPLE), candidates=space.candidates, baseline_given=True,
+             constraints=space.constraints, objective="user_decode_tok_s", higher_is_better=True, max_rounds=5, max_boots=40,
+             margin_pct=0.3, alpha=0.05, rounds=2, small=True).write(out)
+    command = ["tune", "tiny-cpu", "--space", str(EXAMPLE), "--scenario", "prose-c1", "--baseline", "base-d0", "--out", str(out)]
+    assert main(command) == Exit.BAD_INPUT and "already holds a race" in capsys.readouterr().err
+    assert main([*command, "--resume"]) == Exit.BAD_INPUT and "another race" in capsys.readouterr().err  # 6 rounds, not 5
