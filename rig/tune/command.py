@@ -15,13 +15,15 @@ from rig.exits import Exit
 
 EXAMPLES = (
     "rig tune tiny-cpu --space recipes/spaces/tiny-cpu-token-delay.yaml --scenario prose-c1 --baseline base-d0",
-    "rig tune llama8b-h200 --space batch.yaml --scenario decode-c32 --max-boots 40 --margin 0.3%",
-    "rig tune llama8b-h200 --space batch.yaml --scenario decode-c32 --out results/tune/batch --resume   # every packed step",
+    "rig tune llama8b-h200 --space recipes/spaces/llama8b-decode-batch.yaml --scenario decode-c32 --max-boots 24 --margin 0.3%",
+    "rig tune llama8b-h200 --space recipes/spaces/llama8b-gpu-delay.yaml --scenario prose-c1 --baseline us0 "
+    "--out /tmp/rig-results/tune/gpu-delay --resume   # the same command in every packed step",
 )
 DESCRIPTION = (
     "Race the candidates of a space across boots: each round boots every surviving candidate once in a "
-    "position-balanced order with the boot-state control, and a candidate leaves once its paired interval against "
-    "the best shows it worse, with the chance of eliminating the true best held at 5% over the whole race. It stops "
+    "position-balanced order with the boot-state control, and a candidate leaves once its interval against the best "
+    "(boot noise pooled over the survivors) shows it worse, with the chance of any wrong elimination held at 5% over "
+    "the whole race. It stops "
     "when one candidate remains, when every survivor is within --margin of the best, or when the boot, round or "
     "time budget runs out, and says which. Writes tune.md, tune.json, tune.png and winner.yaml (the winner as a "
     "recipe variant) in its directory; --resume goes on after Ctrl-C or a lost host. The space is a strict YAML "

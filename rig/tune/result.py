@@ -125,22 +125,28 @@ def table(result: RaceResult) -> str:
     return "\n".join(lines)
 
 
-def winner_variant(plan: RacePlan, result: RaceResult) -> tuple[str, str]:
-    """(variant name, YAML text) of the winner as a recipe variant, and the `rig compare` line that
-    checks it against the baseline (what the user runs today)."""
-    candidate = plan.by_name()[result.winner]
+def winner_variant(plan: RacePlan, winner: str, why: str) -> tuple[str, str]:
+    """(variant name, YAML text) of the winner as a recipe variant, with the `rig compare` line that
+    checks it against the baseline (what the user runs today). What the candidate's own variant does
+    not set (topology, audit, host_env, boot_log) is left to the recipe, as in that variant."""
+    candidate = plan.by_name()[winner]
     _, resolved = resolve(plan.recipe, candidate)
-    variant = resolved.recipe.variants[resolved.variant or ""]
-    name = f"tuned-{result.winner}"[: grammar.NAME_MAX]
+    recipe = resolved.recipe
+    variant = recipe.variants[resolved.variant or ""]
+    original = recipe.variants.get(candidate.variant or recipe.default_variant or "")
     body = variant.model_dump(mode="json", exclude_defaults=True, by_alias=True)
+    for key in ("topology", "audit", "host_env", "boot_log"):
+        if original is None or key not in original.model_fields_set:
+            body.pop(key, None)
     body["description"] = f"rig tune's winner on {plan.scenario}: {candidate.describe()}"
+    name = f"tuned-{winner}"[: grammar.NAME_MAX]
     baseline = plan.candidates[0]
     today = f"today:{baseline.arm().spec.partition(':')[2]}" if not baseline.server_args and (baseline.variant or baseline.env) else (
-        f"today:@{resolved.recipe.default_variant}" if resolved.recipe.default_variant else "today:(the recipe)")
+        f"today:@{recipe.default_variant}" if recipe.default_variant else "today:(the recipe)")
     command = f"rig compare {plan.recipe} --arm {today} --arm tuned:@{name} --scenario {plan.scenario}"
-    text = (f"# {result.winner}, the winner of `rig tune` on {plan.scenario} ({result.stop_text}).\n"
+    text = (f"# {winner}, the winner of `rig tune` on {plan.scenario} ({why}).\n"
             f"# Add it under variants: in recipes/{plan.recipe}.yaml, then check it against today's settings:\n"
-            f"#   {command}\n" + yaml.safe_dump({name: body}, sort_keys=False))
+            f"#   {command}\n" + yaml.safe_dump({name: body}, sort_keys=False, width=1000))
     return name, text
 
 
@@ -150,7 +156,7 @@ def write(out: Path, plan: RacePlan, state: RaceState) -> tuple[RaceResult, str]
 
     result = analyze(plan, state)
     write_text_atomic(out / "tune.json", result.json_text())
-    _, variant_text = winner_variant(plan, result)
+    _, variant_text = winner_variant(plan, result.winner, result.stop_text)
     write_text_atomic(out / "winner.yaml", variant_text)
     text = "\n".join([headline(result), "", table(result), "", f"rule: {result.rule}",
                       f"{result.boots} measured boot(s), {result.burn_ins} burn-in(s); recipe variant for the winner: "

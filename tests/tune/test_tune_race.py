@@ -106,3 +106,29 @@ def test_a_race_cut_short_resumes_to_the_same_answer(tmp_path, cut_after):
     with pytest.raises(KeyboardInterrupt):
         SimulatedRacer(RacePlan.read(cut), cut, cut_after=cut_after).run()
     assert _answer(SimulatedRacer(RacePlan.read(cut), cut).run()) == expected
+
+
+@pytest.mark.parametrize("space,winner", [("llama8b-decode-batch", "seqs64"), ("llama8b-gpu-delay", "us12")])
+def test_a_gpu_winner_is_written_as_a_variant_that_boots_what_the_race_booted(space, winner):
+    """The variant keeps the recipe's topology (a GPU recipe's GPUs) and carries the candidate's
+    server arguments and adapter gates: resolved, it is what the race booted."""
+    import yaml
+
+    from rig.deploy.recipe import Variant, check_semantics, load
+    from rig.tune.result import winner_variant
+    from rig.tune.space import resolve
+
+    path = REPO / "recipes" / "spaces" / f"{space}.yaml"
+    scenario = "decode-c32" if "batch" in space else "prose-c1"
+    candidates = load_space(path, "llama8b-h200", scenario).candidates
+    plan = _plan().model_copy(update={"recipe": "llama8b-h200", "scenario": scenario, "candidates": candidates})
+    name, text = winner_variant(plan, winner, "one candidate remains")
+    (written, body), = yaml.safe_load(text).items()
+    recipe = load("llama8b-h200").recipe
+    tuned = recipe.model_copy(update={"variants": {**recipe.variants, name: Variant.model_validate(body)}})
+    check_semantics(tuned, "winner.yaml")
+    _, raced = resolve("llama8b-h200", next(c for c in candidates if c.name == winner))  # as the candidate ran
+    as_written = tuned.variant(name)
+    assert written == name and "topology" not in body
+    assert as_written.server_args == raced.server_args and as_written.topology == raced.topology
+    assert as_written.full_env() == raced.full_env()
