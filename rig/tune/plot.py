@@ -1,6 +1,6 @@
-"""tune.png: the race round by round. Each candidate's paired interval against the best of that
-look (percent of the best's figure, at the race's confidence), the margin as a grey band around 0,
-and a cross where a candidate left the race. A candidate whose interval sits wholly on the worse
+"""tune.png: the race round by round. Each candidate's interval against the best of that look
+(percent of the best's figure, at the race's confidence; the best a star at 0), the margin as a grey
+band around 0, and a cross where a candidate left the race. A candidate whose interval sits wholly on the worse
 side of 0 after the first look is one the rule eliminated."""
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ def plot(plan: RacePlan, state: RaceState, path: Path) -> None:
     for look_index, made in enumerate(state.looks):
         color = colors(look_index / max(1, len(state.looks) - 1))
         label = f"after round {made.round + 1} (best: {made.best})"
+        axis.plot(0, names.index(made.best) + look_index * step - 0.4, "*", color=color, markersize=8)  # the look's reference
         for standing in made.standings:
             if standing.ci_pct is None or standing.delta_pct is None:
                 continue
@@ -42,7 +43,7 @@ def plot(plan: RacePlan, state: RaceState, path: Path) -> None:
     axis.axvline(0, color="0.4", linewidth=0.8)
     axis.set_yticks(range(len(names)), names)
     axis.invert_yaxis()
-    axis.set_xlabel(f"{plan.objective}: percent of the look's best (paired interval; looks decide from round {FIRST_LOOK})")
+    axis.set_xlabel(f"{plan.objective}: percent of the look's best (* : the best; looks decide from round {FIRST_LOOK})")
     axis.set_title(f"rig tune {plan.recipe} on {plan.scenario}: red cross = eliminated", fontsize=10)
     axis.legend(fontsize=7, loc="best")
     figure.tight_layout()
