@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rig import paths
 from rig.cli_args import Command, amount, count, size_and_workers, window_seconds
-from rig.errors import NotFound, RigError
+from rig.errors import Invalid, NotFound, RigError
 from rig.exits import Exit
 
 EXAMPLES = (
@@ -61,6 +61,8 @@ def _out_dir(out: str | None, resume: bool) -> Path:
 
 
 def tune(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
     from rig.boot.state import refuse_if_port_taken, refuse_if_up
     from rig.compare.design import DEFAULT_ROUND_S
     from rig.deploy.recipe import load, split_ref
@@ -69,8 +71,10 @@ def tune(args: argparse.Namespace) -> int:
     from rig.load.summary import HEADLINE
     from rig.tune.plan import RACE_FILE, RacePlan
     from rig.tune.result import write
+    from rig.tune.rule import FIRST_LOOK
     from rig.tune.run import Racer
     from rig.tune.space import load_space
+    from rig.typed import first_problem
 
     name, variant = split_ref(args.recipe)
     if variant:
@@ -81,8 +85,6 @@ def tune(args: argparse.Namespace) -> int:
     if (out / RACE_FILE).exists() and not args.resume:
         raise RigError(str(out), "--out", "already holds a race", "add --resume to go on with it, or name a new directory")
     space = load_space(Path(args.space), name, args.scenario, args.baseline)
-    from rig.tune.rule import FIRST_LOOK
-
     if args.max_boots is not None and args.max_boots < FIRST_LOOK * len(space.candidates):
         raise RigError("command line", "--max-boots", f"{args.max_boots} boots cannot reach the race's first look "
                        f"({FIRST_LOOK} rounds of {len(space.candidates)} candidates)",
@@ -91,19 +93,25 @@ def tune(args: argparse.Namespace) -> int:
     headline = HEADLINE[scenario.kind]
     small = default_small(resolved) if args.small is None else args.small
     rounds = args.max_rounds
-    plan = RacePlan(recipe=name, scenario=args.scenario, space=args.space, candidates=space.candidates,
-                    baseline_given=args.baseline is not None, constraints=space.constraints, objective=headline.name,
-                    higher_is_better=headline.higher_is_better, max_rounds=rounds,
-                    max_boots=args.max_boots or len(space.candidates) * rounds, max_minutes=args.max_minutes,
-                    margin_pct=args.margin, alpha=0.05, rounds=args.rounds, small=small,
-                    duration_s=args.duration if args.duration is not None or small else DEFAULT_ROUND_S,
-                    workers=args.workers, boot_state_control=not args.no_burn_in,
-                    burn_in_first=not args.no_burn_in and _state_unknowable(name))
+    try:
+        plan = RacePlan(recipe=name, scenario=args.scenario, space=args.space, candidates=space.candidates,
+                        baseline_given=args.baseline is not None, constraints=space.constraints, objective=headline.name,
+                        higher_is_better=headline.higher_is_better, max_rounds=rounds,
+                        max_boots=args.max_boots or len(space.candidates) * rounds, max_minutes=args.max_minutes,
+                        margin_pct=args.margin, alpha=0.05, rounds=args.rounds, small=small,
+                        duration_s=args.duration if args.duration is not None or small else DEFAULT_ROUND_S,
+                        workers=args.workers, boot_state_control=not args.no_burn_in,
+                        burn_in_first=not args.no_burn_in and _state_unknowable(name))
+    except ValidationError as error:
+        field, problem = first_problem(error)
+        raise Invalid("command line", field, problem, "see `rig tune --help` for what each option takes") from None
     if (out / RACE_FILE).exists():
         saved = RacePlan.read(out)
-        if saved.model_dump(exclude={"created", "space"}) != plan.model_dump(exclude={"created", "space"}):
-            raise RigError(str(out / RACE_FILE), "(plan)", "this directory holds another race (its recipe, candidates, "
-                           "scenario or design differ from this command's)", "resume with the same command line, or use a new --out")
+        was, now = saved.model_dump(exclude={"created", "space"}), plan.model_dump(exclude={"created", "space"})
+        differing = [key for key in now if was.get(key) != now[key]]
+        if differing:
+            raise RigError(str(out / RACE_FILE), differing[0], f"this directory holds another race (its {', '.join(differing)} "
+                           "differ from this command's)", "resume with the same command line, or use a new --out")
         plan = saved
         print(f"tune: resuming the race in {out}")
     else:
