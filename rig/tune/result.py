@@ -12,7 +12,7 @@ from pydantic import Field
 
 from rig import grammar
 from rig.atomic import write_text_atomic
-from rig.compare.quality import analyze_quality, quality_short
+from rig.compare.quality import QualityReport, analyze_quality, quality_short
 from rig.tune.plan import RacePlan
 from rig.tune.rule import Standing, intervals
 from rig.tune.run import RaceState, objective_figures
@@ -66,6 +66,23 @@ def _geometric(values: dict[int, list[float]]) -> float | None:
     return float(math.exp(np.mean(np.log(means)))) if means else None
 
 
+def quality_text(plan: RacePlan, state: RaceState, quality: QualityReport, name: str) -> str:
+    """Greedy identity against the baseline's first measured boot, boot by boot, and rig compare's
+    short quality line (logprob drift, divergence) where the engine lets it measure one."""
+    boots = [e for e in state.entries if e.measured and e.greedy]
+    reference = next((e.greedy for e in boots if e.arm == plan.candidates[0].name), None)
+    own = [e for e in boots if e.arm == name]
+    parts = []
+    if reference is not None and own:
+        same = sum(e.greedy == reference for e in own)
+        parts.append("reference" if name == plan.candidates[0].name and same == len(own) else
+                     f"greedy identical to {plan.candidates[0].name}'s in {same}/{len(own)} boots")
+    short = quality_short(quality, name)
+    if name != plan.candidates[0].name and short != "quality not measured":
+        parts.append(short)
+    return "; ".join(parts) or "not measured"
+
+
 def analyze(plan: RacePlan, state: RaceState) -> RaceResult:
     rule = plan.rule
     figures = objective_figures(plan, state.entries)
@@ -91,7 +108,7 @@ def analyze(plan: RacePlan, state: RaceState) -> RaceResult:
         rows.append(Row(rank=rank, candidate=name, setting=plan.by_name()[name].describe(), figure=_geometric(figures.get(name, {})),
                         boots=sum(1 for e in measured if e.arm == name), vs_winner=interval.ci_pct if interval else None,
                         delta_pct=interval.delta_pct if interval else None, against=against_name,
-                        status=status, quality=quality_short(quality, name) if name != plan.candidates[0].name else "reference"))
+                        status=status, quality=quality_text(plan, state, quality, name)))
     notes = []
     if plan.constraints.greedy_identical and not any(e.measured and e.greedy for e in state.entries if e.arm == plan.candidates[0].name):
         notes.append("greedy identity: the baseline has no measured boot with greedy outputs; nothing was ruled out by it")
