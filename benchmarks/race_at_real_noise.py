@@ -62,10 +62,10 @@ def main() -> None:
                   flush=True)
     if args.candidates == len(TINY[3]):
         label, noise, name, truth = TINY
-        rule4 = RaceRule(candidates=args.candidates, max_rounds=4)
-        cell = race_cell(truth, noise, rule4, args.simulations, seed=7)
+        rule3 = RaceRule(candidates=args.candidates, max_rounds=3)
+        cell = race_cell(truth, noise, rule3, args.simulations, seed=7)
         stops = ", ".join(f"{stop} {100 * share:.0f}%" for stop, share in sorted(cell.stops.items()))
-        print(f"| {label}, at most 4 rounds | {name} | {100 * cell.best_eliminated:.1f}% | {100 * cell.any_eliminated:.1f}% | "
+        print(f"| {label}, at most 3 rounds | {name} | {100 * cell.best_eliminated:.1f}% | {100 * cell.any_eliminated:.1f}% | "
               f"{100 * cell.named_alone:.1f}% | {100 * cell.winner_is_best:.1f}% | {cell.boots_mean:.1f} | {stops} |")
 
 
