@@ -691,8 +691,9 @@ def build_parser() -> argparse.ArgumentParser:
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="COMMAND")
     from rig.hosts.command import COMMANDS as HOST_COMMANDS
+    from rig.tune.command import COMMANDS as TUNE_COMMANDS
 
-    for command in COMMANDS + HOST_COMMANDS:
+    for command in COMMANDS + HOST_COMMANDS + TUNE_COMMANDS:
         add_command(sub, command)
     return parser
 

@@ -164,7 +164,7 @@ def test_the_readme_documents_every_exit_code():
 def package(module: str) -> str:
     """rig.load.metrics -> load; rig.cli -> (top)."""
     parts = module.split(".")
-    return parts[1] if len(parts) > 2 or module in {f"rig.{p}" for p in ("load", "compare", "boot", "deploy", "observe", "audit")} \
+    return parts[1] if len(parts) > 2 or module in {f"rig.{p}" for p in ("load", "compare", "boot", "deploy", "observe", "audit", "tune")} \
         else "(top)"
 
 
@@ -172,7 +172,7 @@ def package(module: str) -> str:
 # load measures; compare reads what load measured, never the other way round. deploy renders and
 # builds; it never boots.
 FORBIDDEN = {("load", "compare"), ("deploy", "boot"), ("deploy", "load"), ("deploy", "compare"), ("boot", "load"),
-             ("boot", "compare"), ("observe", "compare"), ("observe", "load")}
+             ("boot", "compare"), ("observe", "compare"), ("observe", "load"), ("compare", "tune")}
 
 
 @pytest.mark.parametrize("direction", sorted(FORBIDDEN), ids=lambda d: f"{d[0]}-not-{d[1]}")

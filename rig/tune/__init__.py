@@ -1,0 +1,1 @@
+"""`rig tune`: race engine configurations across boots (space -> plan -> run -> rule -> result)."""

@@ -1,0 +1,183 @@
+"""A race's answer: the winner, the candidates not told apart from it, a ranked table, the race's
+picture and a recipe variant written for the winner (tune.json, tune.md, tune.png, winner.yaml)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import yaml
+from pydantic import Field
+
+from rig import grammar
+from rig.atomic import write_text_atomic
+from rig.compare.quality import QualityReport, analyze_quality, quality_short
+from rig.tune.plan import RacePlan
+from rig.tune.rule import Standing, intervals
+from rig.tune.run import RaceState, objective_figures
+from rig.tune.space import resolve
+from rig.typed import Typed, Versioned
+
+STOPS = {
+    "one": "one candidate remains",
+    "equivalent": "every survivor is within the margin of the best: no difference resolved above {margin:g}%",
+    "rounds": "the most rounds ({rounds}) ran with {left} candidates not told apart",
+    "boots": "the boot budget ({boots} boots) could not pay for another round of {left} candidates",
+    "minutes": "the time budget ({minutes:g} min of boots) ran out with {left} candidates not told apart",
+}
+
+
+class Row(Typed):
+    """One candidate in the ranked table."""
+
+    rank: int
+    candidate: str
+    setting: str
+    figure: float | None  # geometric mean of its boots' figures, in the objective's unit
+    boots: int
+    vs_winner: tuple[float, float] | None  # interval against the winner (eliminated: against the best it lost to)
+    delta_pct: float | None
+    against: str  # whom vs_winner is against: the winner, or the best of the look that eliminated it
+    status: str  # winner, not told apart, or when and why it was eliminated
+    quality: str
+
+
+class RaceResult(Versioned):
+    """tune.json."""
+
+    schema_version: int = Field(1, alias="schema")
+    recipe: str
+    scenario: str
+    objective: str
+    winner: str
+    tied: list[str]  # survivors not told apart from the winner
+    stop: str  # the key of STOPS
+    stop_text: str
+    rule: str
+    boots: int  # measured boots
+    burn_ins: int
+    rows: list[Row]
+    notes: list[str]
+
+
+def _geometric(values: dict[int, list[float]]) -> float | None:
+    means = [float(np.mean(v)) for v in values.values() if v and all(x > 0 for x in v)]
+    return float(math.exp(np.mean(np.log(means)))) if means else None
+
+
+def quality_text(plan: RacePlan, state: RaceState, quality: QualityReport, name: str) -> str:
+    """Greedy identity against the baseline's first measured boot, boot by boot, and rig compare's
+    short quality line (logprob drift, divergence) where the engine lets it measure one."""
+    boots = [e for e in state.entries if e.measured and e.greedy]
+    reference = next((e.greedy for e in boots if e.arm == plan.candidates[0].name), None)
+    own = [e for e in boots if e.arm == name]
+    parts = []
+    if reference is not None and own:
+        same = sum(e.greedy == reference for e in own)
+        parts.append("reference" if name == plan.candidates[0].name and same == len(own) else
+                     f"greedy identical to {plan.candidates[0].name}'s in {same}/{len(own)} boots")
+    short = quality_short(quality, name)
+    if name != plan.candidates[0].name and short != "quality not measured":
+        parts.append(short)
+    return "; ".join(parts) or "not measured"
+
+
+def analyze(plan: RacePlan, state: RaceState) -> RaceResult:
+    rule = plan.rule
+    figures = objective_figures(plan, state.entries)
+    winner, final = intervals(rule, figures, state.survivors)
+    tied = [name for name in state.survivors if name != winner]
+    quality = analyze_quality(plan.compare_plan(), state.entries)
+    measured = [e for e in state.entries if e.measured]
+    standing: dict[str, tuple[str, Standing]] = {s.candidate: (winner, s) for s in final}
+    for made in state.looks:  # an eliminated candidate: its interval at the look that eliminated it
+        standing.update({s.candidate: (made.best, s) for s in made.standings if s.candidate in made.eliminated})
+    sign = 1 if plan.higher_is_better else -1
+    ranked = [winner] + sorted(tied, key=lambda n: -sign * (_geometric(figures.get(n, {})) or 0))
+    ranked += sorted(state.eliminated, key=lambda n: (-state.eliminated[n][0], -sign * (_geometric(figures.get(n, {})) or 0)))
+    rows = []
+    for rank, name in enumerate(ranked, 1):
+        against_name, interval = standing.get(name, (winner, None))
+        if name == winner:
+            status = "winner"
+        elif name in state.eliminated:
+            status = f"eliminated: {state.eliminated[name][1]}"
+        else:
+            status = "not told apart from the winner"
+        rows.append(Row(rank=rank, candidate=name, setting=plan.by_name()[name].describe(), figure=_geometric(figures.get(name, {})),
+                        boots=sum(1 for e in measured if e.arm == name), vs_winner=interval.ci_pct if interval else None,
+                        delta_pct=interval.delta_pct if interval else None, against=against_name,
+                        status=status, quality=quality_text(plan, state, quality, name)))
+    notes = []
+    if plan.constraints.greedy_identical and not any(e.measured and e.greedy for e in state.entries if e.arm == plan.candidates[0].name):
+        notes.append("greedy identity: the baseline has no measured boot with greedy outputs; nothing was ruled out by it")
+    stop = state.stop or "rounds"
+    return RaceResult(recipe=plan.recipe, scenario=plan.scenario, objective=plan.objective, winner=winner, tied=tied, stop=stop,
+                      stop_text=STOPS[stop].format(margin=plan.margin_pct, rounds=plan.max_rounds, left=len(state.survivors),
+                                                   boots=plan.max_boots, minutes=plan.max_minutes or 0),
+                      rule=rule.statement(), boots=len(measured), burn_ins=sum(1 for e in state.entries if e.burn_in),
+                      rows=rows, notes=notes)
+
+
+def _interval(row: Row, winner: str) -> str:
+    if row.vs_winner is None or row.delta_pct is None:
+        return "-" if row.status == "winner" else "no interval"
+    against = "" if row.against == winner else f" vs {row.against}"
+    return f"{row.delta_pct:+.2f}% [{row.vs_winner[0]:+.2f}%, {row.vs_winner[1]:+.2f}%]{against}"
+
+
+def headline(result: RaceResult) -> str:
+    """The answer, first: the winner, and who could not be told apart from it, and why the race stopped."""
+    tied = f"; not told apart from it: {', '.join(result.tied)}" if result.tied else ""
+    return f"tune: {result.winner} wins ({result.stop_text}){tied}"
+
+
+def table(result: RaceResult) -> str:
+    lines = [f"| rank | candidate | {result.objective} | vs {result.winner} | boots | status | quality |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for row in result.rows:
+        figure = "-" if row.figure is None else f"{row.figure:.4g}"
+        lines.append(f"| {row.rank} | {row.candidate} | {figure} | {_interval(row, result.winner)} | {row.boots} | {row.status} | {row.quality} |")
+    return "\n".join(lines)
+
+
+def winner_variant(plan: RacePlan, winner: str, why: str) -> tuple[str, str]:
+    """(variant name, YAML text) of the winner as a recipe variant, with the `rig compare` line that
+    checks it against the baseline (what the user runs today). What the candidate's own variant does
+    not set (topology, audit, host_env, boot_log) is left to the recipe, as in that variant."""
+    candidate = plan.by_name()[winner]
+    _, resolved = resolve(plan.recipe, candidate)
+    recipe = resolved.recipe
+    variant = recipe.variants[resolved.variant or ""]
+    original = recipe.variants.get(candidate.variant or recipe.default_variant or "")
+    body = variant.model_dump(mode="json", exclude_defaults=True, by_alias=True)
+    for key in ("topology", "audit", "host_env", "boot_log"):
+        if original is None or key not in original.model_fields_set:
+            body.pop(key, None)
+    body["description"] = f"rig tune's winner on {plan.scenario}: {candidate.describe()}"
+    name = f"tuned-{winner}"[: grammar.NAME_MAX]
+    baseline = plan.candidates[0]
+    today = f"today:{baseline.arm().spec.partition(':')[2]}" if not baseline.server_args and (baseline.variant or baseline.env) else (
+        f"today:@{recipe.default_variant}" if recipe.default_variant else "today:(the recipe)")
+    command = f"rig compare {plan.recipe} --arm {today} --arm tuned:@{name} --scenario {plan.scenario}"
+    text = (f"# {winner}, the winner of `rig tune` on {plan.scenario} ({why}).\n"
+            f"# Add it under variants: in recipes/{plan.recipe}.yaml, then check it against today's settings:\n"
+            f"#   {command}\n" + yaml.safe_dump({name: body}, sort_keys=False, width=1000))
+    return name, text
+
+
+def write(out: Path, plan: RacePlan, state: RaceState) -> tuple[RaceResult, str]:
+    """Every result file; returns the result and its text (the answer first)."""
+    from rig.tune.plot import plot
+
+    result = analyze(plan, state)
+    write_text_atomic(out / "tune.json", result.json_text())
+    _, variant_text = winner_variant(plan, result.winner, result.stop_text)
+    write_text_atomic(out / "winner.yaml", variant_text)
+    text = "\n".join([headline(result), "", table(result), "", f"rule: {result.rule}",
+                      f"{result.boots} measured boot(s), {result.burn_ins} burn-in(s); recipe variant for the winner: "
+                      f"{out}/winner.yaml", *result.notes])
+    write_text_atomic(out / "tune.md", f"# rig tune: {plan.recipe} on {plan.scenario}\n\n{text}\n")
+    plot(plan, state, out / "tune.png")
+    return result, text

@@ -1,0 +1,251 @@
+"""Running a race: each round boots every survivor once (rig.compare.run.run_boot: up, checks,
+warmup, rounds, greedy identity and quality probes, down) in the round's position-balanced order,
+then one look decides which candidates leave (rig.tune.rule).
+
+The race is a plan on disk. Its boots are written as they finish (boots/NN-name.json, the boot's
+position in the race), and which boot comes next is a function of the boots already finished: a
+resumed race replays its looks from them and goes on at the first position with no entry, after
+stopping a server a killed attempt left running (rig.compare.run.stop_leftover).
+
+The boot-state control is `rig compare`'s: a boot whose engine log says it compiled is kept as a
+burn-in (boots/NN-name.burn-in.json) and booted again; where the log cannot say, a burn-in boot of
+the baseline opens the race.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import Field
+
+from rig.atomic import write_text_atomic
+from rig.compare.model import BURN_IN_BLOCK, BootEntry, BootQuality
+from rig.compare.report import figure_boots, percentile_boots
+from rig.compare.run import ResolvedArms, run_boot, stop_leftover
+from rig.errors import Damaged, NotFound
+from rig.load.session import Interrupted
+from rig.tune.plan import RacePlan, round_order
+from rig.tune.rule import Look, look, violates_bound
+from rig.tune.space import LATENCY_BOUNDS, resolve
+from rig.typed import Versioned
+
+LOOKS_FILE = "looks.json"
+FAILED_BOOTS = 2  # a candidate whose boots failed this often leaves the race (it cannot be measured)
+
+
+class Looks(Versioned):
+    """looks.json: every look the race made so far (derived from the boots; written for readers)."""
+
+    schema_version: int = Field(1, alias="schema")
+    looks: list[Look]
+
+
+class CandidateArms(ResolvedArms):
+    """Each candidate's (base, resolved) recipe, server arguments included (rig.tune.space.resolve)."""
+
+    def __init__(self, plan: RacePlan) -> None:
+        self.by_name = {c.name: resolve(plan.recipe, c) for c in plan.candidates}
+
+
+@dataclass
+class RaceState:
+    """Where a race stands: its boots, its looks, who is left, and why it stopped (None: running)."""
+
+    entries: list[BootEntry] = field(default_factory=list)
+    looks: list[Look] = field(default_factory=list)
+    survivors: list[str] = field(default_factory=list)
+    eliminated: dict[str, tuple[int, str]] = field(default_factory=dict)  # name -> (round, why)
+    stop: str | None = None  # "one", "equivalent", "rounds", "boots", "minutes"
+    positions: int = 0  # measured boot positions run (what --max-boots counts)
+    seconds: float = 0.0  # the boots' own wall time (what --max-minutes counts)
+
+
+def _read(path: Path, index: int, block: int, name: str) -> BootEntry | None:
+    """A finished boot's entry; a damaged one, or one of another position (moved or edited), is
+    renamed aside (kept) and its boot is redone."""
+    try:
+        entry = BootEntry.read(path)
+        if (entry.index, entry.block, entry.arm) != (index, block, name):
+            raise Damaged(str(path), "index/block/arm", f"holds boot {entry.index} (round {entry.block}) of {entry.arm!r}, "
+                          f"not this position's boot {index} (round {block}) of {name!r}", "the boot is redone")
+        return entry
+    except NotFound:
+        return None
+    except Damaged as error:
+        aside = path.with_name(f"{path.name}.unreadable-{int(time.time())}")
+        path.rename(aside)
+        print(f"tune: {path.name} is damaged ({error.problem}); kept as {aside.name}, redoing that boot", file=sys.stderr)
+        return None
+
+
+def _seconds(entry: BootEntry) -> float:
+    return sum(entry.phases_s.values())
+
+
+class Racer:
+    """Boots positions of one race in order, reading back those already finished."""
+
+    def __init__(self, plan: RacePlan, out: Path, progress: bool, steps: bool, port: int | None) -> None:
+        self.plan, self.out, self.progress, self.steps, self.port = plan, out, progress, steps, port
+        self.compare_plan = plan.compare_plan()
+        self.arms = CandidateArms(plan)
+        self.arm_of = {arm.name: arm for arm in self.compare_plan.arms}
+        self.keeps_compiling = False  # a boot compiled again right after its burn-in: the caches do not persist
+        self.state = RaceState(survivors=[c.name for c in plan.candidates])
+
+    def boot(self, index: int, block: int, name: str, label: str) -> BootEntry:
+        arm, state = self.arm_of[name], self.state
+        burn_in = block == BURN_IN_BLOCK
+        first = None if burn_in else _read(BootEntry.path(self.out, index, name, burn_in=True), index, block, name)
+        done = _read(BootEntry.path(self.out, index, name), index, block, name)
+        if done is not None:
+            self.keeps_compiling = self.keeps_compiling or (first is not None and done.compiled)
+            state.entries += [e for e in (first, done) if e is not None]
+            state.seconds += sum(_seconds(e) for e in (first, done) if e is not None)
+            return done
+        leftover = stop_leftover(self.out, index, arm, self.plan.recipe)
+        if self.progress:
+            print(f"tune: boot {index + 1} ({label}): {name} ({self.plan.by_name()[name].describe()})"
+                  + (f" ({leftover})" if leftover else ""), flush=True)
+        redo = self.plan.boot_state_control and not burn_in and first is None and not self.keeps_compiling
+        try:
+            entry = run_boot(self.compare_plan, index, block, arm, self.out, self.progress and self.steps, burn_in=burn_in,
+                             arms=self.arms, redo_if_compiled=redo, port=self.port)
+            if entry.burn_in and not burn_in and not entry.voided:
+                entry.write(self.out, as_burn_in=True)  # its caches did not hold this configuration: boot it again
+                state.entries.append(entry)
+                state.seconds += _seconds(entry)
+                if self.progress:
+                    print(f"tune: boot {index + 1} compiled: kept as a burn-in, booting {name} again", flush=True)
+                entry = run_boot(self.compare_plan, index, block, arm, self.out, self.progress and self.steps,
+                                 arms=self.arms, port=self.port)
+                self.keeps_compiling = entry.compiled
+        except Interrupted:
+            raise KeyboardInterrupt from None  # nothing written for this boot: a resume redoes it
+        entry.write(self.out)
+        state.entries.append(entry)
+        state.seconds += _seconds(entry)
+        return entry
+
+    def budget_stop(self, round_index: int) -> str | None:
+        plan, state = self.plan, self.state
+        if round_index >= plan.max_rounds:
+            return "rounds"
+        if state.positions + len(state.survivors) > plan.max_boots:
+            return "boots"
+        if plan.max_minutes is not None and state.seconds >= 60 * plan.max_minutes:
+            return "minutes"
+        return None
+
+    def run(self) -> RaceState:
+        plan, state = self.plan, self.state
+        index = 0
+        if plan.burn_in_first:
+            self.boot(0, BURN_IN_BLOCK, plan.candidates[0].name, "burn-in, paired with nothing")
+            index = 1
+        round_index = 0
+        while (stop := self.budget_stop(round_index)) is None:
+            order = round_order(state.survivors, round_index)
+            for position, name in enumerate(order):
+                self.boot(index, round_index, name, f"round {round_index + 1}, {position + 1}/{len(order)}")
+                index += 1
+            state.positions += len(order)
+            made = judge(plan, state, round_index)
+            state.looks.append(made)
+            write_text_atomic(self.out / LOOKS_FILE, Looks(looks=state.looks).json_text())
+            for name, why in made.eliminated.items():
+                state.survivors.remove(name)
+                state.eliminated[name] = (round_index, why)
+            if self.progress:
+                print(look_line(plan, made, state), flush=True)
+            round_index += 1
+            if len(state.survivors) == 1:
+                stop = "one"
+                break
+            if made.equivalent:
+                stop = "equivalent"
+                break
+        state.stop = stop
+        return state
+
+
+def objective_figures(plan: RacePlan, entries: list[BootEntry]) -> dict[str, dict[int, list[float]]]:
+    """candidate -> race round -> the usable round figures of its measured boot (rig compare's reading)."""
+    return figure_boots(entries, plan.scenario, plan.objective)
+
+
+def constraint_exclusions(plan: RacePlan, state: RaceState, judged: bool) -> dict[str, str]:
+    """Survivors ruled out by failed boots, greedy outputs or a latency bound shown to be exceeded."""
+    out: dict[str, str] = {}
+    measured = [e for e in state.entries if not e.burn_in]
+    for name in state.survivors:
+        failed = [e for e in measured if e.arm == name and e.voided]
+        if any(e.check is not None and e.check.unknown_settings for e in failed):
+            out[name] = f"the engine does not know a setting: {next(e for e in failed if e.check).check.unknown_settings[0]}"
+        elif len(failed) >= FAILED_BOOTS:
+            out[name] = f"{len(failed)} boots failed (the first: {(failed[0].problems or ['no reason recorded'])[0][:160]})"
+    if plan.constraints.greedy_identical:
+        out.update({k: v for k, v in greedy_exclusions(plan, state).items() if k not in out})
+    if judged and plan.constraints.mean_abs_dlogprob is not None:
+        out.update({k: v for k, v in drift_exclusions(plan, state, plan.constraints.mean_abs_dlogprob).items() if k not in out})
+    if judged:
+        for figure_name, bound in plan.constraints.latency.items():
+            values = percentile_boots(state.entries, plan.scenario, LATENCY_BOUNDS[figure_name]).values
+            for name in state.survivors:
+                boots = [v for block_values in values.get(name, {}).values() for v in block_values]
+                if name not in out and violates_bound(boots, bound, plan.rule):
+                    out[name] = f"{figure_name} above {bound:g} ms ({len(boots)} boots)"
+    return out
+
+
+def drift_exclusions(plan: RacePlan, state: RaceState, bound: float) -> dict[str, str]:
+    """Candidates whose logprobs, scored on the baseline's reference continuation, drift from the
+    baseline's boot of the same round by more than `bound` (the interval's lower end above it)."""
+    from rig.compare.quality import drift
+
+    quality: dict[str, dict[int, BootQuality]] = {}
+    for entry in state.entries:
+        if entry.measured and entry.quality is not None:
+            quality.setdefault(entry.arm, {})[entry.block] = entry.quality
+    baseline = quality.get(plan.candidates[0].name, {})
+    out = {}
+    for name in state.survivors:
+        if name == plan.candidates[0].name:
+            continue
+        values = [row.mean_abs_dlogprob for block, q in quality.get(name, {}).items() if block in baseline
+                  and (row := drift(q, baseline[block])) is not None and row.mean_abs_dlogprob is not None]
+        if violates_bound(values, bound, plan.rule):
+            out[name] = f"mean |dlogprob| above {bound:g} ({len(values)} boots)"
+    return out
+
+
+def greedy_exclusions(plan: RacePlan, state: RaceState) -> dict[str, str]:
+    """Candidates whose greedy outputs differ from the baseline's first measured boot. Nothing is
+    ruled out while the baseline's own boots disagree: the check cannot tell a change from noise."""
+    baseline = plan.candidates[0].name
+    boots = [e for e in state.entries if e.measured and e.greedy]
+    reference = [e.greedy for e in boots if e.arm == baseline]
+    if not reference or any(g != reference[0] for g in reference[1:]):
+        return {}
+    return {e.arm: "greedy outputs differ from the baseline's" for e in boots
+            if e.arm != baseline and e.arm in state.survivors and e.greedy != reference[0]}
+
+
+def judge(plan: RacePlan, state: RaceState, round_index: int) -> Look:
+    from rig.tune.rule import FIRST_LOOK
+
+    judged = round_index + 1 >= FIRST_LOOK
+    return look(plan.rule, objective_figures(plan, state.entries), state.survivors, round_index,
+                constraint_exclusions(plan, state, judged))
+
+
+def look_line(plan: RacePlan, made: Look, state: RaceState) -> str:
+    """One progress line per look: the best, each survivor's interval against it, who left."""
+    parts = [f"{s.candidate} {s.delta_pct:+.2f}% [{s.ci_pct[0]:+.2f}%, {s.ci_pct[1]:+.2f}%]" if s.ci_pct and s.delta_pct is not None
+             else f"{s.candidate} (no interval yet)" for s in made.standings if s.candidate not in made.eliminated]
+    gone = "; ".join(f"{name} out: {why}" for name, why in made.eliminated.items())
+    return (f"tune: round {made.round + 1}: best {made.best}" + (f"; {', '.join(parts)}" if parts else "")
+            + (f"; {gone}" if gone else "") + f"; {len(state.survivors)} left, {state.positions} boot(s) run")

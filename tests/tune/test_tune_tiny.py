@@ -1,0 +1,43 @@
+"""`rig tune` end to end on tiny-cpu: real boots through the native driver, real Locust runs, a
+space with a known truth. token_delay sleeps 0, 1, 2 or 3 ms per model step (tiny-cpu decodes a
+token in about 6 ms, so each millisecond is a sixth of it), crossed with --model-timeout, which
+transformers serve ignores when the model is preloaded, as rig starts it: a setting that changes
+nothing. The two d0 candidates are the truth; nothing can tell them apart."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, free_port
+
+from rig.exits import Exit
+
+pytestmark = pytest.mark.e2e
+
+MAX_ROUNDS = 3  # 8 boots a round of about 25 s each on a quiet 2-core box: one look, after the third
+
+
+def test_the_token_delay_space_races_to_a_zero_delay_winner_within_its_budget(results_dir):
+    out = results_dir / "tune" / "token-delay"
+    command = [sys.executable, "-m", "rig", "tune", "tiny-cpu", "--space", "recipes/spaces/tiny-cpu-token-delay.yaml",
+               "--scenario", "prose-c1", "--baseline", "base-d0", "--max-rounds", str(MAX_ROUNDS), "--rounds", "1",
+               "--duration", "3", "--small", "--workers", "1", "--port", str(free_port()), "--out", str(out)]
+    done = subprocess.run(command, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                          timeout=30 * 60)
+    assert done.returncode in (Exit.OK, Exit.UNDECIDED), done.stderr[-2000:]
+    result = json.loads((out / "tune.json").read_text())
+    answer = next(line for line in done.stdout.splitlines() if " wins (" in line)
+    assert answer.startswith(f"tune: {result['winner']} wins (") and result["stop_text"] in answer  # says why it stopped
+    rows = {row["candidate"]: row for row in result["rows"]}
+    # The rule's guarantee: a 0 ms candidate (a true best) is never eliminated, so one of them is the
+    # winner or not told apart from it; what leaves is slower.
+    assert not any(rows[name]["status"].startswith("eliminated") for name in ("base-d0", "idle-d0")), answer
+    assert {"base-d0", "idle-d0"} & {result["winner"], *result["tied"]}
+    if result["stop"] in ("one", "equivalent"):  # the race decided: its winner is the truth
+        assert result["winner"].endswith("-d0"), answer
+    assert result["boots"] <= 8 * MAX_ROUNDS
+    assert (out / "tune.png").stat().st_size > 0 and "tuned-" in (out / "winner.yaml").read_text()
