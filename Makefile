@@ -77,7 +77,7 @@ test-fast: setup ## unit tests: no server boot, no Locust run, no container (eve
 # It is waited for before the timed tests. A failed prebuild fails nothing here: the docker tests
 # build again and say why.
 PREBUILD := tiny-cpu-docker
-test: setup ## the whole suite (what CI runs): unit tests (the docker tests' image built beside them), then timed and slow ones, on 2 processes; then e2e tests one at a time in two lanes (docker and load beside the rest)
+test: setup ## the whole suite (what CI runs): unit tests (the docker tests' image built beside them), then timed and slow ones, on 2 processes; then e2e tests one at a time in two lanes (docker, load and tune beside the rest)
 	$(VENV)/bin/ruff check .
 	@mkdir -p .rig; pre=; if docker info >/dev/null 2>&1; then \
 	  echo "== building $(PREBUILD) beside the unit tests (.rig/prebuild.log)"; \
@@ -88,9 +88,9 @@ test: setup ## the whole suite (what CI runs): unit tests (the docker tests' ima
 	$(VENV)/bin/pytest -q -m "$(TIMED)" -n 2 --durations=10
 	@mkdir -p .rig; rm -f .rig/test-lane.rc; \
 	  ( { $(VENV)/bin/pytest -q -m "docker and not ($(UNIT)) and not ($(TIMED))" --durations=10; docker=$$?; \
-	      $(VENV)/bin/pytest -q -m "not docker and not ($(UNIT)) and not ($(TIMED))" --durations=10 tests/load; load=$$?; \
+	      $(VENV)/bin/pytest -q -m "not docker and not ($(UNIT)) and not ($(TIMED))" --durations=10 tests/load tests/tune; load=$$?; \
 	      echo $$(( docker || load )) >.rig/test-lane.rc; } >.rig/test-lane.log 2>&1 ) & \
-	  $(VENV)/bin/pytest -q -m "not docker and not ($(UNIT)) and not ($(TIMED))" --ignore=tests/load --durations=15; e2e=$$?; wait; \
+	  $(VENV)/bin/pytest -q -m "not docker and not ($(UNIT)) and not ($(TIMED))" --ignore=tests/load --ignore=tests/tune --durations=15; e2e=$$?; wait; \
 	  echo "== the docker tests and the load e2e tests (run beside the others; .rig/test-lane.log):"; cat .rig/test-lane.log; \
 	  lane=$$(cat .rig/test-lane.rc); [ "$$e2e" = 0 ] && [ "$$lane" = 0 ]
 

@@ -14,15 +14,16 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, free_port
 from synthetic_bundles import make_bundle, make_wheel
 
 from rig.hosts import hostside
 
 pytestmark = pytest.mark.e2e
 STEP = REPO / "benchmarks" / "gpu-host" / "step.sh"
+# A port of its own: the recipe's default may be another test's, and a resumed comparison may listen elsewhere.
 ARGS = ["tiny-cpu", "--arm", "off:RIG_TOKEN_DELAY_MS=0", "--arm", "on:RIG_TOKEN_DELAY_MS=3", "--boots", "2", "--rounds", "1",
-        "--duration", "2"]
+        "--duration", "2", "--port", str(free_port())]
 
 
 def _env(tmp: Path, **extra: str) -> dict[str, str]:
