@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,13 +22,14 @@ from rig.hosts import hostside
 
 pytestmark = pytest.mark.e2e
 STEP = REPO / "benchmarks" / "gpu-host" / "step.sh"
-# A port of its own: the recipe's default may be another test's, and a resumed comparison may listen elsewhere.
 ARGS = ["tiny-cpu", "--arm", "off:RIG_TOKEN_DELAY_MS=0", "--arm", "on:RIG_TOKEN_DELAY_MS=3", "--boots", "2", "--rounds", "1",
-        "--duration", "2", "--port", str(free_port())]
+        "--duration", "2"]
 
 
-def _env(tmp: Path, **extra: str) -> dict[str, str]:
-    return os.environ | {"RIG_SITE": str(tmp / "site"), "RIG_STAGE": str(tmp / "stage"), "RIG_RESULTS_DIR": str(tmp / "results"),
+def _env(tmp: Path, results: Path, **extra: str) -> dict[str, str]:
+    """A host's folders under `tmp`; the results at the same path on every host, as the docs ask
+    (boot entries name their files by it)."""
+    return os.environ | {"RIG_SITE": str(tmp / "site"), "RIG_STAGE": str(tmp / "stage"), "RIG_RESULTS_DIR": str(results),
                          "RIG_STATE_DIR": str(tmp / "state"), "RIG_PYTHON": sys.executable} | extra
 
 
@@ -42,30 +44,33 @@ def test_a_comparison_cut_on_one_host_resumes_from_its_pack_on_a_fresh_one(tmp_p
                         1 << 20)
     part_dirs = [str(p) for p in sorted((tmp_path / "bundle" / "out").iterdir())]
     assert parts["parts"]
-    host_a = tmp_path / "a"
-    assert subprocess.run(["bash", str(STEP), "install", *part_dirs], env=_env(host_a), cwd=REPO).returncode == 0
+    host_a, results = tmp_path / "a", tmp_path / "results"
+    # a port of its own, taken now: the recipe's default may be another test's
+    args = [*ARGS, "--port", str(free_port())]
+    assert subprocess.run(["bash", str(STEP), "install", *part_dirs], env=_env(host_a, results), cwd=REPO).returncode == 0
 
     # Step 1, cut as a reclaimed host would cut it: after its first finished boot.
-    first = subprocess.Popen(["bash", str(STEP), "compare", "900", "--", *ARGS], cwd=REPO, start_new_session=True,
-                             env=_env(host_a, RIG_PACK_OUT=str(tmp_path / "pack-a")), stdout=subprocess.DEVNULL)
+    first = subprocess.Popen(["bash", str(STEP), "compare", "900", "--", *args], cwd=REPO, start_new_session=True,
+                             env=_env(host_a, results, RIG_PACK_OUT=str(tmp_path / "pack-a")), stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + 600
-    while not _boots(host_a / "results") and time.monotonic() < deadline and first.poll() is None:
+    while not _boots(results) and time.monotonic() < deadline and first.poll() is None:
         time.sleep(1)
     os.killpg(first.pid, signal.SIGINT)
     assert first.wait(timeout=300) == 130  # rig's Ctrl-C: the finished boots kept, then packed
-    kept = _boots(host_a / "results")
+    kept = _boots(results)
     assert kept and (tmp_path / "pack-a" / "pack" / "part-01" / "pack.json").exists()
+    shutil.rmtree(results)  # the host is gone, and its results with it: only the pack remains
 
     # Step 2 on a fresh host: nothing installed, no results.
     host_b = tmp_path / "b"
-    env_b = _env(host_b, RIG_PACK_IN=str(tmp_path / "pack-a" / "pack"), RIG_PACK_OUT=str(tmp_path / "pack-b"))
-    fresh = subprocess.run(["bash", str(STEP), "compare", "900", "--", *ARGS], env=env_b, cwd=REPO, capture_output=True, text=True)
+    env_b = _env(host_b, results, RIG_PACK_IN=str(tmp_path / "pack-a" / "pack"), RIG_PACK_OUT=str(tmp_path / "pack-b"))
+    fresh = subprocess.run(["bash", str(STEP), "compare", "900", "--", *args], env=env_b, cwd=REPO, capture_output=True, text=True)
     assert fresh.returncode == hostside.EXIT_NOT_INSTALLED and "fresh host" in fresh.stdout
-    assert not (host_b / "results").exists()
+    assert not results.exists()
     assert subprocess.run(["bash", str(STEP), "install", *part_dirs], env=env_b, cwd=REPO).returncode == 0
-    done = subprocess.run(["bash", str(STEP), "compare", "900", "--", *ARGS], env=env_b, cwd=REPO, capture_output=True, text=True)
+    done = subprocess.run(["bash", str(STEP), "compare", "900", "--", *args], env=env_b, cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    resumed = _boots(host_b / "results")
+    resumed = _boots(results)
     assert len(resumed) == 4 and all(resumed[name] == boot for name, boot in kept.items())
-    assert list((host_b / "results").glob("compare/*/compare.json"))
+    assert list(results.glob("compare/*/compare.json"))
     assert (tmp_path / "pack-b" / "pack" / "part-01" / "pack.json").exists()
