@@ -9,7 +9,7 @@ Runs interleave (rig, independent, rig, ...) on one boot of tiny-cpu so drift fa
     .venv/bin/python benchmarks/independent_client.py [--pairs 3] [--seconds 6]
     .venv/bin/python benchmarks/independent_client.py --timed [--pairs 5] [--seconds 6]
 
-With --timed both clients stream from rig's timed server instead (rig.load.timed_server: a
+With --timed both clients stream from rig's timed server instead (rig.testing.timed_server: a
 known TTFT and a known step between tokens), so each is held to the truth as well as to the
 other: on tiny-cpu, 6 s runs of the server itself differ by tens of percent on a 2-core box,
 more than the clients could; against the timed server, what differs is the clients.
@@ -85,10 +85,10 @@ def timed(args: argparse.Namespace) -> int:
     """rig (Locust, its own definitions) and the independent client, interleaved, on the timed
     server: per-user decode rate against the truth (1 / step) and against each other."""
     from rig.boot.record import BootRecord
-    from rig.load import timed_server
     from rig.load.prompts import FixedPrompts
     from rig.load.runner import run_scenario
     from rig.load.wire import Prompt
+    from rig.testing import timed_server
 
     server, base_url = timed_server.start(args.port, "--ttft", str(TIMED_TTFT_S), "--itl", str(TIMED_STEP_S))
     truth = 1 / TIMED_STEP_S

@@ -164,7 +164,8 @@ def test_the_readme_documents_every_exit_code():
 def package(module: str) -> str:
     """rig.load.metrics -> load; rig.cli -> (top)."""
     parts = module.split(".")
-    return parts[1] if len(parts) > 2 or module in {f"rig.{p}" for p in ("load", "compare", "boot", "deploy", "observe", "audit", "tune")} \
+    return parts[1] if len(parts) > 2 or module in {f"rig.{p}" for p in ("load", "compare", "boot", "deploy", "observe", "audit", "tune",
+                                                                         "testing")} \
         else "(top)"
 
 
@@ -181,6 +182,21 @@ def test_packages_import_only_along_the_flow(direction):
     found = sorted(f"{module} -> {imported}" for module, imports in GRAPH.items() if package(module) == source
                    for imported in imports if package(imported) == target)
     assert found == [], found
+
+
+def test_the_test_servers_are_imported_by_nothing_in_the_product():
+    """rig/testing/ holds servers with known timing for the tests and benchmarks: neither rig outside
+    it nor the Locust file (loadtests/) imports it."""
+    testing = {module for module in GRAPH if module == "rig.testing" or module.startswith("rig.testing.")}
+    assert testing >= {"rig.testing.timed_server", "rig.testing.toy_lm"}
+    importers = [module for module, targets in GRAPH.items() if targets & testing and module not in testing]
+    for path in sorted((REPO / "loadtests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            if any(name == "rig.testing" or name.startswith("rig.testing.") for name in names):
+                importers.append(str(path.relative_to(REPO)))
+    assert sorted(importers) == [], importers
 
 
 def test_every_slo_names_a_per_request_figure():

@@ -344,7 +344,7 @@ def test_the_timed_servers_worker_processes_end_with_it(how):
 
     from conftest import free_port
 
-    from rig.load import timed_server
+    from rig.testing import timed_server
 
     server, _ = timed_server.start(free_port(), "--processes", "3")
     workers = [int(pid) for pid in Path(f"/proc/{server.pid}/task/{server.pid}/children").read_text().split()]

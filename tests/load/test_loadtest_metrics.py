@@ -29,7 +29,7 @@ TTFT, ITL = 1.0, 0.02  # a long TTFT keeps the client's constant ~3 ms per reque
 
 
 def start_timed_server(port: int, *extra: str) -> subprocess.Popen:
-    from rig.load import timed_server
+    from rig.testing import timed_server
 
     return timed_server.start(port, "--ttft", str(TTFT), "--itl", str(ITL), *extra)[0]
 

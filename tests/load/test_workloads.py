@@ -328,7 +328,7 @@ def test_multi_turn_cached_share_grows_turn_by_turn(timed_target, tmp_path):
 
 
 def test_the_timed_server_caches_whole_blocks_of_prompts_and_replies():
-    from rig.load.timed_server import TimedServer
+    from rig.testing.timed_server import TimedServer
 
     server = TimedServer(0.0, 0.0)
     words = [f"w{i}" for i in range(20)]
