@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from rig.boot import driver_for  # noqa: E402
 from rig.deploy.recipe import load  # noqa: E402
 from rig.load.prompts import TokenCounter, build_prompts
-from rig.load.runner import LoadTarget  # noqa: E402
 from rig.load.scenarios import load_scenario  # noqa: E402
-from rig.load.session import model_dir_for, run_scenarios  # noqa: E402
+from rig.loadrun.runner import LoadTarget  # noqa: E402
+from rig.loadrun.session import model_dir_for, run_scenarios  # noqa: E402
 
 
 def independent_run(base_url: str, model: str, prompts: list[str], max_tokens: int, seconds: float) -> dict[str, float]:
@@ -86,8 +86,8 @@ def timed(args: argparse.Namespace) -> int:
     server: per-user decode rate against the truth (1 / step) and against each other."""
     from rig.boot.record import BootRecord
     from rig.load.prompts import FixedPrompts
-    from rig.load.runner import run_scenario
     from rig.load.wire import Prompt
+    from rig.loadrun.runner import run_scenario
     from rig.testing import timed_server
 
     server, base_url = timed_server.start(args.port, "--ttft", str(TIMED_TTFT_S), "--itl", str(TIMED_STEP_S))

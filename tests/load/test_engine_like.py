@@ -16,7 +16,7 @@ from load.test_loadtest_metrics import PROMPTS, FixedPrompts, scenario, start_ti
 
 from rig.boot.record import BootRecord
 from rig.deploy.recipe import load
-from rig.load.runner import LoadTarget, run_scenario
+from rig.loadrun.runner import LoadTarget, run_scenario
 
 pytestmark = pytest.mark.timed
 

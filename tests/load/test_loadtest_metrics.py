@@ -18,10 +18,10 @@ from conftest import REPO, free_port
 from rig.boot.record import BootRecord
 from rig.deploy.recipe import load
 from rig.load.prompts import FixedPrompts, TokenCounter
-from rig.load.runner import LoadTarget, read_clients, read_dispatcher, run_scenario
 from rig.load.scenarios import Scenario
 from rig.load.summary import SUMMARY_SCHEMA
 from rig.load.wire import LAG_PROBE_KERNEL, Prompt, dispatch_wait
+from rig.loadrun.runner import LoadTarget, read_clients, read_dispatcher, run_scenario
 
 pytestmark = pytest.mark.timed  # Locust against the timed server, held to its known timing
 

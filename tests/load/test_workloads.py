@@ -20,7 +20,6 @@ from rig.deploy.recipe import load
 from rig.load.metrics import arrival_problems, arrival_stats, arrival_window
 from rig.load.prompts import TokenCounter
 from rig.load.records import RequestRecord, read_records
-from rig.load.runner import LoadTarget, run_scenario
 from rig.load.scenarios import load_scenario
 from rig.load.sse import StreamScan
 from rig.load.summary import Window
@@ -33,6 +32,7 @@ from rig.load.workload import (
     gamma_offsets,
     gamma_schedule,
 )
+from rig.loadrun.runner import LoadTarget, run_scenario
 
 # --- the schedule -----------------------------------------------------------------------------
 
