@@ -38,15 +38,16 @@ sys.path.insert(0, str(REPO / "adapter"))
 from rig.atomic import write_text_atomic  # noqa: E402
 from rig.boot.base import BootRecord  # noqa: E402
 from rig.deploy.recipe import load  # noqa: E402
-from rig.load import runner, timed_server  # noqa: E402
 from rig.load.client_error import client_bounds  # noqa: E402
 from rig.load.metrics import client_verdict  # noqa: E402
 from rig.load.prompts import FixedPrompts  # noqa: E402
 from rig.load.records import RequestRecord, read_records  # noqa: E402
-from rig.load.runner import LoadTarget, read_clients, read_dispatcher, run_scenario  # noqa: E402
 from rig.load.scenarios import Scenario  # noqa: E402
 from rig.load.summary import HEADLINE, RunSummary, Window  # noqa: E402
 from rig.load.wire import Prompt  # noqa: E402
+from rig.loadrun import runner  # noqa: E402
+from rig.loadrun.runner import LoadTarget, read_clients, read_dispatcher, run_scenario  # noqa: E402
+from rig.testing import timed_server  # noqa: E402
 
 ARGS_FILE = "capacity-args.json"  # the load's options, written before it runs (--analyse reads them)
 AIPERF_CPU_FILE = "aiperf-cpu.json"  # AIPerf's process tree's CPU, sampled while it ran

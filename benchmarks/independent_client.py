@@ -9,7 +9,7 @@ Runs interleave (rig, independent, rig, ...) on one boot of tiny-cpu so drift fa
     .venv/bin/python benchmarks/independent_client.py [--pairs 3] [--seconds 6]
     .venv/bin/python benchmarks/independent_client.py --timed [--pairs 5] [--seconds 6]
 
-With --timed both clients stream from rig's timed server instead (rig.load.timed_server: a
+With --timed both clients stream from rig's timed server instead (rig.testing.timed_server: a
 known TTFT and a known step between tokens), so each is held to the truth as well as to the
 other: on tiny-cpu, 6 s runs of the server itself differ by tens of percent on a 2-core box,
 more than the clients could; against the timed server, what differs is the clients.
@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from rig.boot import driver_for  # noqa: E402
 from rig.deploy.recipe import load  # noqa: E402
 from rig.load.prompts import TokenCounter, build_prompts
-from rig.load.runner import LoadTarget  # noqa: E402
 from rig.load.scenarios import load_scenario  # noqa: E402
-from rig.load.session import model_dir_for, run_scenarios  # noqa: E402
+from rig.loadrun.runner import LoadTarget  # noqa: E402
+from rig.loadrun.session import model_dir_for, run_scenarios  # noqa: E402
 
 
 def independent_run(base_url: str, model: str, prompts: list[str], max_tokens: int, seconds: float) -> dict[str, float]:
@@ -85,10 +85,10 @@ def timed(args: argparse.Namespace) -> int:
     """rig (Locust, its own definitions) and the independent client, interleaved, on the timed
     server: per-user decode rate against the truth (1 / step) and against each other."""
     from rig.boot.record import BootRecord
-    from rig.load import timed_server
     from rig.load.prompts import FixedPrompts
-    from rig.load.runner import run_scenario
     from rig.load.wire import Prompt
+    from rig.loadrun.runner import run_scenario
+    from rig.testing import timed_server
 
     server, base_url = timed_server.start(args.port, "--ttft", str(TIMED_TTFT_S), "--itl", str(TIMED_STEP_S))
     truth = 1 / TIMED_STEP_S

@@ -1,7 +1,7 @@
 """Redraw the timeline pictures of load-test runs from the files each run wrote.
 
 A run's `timeline.png` is drawn from its request records, server-metrics.jsonl and gpu-samples.jsonl
-(rig.load.runner.draw_timeline); archives of raw results leave the PNGs out (they are most of an
+(rig.loadrun.runner.draw_timeline); archives of raw results leave the PNGs out (they are most of an
 archive's bytes and compress to nothing), so this puts them back, e.g. for a load run kept as evidence:
 
     mkdir -p /tmp/raw && xz -dc validation/vllm-c3000-frontends4/second-run.tar.xz | tar -C /tmp/raw -xf -
@@ -21,8 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rig.load.records import read_records  # noqa: E402
-from rig.load.runner import TIMELINE, draw_timeline, timeline_title  # noqa: E402
 from rig.load.summary import RunSummary  # noqa: E402
+from rig.loadrun.runner import TIMELINE, draw_timeline, timeline_title  # noqa: E402
 from rig.typed import StoredRecordError  # noqa: E402
 
 
@@ -33,7 +33,7 @@ def redraw(run_dir: Path, force: bool) -> str:
     if (run_dir / TIMELINE).exists() and not force:
         return "kept (it has one)"
     provenance = summary.provenance
-    # The boot's ref as rig.boot.state and rig.load.attach write it: recipe[:variant], or the URL of a
+    # The boot's ref as rig.boot.state and rig.loadrun.attach write it: recipe[:variant], or the URL of a
     # server attached without a recipe.
     if provenance.driver == "attached" and provenance.recipe in (None, "attached") and provenance.variant is None:
         ref = provenance.base_url or "attached"

@@ -329,13 +329,13 @@ def _keep_text(args: argparse.Namespace) -> None:
     if args.no_keep_text:
         import os
 
-        from rig.load.runner import KEEP_TEXT_ENV
+        from rig.loadrun.runner import KEEP_TEXT_ENV
 
         os.environ[KEEP_TEXT_ENV] = "0"  # read by every run this command makes
 
 
 def cmd_loadtest(args: argparse.Namespace) -> int:
-    from rig.load.command import loadtest
+    from rig.loadrun.command import loadtest
 
     _keep_text(args)
     if args.slurm_workers and args.remote_workers:
@@ -347,7 +347,7 @@ def cmd_loadtest(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from rig.load.sweep import sweep
+    from rig.loadrun.sweep import sweep
 
     return sweep(args.recipe, args.scenario, args.rates, args.concurrency, args.goodput, args.slo_share, args.small, args.workers,
                  args.duration, url=args.url, model=args.model)

@@ -33,8 +33,8 @@ from rig.compare.sequential import Decision, UntilDecided, interval_text
 from rig.deploy.recipe import load
 from rig.exits import Exit
 from rig.load.report import brief_notes, markdown_table, notes
-from rig.load.runner import LoadTarget, results_root
-from rig.load.session import model_dir_for, run_scenarios
+from rig.loadrun.runner import LoadTarget, results_root
+from rig.loadrun.session import model_dir_for, run_scenarios
 
 DEMO_RECIPE = "tiny-cpu"
 DEMO_PROMPT = "Explain in one sentence why zero-padding K from 576 to 640 can make a GEMM faster."

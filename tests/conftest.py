@@ -72,8 +72,8 @@ def tiny(tmp_path_factory):
     """tiny-cpu booted natively once per test module, with boots and results in a temporary directory."""
     from rig.boot import driver_for
     from rig.deploy.recipe import load
-    from rig.load.runner import LoadTarget
-    from rig.load.session import model_dir_for
+    from rig.loadrun.runner import LoadTarget
+    from rig.loadrun.session import model_dir_for
 
     root = tmp_path_factory.mktemp("tiny")
     saved = {name: os.environ.get(name) for name in ("RIG_RESULTS_DIR", "RIG_STATE_DIR")}

@@ -231,7 +231,7 @@ def test_the_served_tokenizer_is_read_where_the_recipe_serves_it(tmp_path):
     """A recipe that serves another tokenizer (SGLang's --tokenizer-path, vLLM's --tokenizer) has it read
     there, for prompt sizes and the scoring check, where this host can: natively, a directory."""
     from rig.deploy.recipe import load
-    from rig.load.session import model_dir_for
+    from rig.loadrun.session import model_dir_for
 
     sglang = load("llama8b-sglang-h200")
     generated = model_dir_for(sglang)
@@ -1072,7 +1072,7 @@ def test_a_server_whose_model_list_is_not_one_is_refused_in_one_line(models_body
 
     from conftest import free_port
 
-    from rig.load.attach import attach
+    from rig.loadrun.attach import attach
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 (the standard library's name)

@@ -118,7 +118,7 @@ def test_the_cycle_finder_finds_cycles():
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
-@pytest.mark.parametrize("handler", ["rig.load.command", "rig.compare.command", "rig.audit.command", "rig.kernelbench.command"])
+@pytest.mark.parametrize("handler", ["rig.loadrun.command", "rig.compare.command", "rig.audit.command", "rig.kernelbench.command"])
 def test_command_line_handlers_are_imported_by_commands_only(handler):
     """A handler prints and picks exit codes; library code never borrows from one (`rig demo` is a
     command that runs a comparison)."""
@@ -127,8 +127,8 @@ def test_command_line_handlers_are_imported_by_commands_only(handler):
 
 
 def test_the_comparison_runs_its_load_through_the_session_not_the_loadtest_command():
-    assert "rig.load.command" not in GRAPH["rig.compare.run"]
-    assert "rig.load.session" in GRAPH["rig.compare.run"]
+    assert "rig.loadrun.command" not in GRAPH["rig.compare.run"]
+    assert "rig.loadrun.session" in GRAPH["rig.compare.run"]
 
 
 def test_the_locust_client_is_imported_by_nothing_else_in_rig():
@@ -164,15 +164,19 @@ def test_the_readme_documents_every_exit_code():
 def package(module: str) -> str:
     """rig.load.metrics -> load; rig.cli -> (top)."""
     parts = module.split(".")
-    return parts[1] if len(parts) > 2 or module in {f"rig.{p}" for p in ("load", "compare", "boot", "deploy", "observe", "audit", "tune")} \
+    return parts[1] if len(parts) > 2 or module in {f"rig.{p}" for p in ("load", "compare", "boot", "deploy", "observe", "audit", "tune",
+                                                                         "testing", "loadrun")} \
         else "(top)"
 
 
-# The flow's direction: a package imports only packages before it (recipe -> boot -> load -> compare).
-# load measures; compare reads what load measured, never the other way round. deploy renders and
-# builds; it never boots.
+# The flow's direction: a package imports only packages before it (recipe -> boot -> load -> loadrun ->
+# compare). load measures and never boots or reads a recipe: loadrun boots or attaches, then drives
+# load. compare reads what load measured, never the other way round. deploy renders and builds; it
+# never boots.
 FORBIDDEN = {("load", "compare"), ("deploy", "boot"), ("deploy", "load"), ("deploy", "compare"), ("boot", "load"),
-             ("boot", "compare"), ("observe", "compare"), ("observe", "load"), ("compare", "tune")}
+             ("boot", "compare"), ("observe", "compare"), ("observe", "load"), ("compare", "tune"),
+             ("load", "boot"), ("load", "deploy"), ("load", "loadrun"), ("loadrun", "compare"), ("deploy", "loadrun"),
+             ("boot", "loadrun"), ("observe", "loadrun")}
 
 
 @pytest.mark.parametrize("direction", sorted(FORBIDDEN), ids=lambda d: f"{d[0]}-not-{d[1]}")
@@ -181,6 +185,21 @@ def test_packages_import_only_along_the_flow(direction):
     found = sorted(f"{module} -> {imported}" for module, imports in GRAPH.items() if package(module) == source
                    for imported in imports if package(imported) == target)
     assert found == [], found
+
+
+def test_the_test_servers_are_imported_by_nothing_in_the_product():
+    """rig/testing/ holds servers with known timing for the tests and benchmarks: neither rig outside
+    it nor the Locust file (loadtests/) imports it."""
+    testing = {module for module in GRAPH if module == "rig.testing" or module.startswith("rig.testing.")}
+    assert testing >= {"rig.testing.timed_server", "rig.testing.toy_lm"}
+    importers = [module for module, targets in GRAPH.items() if targets & testing and module not in testing]
+    for path in sorted((REPO / "loadtests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            if any(name == "rig.testing" or name.startswith("rig.testing.") for name in names):
+                importers.append(str(path.relative_to(REPO)))
+    assert sorted(importers) == [], importers
 
 
 def test_every_slo_names_a_per_request_figure():

@@ -109,8 +109,8 @@ def test_the_scan_finds_a_development_word(line):
 @pytest.mark.parametrize("line", [
     "client = requests.Session()",
     "from locust.clients import HttpSession",
-    "from rig.load.session import model_dir_for",
-    "the comparison runs its load through rig/load/session.py",
+    "from rig.loadrun.session import model_dir_for",
+    "the comparison runs its load through rig/loadrun/session.py",
     "Locust's session reports a refused or reset connection as status 0.",
     "One Locust process, in a session of its own: rig alone stops it",
     "subprocess.Popen(argv, start_new_session=True)",

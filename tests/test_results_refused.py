@@ -308,7 +308,7 @@ def test_a_run_note_cut_by_a_kill_does_not_swallow_the_next_one(tmp_path):
 
     from rig.boot.record import BootRecord
     from rig.load.scenarios import load_scenario
-    from rig.load.session import RUNS_FILE, boot_runs, note_run
+    from rig.loadrun.session import RUNS_FILE, boot_runs, note_run
 
     record = BootRecord(boot_id="b", ref="tiny-cpu", recipe="tiny-cpu", variant=None, driver="test", base_url="http://127.0.0.1:9",
                         boot_dir=str(tmp_path), log_path="", manifest_dir="", served_model="m")
@@ -330,7 +330,7 @@ def test_a_warmup_counts_for_its_workload_not_for_its_name_at_another_size(tmp_p
 
     from rig.boot.record import BootRecord
     from rig.load.scenarios import load_scenario
-    from rig.load.session import note_run, settle_estimate, warmup_pending
+    from rig.loadrun.session import note_run, settle_estimate, warmup_pending
 
     record = BootRecord(boot_id="b", ref="tiny-cpu", recipe="tiny-cpu", variant=None, driver="test", base_url="http://127.0.0.1:9",
                         boot_dir=str(tmp_path), log_path="", manifest_dir="", served_model="m")

@@ -86,7 +86,7 @@ ALLOWED = {
     "rig.client.output_piece": "a server's raw streaming choice object (OpenAI protocol)",
     "rig.chat.stream_chat": "`extra`: request fields passed through to the server as given",
     "rig.load.sse.StreamScan.usage": "the server's usage object as it sent it (RequestRecord.usage holds it as JSON)",
-    "rig.load.attach.detect_engine": "the server's /v1/models answer",
+    "rig.loadrun.attach.detect_engine": "the server's /v1/models answer",
     "rig.load.peers.vllm_result": "vLLM's result JSON: another tool's format, written as that tool reads it",
     "rig.load.peers.aiperf_records": "AIPerf's profile_export.jsonl rows: another tool's format",
     "rig.load.peers.aiperf_aggregate": "AIPerf's profile_export_aiperf.json: another tool's format",

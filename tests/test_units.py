@@ -344,7 +344,7 @@ def test_the_timed_servers_worker_processes_end_with_it(how):
 
     from conftest import free_port
 
-    from rig.load import timed_server
+    from rig.testing import timed_server
 
     server, _ = timed_server.start(free_port(), "--processes", "3")
     workers = [int(pid) for pid in Path(f"/proc/{server.pid}/task/{server.pid}/children").read_text().split()]
@@ -393,7 +393,7 @@ def test_a_sweeps_table_marks_what_its_load_test_calls_unusable_and_its_knee_sto
     from rig.load.goodput import SLO_KEYS, Goodput
     from rig.load.report import UNBOUND_LEGEND, UNBOUND_MARK
     from rig.load.summary import HEADLINE, ClientBound, RunSummary
-    from rig.load.sweep import BOUNDED_COLUMNS, COLUMNS, SLO_COLUMNS, knee, point_row, table
+    from rig.loadrun.sweep import BOUNDED_COLUMNS, COLUMNS, SLO_COLUMNS, knee, point_row, table
 
     assert set(BOUNDED_COLUMNS) <= {name for name, _ in COLUMNS} and set(BOUNDED_COLUMNS.values()) <= set(BOUNDS)
     assert set(SLO_COLUMNS) == set(SLO_KEYS) and {c for columns in SLO_COLUMNS.values() for c in columns} <= set(BOUNDED_COLUMNS)

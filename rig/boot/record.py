@@ -13,6 +13,7 @@ from rig import paths
 from rig.atomic import write_text_atomic
 from rig.deploy.render import COMPOSE_DIR, project_name
 from rig.errors import Damaged
+from rig.image import BootImage  # re-exported: rig.boot.record.BootImage is where boot code reads it
 from rig.observe.fingerprint import Fingerprint
 from rig.paths import REPO_ROOT
 from rig.strict_yaml import read_regular
@@ -26,18 +27,6 @@ LOG_MAX_BYTES = 256 << 20  # a server log; a vLLM boot writes ~1 MB  # a boot re
 BOOT_SCHEMA = 1  # boot.json and the state files; records written before it carried no version are version 1
 # <yyyymmdd>-<hhmmss>-<recipe>[.<variant>]-<4 hex>: the slug is unambiguous between fixed-width parts.
 BOOT_ID = re.compile(r"[0-9]{8}-[0-9]{6}-(?P<recipe>[a-z0-9][a-z0-9-]*)(?:\.(?P<variant>[a-z0-9][a-z0-9-]*))?-[0-9a-f]{4}")
-
-
-class BootImage(Typed):
-    """The image a boot ran: the container's (compose), the recipe's base (native), or the identity
-    rig read from a server it did not start (attach)."""
-
-    id: str | None = None
-    tags: list[str] | None = None
-    digests: list[str] | None = None
-    labels: dict[str, str] | None = None
-    base: str | None = None
-    identity: str | None = None
 
 
 class CacheDir(Typed):

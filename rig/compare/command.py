@@ -24,7 +24,7 @@ from rig.errors import Invalid, NotFound, RigError
 from rig.exits import Exit
 from rig.load.goodput import parse_slos
 from rig.load.scenarios import load_scenario, scenario_names
-from rig.load.session import default_small
+from rig.loadrun.session import default_small
 from rig.typed import first_problem
 
 

@@ -224,7 +224,7 @@ def _encoder(plan: ComparePlan) -> Encode | None:
     try:
         from rig.deploy.recipe import load
         from rig.load.prompts import TokenCounter
-        from rig.load.session import model_dir_for
+        from rig.loadrun.session import model_dir_for
 
         counter = TokenCounter(model_dir_for(plan.arms[0].base(plan.recipe) if plan.arms else load(plan.recipe)))  # the baseline's
     except Exception:  # noqa: BLE001 - the divergence is then reported for engines with token ids only

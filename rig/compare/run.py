@@ -55,11 +55,11 @@ from rig.load.goodput import goodput
 from rig.load.metrics import latency_samples
 from rig.load.records import RequestRecord, read_records
 from rig.load.request_metrics import done_in_window
-from rig.load.runner import LoadTarget
 from rig.load.scenarios import greedy_prompts, load_scenario
-from rig.load.session import Interrupted, model_dir_for, run_scenarios
 from rig.load.summary import LATENCY, LATENCY_SAMPLES, RunSummary
 from rig.load.wire import BootMarker
+from rig.loadrun.runner import LoadTarget
+from rig.loadrun.session import Interrupted, model_dir_for, run_scenarios
 
 
 def greedy_identity(base_url: str, model: str, small: bool) -> dict[str, str]:

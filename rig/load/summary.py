@@ -20,7 +20,7 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, model_validator
 
 from rig.atomic import write_text_atomic
-from rig.boot.record import BootImage
+from rig.image import BootImage
 from rig.load.scenarios import Arrivals, Conversation, Kind, Prefix, Scenario, Trace
 from rig.load.wire import LAG_PROBE_SLEEP, LagProbe, TraceReplay
 from rig.load.workload import OutputLengthSpec

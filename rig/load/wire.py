@@ -186,7 +186,7 @@ class RunNote(Versioned):
     complete: bool  # not interrupted: an interrupted warmup does not count
     settle_s: Annotated[float, Field(ge=0, le=MAX_DURATION_S)] | None  # the steady-state wait the run measured (None: no steady state)
     time: float
-    workload: str | None = None  # rig.load.session.workload_key of the scenario as it ran (None: noted before it was kept)
+    workload: str | None = None  # rig.loadrun.session.workload_key of the scenario as it ran (None: noted before it was kept)
 
 
 class BootMarker(Versioned):

@@ -67,8 +67,8 @@ def tune(args: argparse.Namespace) -> int:
     from rig.compare.design import DEFAULT_ROUND_S
     from rig.deploy.recipe import load, split_ref
     from rig.load.scenarios import load_scenario
-    from rig.load.session import default_small
     from rig.load.summary import HEADLINE
+    from rig.loadrun.session import default_small
     from rig.tune.plan import RACE_FILE, RacePlan
     from rig.tune.result import write
     from rig.tune.rule import FIRST_LOOK

@@ -26,7 +26,7 @@ from rig.compare.model import BURN_IN_BLOCK, BootEntry, BootQuality
 from rig.compare.report import figure_boots, percentile_boots
 from rig.compare.run import ResolvedArms, run_boot, stop_leftover
 from rig.errors import Damaged, NotFound
-from rig.load.session import Interrupted
+from rig.loadrun.session import Interrupted
 from rig.tune.plan import RacePlan, round_order
 from rig.tune.rule import Look, look, violates_bound
 from rig.tune.space import LATENCY_BOUNDS, resolve

@@ -3,7 +3,7 @@
 - `load run`: a run directory as `rig loadtest` wrote it (records-*.jsonl, client-*.json,
   dispatcher-*.json, window.jsonl, server-metrics.jsonl, gpu-samples.jsonl, and its summary.json for
   what was configured: the scenario and the serving GPUs). Every figure is computed again from the
-  raw files by the functions that wrote the summary (rig.load.runner.run_scenario's steps): the
+  raw files by the functions that wrote the summary (rig.loadrun.runner.run_scenario's steps): the
   steady window, the metrics, each figure's client bound by the current rules, the client verdict,
   the server's /metrics and the GPUs over the window.
 - `kernelbench`: kernelbench.json as `rig kernelbench` wrote it. Each row's time is the median of
@@ -23,9 +23,9 @@ from rig.errors import Damaged
 from rig.load.client_error import client_bounds
 from rig.load.metrics import client_lag, client_verdict, responsive_end, steady_window, summarize
 from rig.load.records import read_records
-from rig.load.runner import GPU_SAMPLES, SERVER_METRICS, read_clients, read_dispatcher, read_window_events, token_agreement
 from rig.load.scenarios import load_scenario
 from rig.load.summary import HEADLINE, RunSummary
+from rig.loadrun.runner import GPU_SAMPLES, SERVER_METRICS, read_clients, read_dispatcher, read_window_events, token_agreement
 from rig.observe.gpu import summarize_gpu_samples
 from rig.observe.server_metrics import summarize_server_metrics
 from rig.strict_yaml import load_json_file

@@ -153,7 +153,7 @@ def toy_servers():
 
     def start(perturb: float) -> str:
         port = free_port()
-        process = subprocess.Popen([sys.executable, "-m", "rig.load.timed_server", "--port", str(port), "--ttft", "0.01",
+        process = subprocess.Popen([sys.executable, "-m", "rig.testing.timed_server", "--port", str(port), "--ttft", "0.01",
                                     "--itl", "0.001", "--perturb", str(perturb)])
         started.append(process)
         url = f"http://127.0.0.1:{port}"

@@ -15,8 +15,8 @@ import pytest
 
 from rig.engines import CACHE_RESET_WAIT_S
 from rig.errors import RigError
-from rig.load.runner import LoadTarget
-from rig.load.session import flush_prefix_cache
+from rig.loadrun.runner import LoadTarget
+from rig.loadrun.session import flush_prefix_cache
 
 
 class _SGLangFlush(BaseHTTPRequestHandler):

@@ -1,4 +1,4 @@
-"""Engine-like arrivals: the timed server's step mode (rig.load.timed_server --step) emits one chunk
+"""Engine-like arrivals: the timed server's step mode (rig.testing.timed_server --step) emits one chunk
 for every running request at each step, caps the running requests (max_num_seqs) and queues the
 rest, as a real engine does. 1000 and 3000 streams: every figure rig reports is within its client
 bound of the known truth (plus the server's own measured lateness), or is named unusable with that
@@ -16,7 +16,7 @@ from load.test_loadtest_metrics import PROMPTS, FixedPrompts, scenario, start_ti
 
 from rig.boot.record import BootRecord
 from rig.deploy.recipe import load
-from rig.load.runner import LoadTarget, run_scenario
+from rig.loadrun.runner import LoadTarget, run_scenario
 
 pytestmark = pytest.mark.timed
 

@@ -18,10 +18,10 @@ from conftest import REPO, free_port
 from rig.boot.record import BootRecord
 from rig.deploy.recipe import load
 from rig.load.prompts import FixedPrompts, TokenCounter
-from rig.load.runner import LoadTarget, read_clients, read_dispatcher, run_scenario
 from rig.load.scenarios import Scenario
 from rig.load.summary import SUMMARY_SCHEMA
 from rig.load.wire import LAG_PROBE_KERNEL, Prompt, dispatch_wait
+from rig.loadrun.runner import LoadTarget, read_clients, read_dispatcher, run_scenario
 
 pytestmark = pytest.mark.timed  # Locust against the timed server, held to its known timing
 
@@ -29,7 +29,7 @@ TTFT, ITL = 1.0, 0.02  # a long TTFT keeps the client's constant ~3 ms per reque
 
 
 def start_timed_server(port: int, *extra: str) -> subprocess.Popen:
-    from rig.load import timed_server
+    from rig.testing import timed_server
 
     return timed_server.start(port, "--ttft", str(TTFT), "--itl", str(ITL), *extra)[0]
 

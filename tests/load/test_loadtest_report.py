@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from conftest import synthetic_run
 
-from rig.load.command import client_only, verdict
 from rig.load.report import BRIEF, COLUMNS, brief_notes, markdown_table
 from rig.load.summary import ClientBound, RunSummary
+from rig.loadrun.command import client_only, verdict
 
 
 def _run(tmp_path, name: str, client_bound: float | None = None, error_rate: bool = False) -> RunSummary:

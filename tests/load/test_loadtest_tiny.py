@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from rig.load.prompts import TokenCounter, build_prompts
-from rig.load.runner import LocustRun, run_scenario, workload_config
 from rig.load.scenarios import load_scenario, scenario_names
-from rig.load.session import run_scenarios
+from rig.loadrun.runner import LocustRun, run_scenario, workload_config
+from rig.loadrun.session import run_scenarios
 
 pytestmark = pytest.mark.e2e
 
@@ -91,8 +91,8 @@ def test_the_default_series_passes_where_it_can_and_names_what_this_machine_cann
     timing past its limit) is named as skipped with its bound and fails nothing; any other problem,
     or nothing measured at all, still exits 4. The answer is the first and the last line."""
     from rig.exits import Exit
-    from rig.load.command import client_only, loadtest
     from rig.load.summary import RunSummary
+    from rig.loadrun.command import client_only, loadtest
 
     code = loadtest("tiny-cpu", None, True, None, duration_s=3.0)
     out = capsys.readouterr().out
@@ -229,7 +229,7 @@ def test_loadtest_of_another_variant_than_the_one_up_is_refused(tiny):
     """tiny-cpu:cb is up: `rig loadtest tiny-cpu:serial` measured it and exited 0 (a note said so),
     a run of the wrong server under the asked-for name. Named bare, the recipe measures its boot."""
     from rig.errors import RigError
-    from rig.load.session import acquire_target
+    from rig.loadrun.session import acquire_target
 
     target, _ = tiny
     other = "tiny-cpu:serial" if target.record.ref != "tiny-cpu:serial" else "tiny-cpu:cb"

@@ -18,8 +18,8 @@ from rig.deploy.recipe import load
 from rig.errors import RigError
 from rig.load.peers import export_run, import_file
 from rig.load.records import read_records
-from rig.load.runner import LoadTarget, run_scenario
 from rig.load.summary import RunSummary
+from rig.loadrun.runner import LoadTarget, run_scenario
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from rig.load.timed_server import StepEngine, StepStream
+from rig.testing.timed_server import StepEngine, StepStream
 
 
 def test_a_stream_whose_client_went_gets_no_more_chunks_and_is_released():

@@ -20,7 +20,6 @@ from rig.deploy.recipe import load
 from rig.load.metrics import arrival_problems, arrival_stats, arrival_window
 from rig.load.prompts import TokenCounter
 from rig.load.records import RequestRecord, read_records
-from rig.load.runner import LoadTarget, run_scenario
 from rig.load.scenarios import load_scenario
 from rig.load.sse import StreamScan
 from rig.load.summary import Window
@@ -33,6 +32,7 @@ from rig.load.workload import (
     gamma_offsets,
     gamma_schedule,
 )
+from rig.loadrun.runner import LoadTarget, run_scenario
 
 # --- the schedule -----------------------------------------------------------------------------
 
@@ -328,7 +328,7 @@ def test_multi_turn_cached_share_grows_turn_by_turn(timed_target, tmp_path):
 
 
 def test_the_timed_server_caches_whole_blocks_of_prompts_and_replies():
-    from rig.load.timed_server import TimedServer
+    from rig.testing.timed_server import TimedServer
 
     server = TimedServer(0.0, 0.0)
     words = [f"w{i}" for i in range(20)]

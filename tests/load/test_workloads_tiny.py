@@ -10,9 +10,9 @@ from conftest import rig_cli
 from scipy import stats
 
 from rig.load.records import read_records
-from rig.load.runner import run_scenario
 from rig.load.scenarios import load_scenario
 from rig.load.workload import gamma_schedule
+from rig.loadrun.runner import run_scenario
 
 pytestmark = pytest.mark.e2e
 

@@ -23,7 +23,7 @@ TTFT, ITL, USERS, TOKENS = 0.3, 0.02, 4, 400
 
 
 def start_timed_server(port: int) -> subprocess.Popen:
-    process = subprocess.Popen([sys.executable, "-m", "rig.load.timed_server", "--port", str(port), "--ttft", str(TTFT),
+    process = subprocess.Popen([sys.executable, "-m", "rig.testing.timed_server", "--port", str(port), "--ttft", str(TTFT),
                                 "--itl", str(ITL)], cwd=REPO)
     for _ in range(100):
         try:

@@ -106,7 +106,7 @@ BOUNDS: dict[str, Callable[[FigureInputs], Bound]] = {
     "prefill_tok_s": prefill_bound,
     "output_tok_s": edges_bound,
     "e2e_p50_ms": percentile_bound(SPANS["e2e"], 0.50),
-    "e2e_p99_ms": percentile_bound(SPANS["e2e"], 0.99),  # a sweep's tail columns (rig.load.sweep)
+    "e2e_p99_ms": percentile_bound(SPANS["e2e"], 0.99),  # a sweep's tail columns (rig.loadrun.sweep)
     "tpot_p99_ms": percentile_bound(SPANS["tpot"], 0.99, per_token=True),
     **{f.name: percentile_bound(SPANS[f.samples], f.quantile, per_token=f.samples == "tpot") for f in LATENCY},
 }

@@ -25,10 +25,10 @@ import engine_sim  # noqa: E402
 from rig.load import client_error  # noqa: E402
 from rig.load.metrics import responsive_end, steady_window  # noqa: E402
 from rig.load.records import RequestRecord, read_records  # noqa: E402
-from rig.load.runner import read_clients, read_dispatcher, read_window_events  # noqa: E402
 from rig.load.scenarios import load_scenario  # noqa: E402
 from rig.load.summary import RunSummary, Window  # noqa: E402
 from rig.load.wire import ClientStats  # noqa: E402
+from rig.loadrun.runner import read_clients, read_dispatcher, read_window_events  # noqa: E402
 from rig.validation.evidence import unpack  # noqa: E402
 
 GOLDEN = HERE / "golden_bounds.json"

@@ -12,7 +12,7 @@ from rig.load.wire import ClientStats
 
 
 def test_every_reported_figure_has_a_bound():
-    from rig.load.sweep import BOUNDED_COLUMNS
+    from rig.loadrun.sweep import BOUNDED_COLUMNS
 
     reported = {f.name for f in HEADLINE.values()} | {f.name for f in LATENCY} | set(BOUNDED_COLUMNS.values())
     assert set(FIGURES) == set(BOUNDS) == reported

@@ -24,10 +24,10 @@ from rig.errors import Damaged, RigError
 from rig.grammar import flag_value
 from rig.load.bounds import MAX_DURATION_S, MIN_DURATION_S
 from rig.load.prompts import TokenCounter
-from rig.load.runner import LoadTarget, run_scenario
 from rig.load.scenarios import Scenario, load_scenario
 from rig.load.summary import RunSummary
 from rig.load.wire import RUNS_FILE, RunNote, read_lines
+from rig.loadrun.runner import LoadTarget, run_scenario
 from rig.typed import first_problem
 
 DEFAULT_SCENARIOS = ["prose-c1", "code-c1", "c3000"]
@@ -164,7 +164,7 @@ def acquire_target(ref: str | None, url: str | None = None, model: str | None = 
     engine_name = None
     resolved: Resolved | None
     if url:
-        from rig.load.attach import attach
+        from rig.loadrun.attach import attach
 
         resolved, record, engine_name = attach(url, ref, model, boot_id)
         print(f"attached to {record.base_url}: {engine_name} server, model {record.served_model}, "

@@ -1,5 +1,5 @@
 """`rig loadtest <recipe>`: the command line's handler. Booting or attaching, the warmup rule and the
-runs themselves are rig.load.session's; this prints and writes the series' table.
+runs themselves are rig.loadrun.session's; this prints and writes the series' table.
 
 Without --scenario the default series runs (prose-c1, code-c1, c3000, scaled down on a small box).
 A run of it whose only problem is the client (its own timing could move the headline beyond the
@@ -17,10 +17,10 @@ from rig.atomic import write_text_atomic
 from rig.exits import Exit
 from rig.load.client_error import share_text
 from rig.load.report import brief_notes, brief_usable, markdown_table, notes, usable_text
-from rig.load.runner import results_root
 from rig.load.scenarios import load_scenario
-from rig.load.session import DEFAULT_SCENARIOS, Interrupted, acquire_target, default_small, run_scenarios, scenarios_for
 from rig.load.summary import HEADLINE, RunSummary
+from rig.loadrun.runner import results_root
+from rig.loadrun.session import DEFAULT_SCENARIOS, Interrupted, acquire_target, default_small, run_scenarios, scenarios_for
 
 
 def client_only(summary: RunSummary) -> str | None:

@@ -206,7 +206,7 @@ class LocustRun:
                                        "--master-bind-host", self.master_bind, "--master-bind-port", str(port)]
         self._spawn(master, log)
         if self.remote_workers and self.slurm_workers:
-            from rig.load import slurm_workers
+            from rig.loadrun import slurm_workers
 
             process, self.slurm_job_name = slurm_workers.start(self.remote_workers, _locust(), self.master_bind, port,
                                                                self.out_dir, self.env, log)
@@ -271,7 +271,7 @@ class LocustRun:
                 process.kill()
                 process.wait()
         if self.slurm_job_name is not None:
-            from rig.load import slurm_workers
+            from rig.loadrun import slurm_workers
 
             slurm_workers.stop(self.slurm_job_name)
 

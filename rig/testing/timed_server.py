@@ -19,8 +19,8 @@ arrival order and are admitted at a step boundary when one finishes. A request's
 `--ttft` after its admission, rounded up to whole steps (its prefill), then one chunk per step.
 `/metrics` reports running and waiting like vLLM. With --processes each process is one such engine.
 
-    python -m rig.load.timed_server --port 8400 --ttft 0.5 --itl 0.02 [--processes 4] [--die-after 3]
-    python -m rig.load.timed_server --port 8400 --step 0.05 --max-num-seqs 256 --ttft 0.1
+    python -m rig.testing.timed_server --port 8400 --ttft 0.5 --itl 0.02 [--processes 4] [--die-after 3]
+    python -m rig.testing.timed_server --port 8400 --step 0.05 --max-num-seqs 256 --ttft 0.1
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import uuid
 from collections.abc import Callable
 
 from rig.errors import RigError
-from rig.load import toy_lm
+from rig.testing import toy_lm
 
 
 class StepStream:
@@ -127,7 +127,7 @@ class TimedServer:
                  continuous_usage: bool = True, perturb: float = 0.0, engine: StepEngine | None = None) -> None:
         self.engine = engine  # None: every stream on its own deadlines
         self.ttft, self.itl, self.die_after = ttft, itl, die_after
-        self.perturb = perturb  # the toy model's logit change for non-streamed completions (rig/load/toy_lm.py)
+        self.perturb = perturb  # the toy model's logit change for non-streamed completions (rig/testing/toy_lm.py)
         self.tokens_per_chunk, self.continuous_usage = tokens_per_chunk, continuous_usage
         self.prefixes: dict[int, None] = {}  # the stand-in prefix cache: hashes of remembered word prefixes, oldest first
         self.first_request: float | None = None  # --die-after counts from here, not from start-up
@@ -323,7 +323,7 @@ def start(port: int, *options: str) -> tuple[subprocess.Popen, str]:
     For benchmarks; the caller terminates it."""
     import urllib.request
 
-    process = subprocess.Popen([sys.executable, "-m", "rig.load.timed_server", "--port", str(port), *options])
+    process = subprocess.Popen([sys.executable, "-m", "rig.testing.timed_server", "--port", str(port), *options])
     base_url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

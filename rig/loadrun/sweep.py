@@ -23,10 +23,10 @@ from rig.load.goodput import SLO_KEYS, Goodput, goodput, parse_slos
 from rig.load.prompts import TokenCounter
 from rig.load.records import read_records
 from rig.load.report import UNBOUND_LEGEND, UNBOUND_MARK
-from rig.load.runner import LoadTarget, results_root, run_scenario
 from rig.load.scenarios import ARRIVAL_KINDS, MAX_RATE, MAX_USERS, Scenario
-from rig.load.session import acquire_target, default_small, note_run, scenarios_for, settle_estimate, warmup_pending
 from rig.load.summary import RunSummary
+from rig.loadrun.runner import LoadTarget, results_root, run_scenario
+from rig.loadrun.session import acquire_target, default_small, note_run, scenarios_for, settle_estimate, warmup_pending
 from rig.png import save_png
 from rig.typed import Typed, Versioned
 
