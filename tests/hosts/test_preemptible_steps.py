@@ -46,7 +46,8 @@ def test_a_comparison_cut_on_one_host_resumes_from_its_pack_on_a_fresh_one(tmp_p
     assert parts["parts"]
     host_a, results = tmp_path / "a", tmp_path / "results"
     # a port of its own, taken now: the recipe's default may be another test's
-    args = [*ARGS, "--port", str(free_port())]
+    port = free_port()
+    args = [*ARGS, "--port", str(port)]
     assert subprocess.run(["bash", str(STEP), "install", *part_dirs], env=_env(host_a, results), cwd=REPO).returncode == 0
 
     # Step 1, cut as a reclaimed host would cut it: after its first finished boot.
@@ -59,7 +60,10 @@ def test_a_comparison_cut_on_one_host_resumes_from_its_pack_on_a_fresh_one(tmp_p
     assert first.wait(timeout=300) == 130  # rig's Ctrl-C: the finished boots kept, then packed
     kept = _boots(results)
     assert kept and (tmp_path / "pack-a" / "pack" / "part-01" / "pack.json").exists()
-    shutil.rmtree(results)  # the host is gone, and its results with it: only the pack remains
+    # The host is gone, and its results and processes with it: only the pack remains. (A server
+    # whose boot the cut interrupted may still run on this machine; a reclaimed host takes it along.)
+    shutil.rmtree(results)
+    subprocess.run(["pkill", "-KILL", "-f", f"--port {port}( |$)"], check=False)
 
     # Step 2 on a fresh host: nothing installed, no results.
     host_b = tmp_path / "b"
