@@ -23,6 +23,7 @@ import io
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import JsonValue
@@ -427,23 +428,30 @@ def _check_position(entry: BootEntry, path: Path, index: int, block: int, arm: A
                       f"not this position's boot {index} (block {block}) of {arm.name!r}", "it was moved or edited; the boot is redone")
 
 
-def _read_entry(path: Path, index: int | None = None, block: int | None = None, arm: Arm | None = None) -> BootEntry | None:
+def read_entry(path: Path, check: Callable[[BootEntry], None] | None = None, who: str = "compare") -> BootEntry | None:
     """A finished boot's entry; None when there is none, or when it is damaged (cut short by a lost
-    machine or a full disk, another schema, not a regular file, or not the boot of this position:
-    another index, block or arm): then it is renamed aside, kept for reference, and the boot is
-    redone. Nothing measured is lost: its runs stay under runs/."""
+    machine or a full disk, another schema, not a regular file, a run directory outside its folder,
+    or refused by `check`: not the boot of this position): then it is renamed aside, kept for
+    reference, and the boot is redone. Nothing measured is lost: its runs stay under runs/."""
     try:
         entry = confined(BootEntry.read(path), path, path.parent.parent)  # boots/NN-arm.json of its comparison
-        if index is not None and arm is not None and block is not None:
-            _check_position(entry, path, index, block, arm)
+        if check is not None:
+            check(entry)
         return entry
     except NotFound:
         return None
     except Damaged as error:
         aside = path.with_name(f"{path.name}.unreadable-{int(time.time())}")
         path.rename(aside)
-        print(f"compare: {path.name} is damaged ({error.problem}); kept as {aside.name}, redoing that boot", file=sys.stderr)
+        print(f"{who}: {path.name} is damaged ({error.problem}); kept as {aside.name}, redoing that boot", file=sys.stderr)
         return None
+
+
+def _read_entry(path: Path, index: int | None = None, block: int | None = None, arm: Arm | None = None) -> BootEntry | None:
+    """read_entry, held to the plan's position (index, block, arm) where given."""
+    if index is None or block is None or arm is None:
+        return read_entry(path)
+    return read_entry(path, lambda entry: _check_position(entry, path, index, block, arm))
 
 
 def supersede_burn_in(out: Path, earlier: BootEntry) -> None:

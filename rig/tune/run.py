@@ -14,8 +14,6 @@ the baseline opens the race.
 
 from __future__ import annotations
 
-import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,8 +22,8 @@ from pydantic import Field
 from rig.atomic import write_text_atomic
 from rig.compare.model import BURN_IN_BLOCK, BootEntry, BootQuality
 from rig.compare.report import figure_boots, percentile_boots
-from rig.compare.run import ResolvedArms, run_boot, stop_leftover
-from rig.errors import Damaged, NotFound
+from rig.compare.run import ResolvedArms, read_entry, run_boot, stop_leftover
+from rig.errors import Damaged
 from rig.loadrun.session import Interrupted
 from rig.tune.plan import RacePlan, round_order
 from rig.tune.rule import Look, look, violates_bound
@@ -64,21 +62,13 @@ class RaceState:
 
 
 def _read(path: Path, index: int, block: int, name: str) -> BootEntry | None:
-    """A finished boot's entry; a damaged one, or one of another position (moved or edited), is
-    renamed aside (kept) and its boot is redone."""
-    try:
-        entry = BootEntry.read(path)
+    """A finished boot's entry (rig.compare.run.read_entry: its runs inside the race's folder); a
+    damaged one, or one of another position (moved or edited), is renamed aside and its boot redone."""
+    def this_position(entry: BootEntry) -> None:
         if (entry.index, entry.block, entry.arm) != (index, block, name):
             raise Damaged(str(path), "index/block/arm", f"holds boot {entry.index} (round {entry.block}) of {entry.arm!r}, "
                           f"not this position's boot {index} (round {block}) of {name!r}", "the boot is redone")
-        return entry
-    except NotFound:
-        return None
-    except Damaged as error:
-        aside = path.with_name(f"{path.name}.unreadable-{int(time.time())}")
-        path.rename(aside)
-        print(f"tune: {path.name} is damaged ({error.problem}); kept as {aside.name}, redoing that boot", file=sys.stderr)
-        return None
+    return read_entry(path, this_position, who="tune")
 
 
 def _seconds(entry: BootEntry) -> float:
