@@ -1,6 +1,6 @@
 """Goodput as a race's objective: SLOs named in the space or on the command line, checked before any
 boot, each round's goodput read again from its records with the client's bound applied (a request
-within the bound of a limit counts as missing it), and a race decided on it."""
+within the bound of a limit counts as missing it: docs/client-error.md, R17), and a race decided on it."""
 
 from __future__ import annotations
 
