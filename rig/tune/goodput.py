@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from rig.compare.model import BootEntry, RunResult
-from rig.errors import Invalid
+from rig.errors import Invalid, NotFound
 from rig.load.bounds import MAX_DURATION_S
 from rig.load.client_error import UNBOUNDED
 from rig.load.goodput import parse_slos
@@ -139,12 +139,16 @@ def margins(result: RunResult, values: dict[str, list[float]]) -> dict[str, floa
     return out
 
 
-def round_goodput(result: RunResult, slos: dict[str, float], records_dir: Path | None = None) -> RoundGoodput:
-    """The round's goodput from its records (rig.load.records.read_records) over its window."""
+def round_goodput(result: RunResult, slos: dict[str, float]) -> RoundGoodput:
+    """The round's goodput from its records (rig.load.records.read_records) over its window. A round
+    whose run directory is gone cannot be read as having met nothing: it is refused."""
     if result.window is None:
         raise Invalid(result.dir, "window", "the round records no measured window", "rerun the race's boot")
+    if not Path(result.dir).is_dir():
+        raise NotFound(result.dir, "(folder)", "the round's load run is not there: its requests cannot be counted",
+                       "keep runs/ beside boots/ in the race's directory")
     start, end = result.window
-    done = done_in_window(read_records(records_dir or Path(result.dir)), start, end)
+    done = done_in_window(read_records(Path(result.dir)), start, end)
     values = {key: [v for d in done if (v := PER_REQUEST[key](d)) is not None] for key in slos}
     margin = margins(result, values)
     met = ambiguous = 0
@@ -170,7 +174,7 @@ def round_goodput(result: RunResult, slos: dict[str, float], records_dir: Path |
 def boot_goodput(entry: BootEntry, scenario: str, slos: dict[str, float]) -> list[RoundGoodput]:
     """Every usable round of a measured boot, read again from its records."""
     return [round_goodput(result, slos) for rounds in entry.rounds if (result := rounds.get(scenario)) is not None
-            and result.usable]
+            and result.usable and result.window is not None]
 
 
 def goodput_boots(entries: list[BootEntry], scenario: str, slos: dict[str, float]) -> dict[str, dict[int, list[float]]]:

@@ -147,3 +147,15 @@ def test_a_race_on_goodput_drops_the_slower_candidates_and_says_how_goodput_was_
     saved = json.loads((tmp_path / "tune.json").read_text())
     assert saved["objective"] == OBJECTIVE and any("counts as missing it" in note for note in saved["notes"])
     assert text.startswith(f"tune: {result.winner} wins")
+
+
+def test_a_round_whose_records_are_gone_is_refused_not_read_as_meeting_nothing(tmp_path):
+    from rig.errors import NotFound
+
+    result = _round(tmp_path, [0.1, 0.2], 0.01)
+    for path in Path(result.dir).iterdir():
+        path.unlink()
+    Path(result.dir).rmdir()
+    with pytest.raises(NotFound) as refused:
+        round_goodput(result, {"ttft": 0.5})
+    assert refused.value.where == result.dir and refused.value.fix
