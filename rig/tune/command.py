@@ -29,7 +29,9 @@ DESCRIPTION = (
     "recipe variant) in its directory; --resume goes on after Ctrl-C or a lost host. The space is a strict YAML "
     "file whose candidates are variants x server-argument sets x environment sets: `variants: [cb]`, "
     "`server_args: {base: [], big: [--max-num-seqs, \"256\"]}`, `env: {d0: {RIG_TOKEN_DELAY_MS: \"0\"}}`, and optional "
-    "`constraints: {ttft_p99_ms: 500, greedy_identical: true, mean_abs_dlogprob: 0.05}` (docs/tune.md)."
+    "`constraints: {ttft_p99_ms: 500, greedy_identical: true, mean_abs_dlogprob: 0.05}`, and optional "
+    "`goodput: {ttft: 500, tpot: 50}` (SLOs in ms: the objective becomes goodput; or --goodput) (docs/tune.md). A bad "
+    "space is refused before anything boots, in one line: the file, the field, the fix."
 )
 
 
@@ -69,6 +71,7 @@ def tune(args: argparse.Namespace) -> int:
     from rig.load.scenarios import load_scenario
     from rig.load.summary import HEADLINE
     from rig.loadrun.session import default_small
+    from rig.tune.goodput import OBJECTIVE as GOODPUT
     from rig.tune.plan import RACE_FILE, RacePlan
     from rig.tune.result import write
     from rig.tune.rule import FIRST_LOOK
@@ -84,24 +87,26 @@ def tune(args: argparse.Namespace) -> int:
     out = _out_dir(args.out, args.resume)
     if (out / RACE_FILE).exists() and not args.resume:
         raise RigError(str(out), "--out", "already holds a race", "add --resume to go on with it, or name a new directory")
-    space = load_space(Path(args.space), name, args.scenario, args.baseline)
+    resolved = load(name)
+    small = default_small(resolved) if args.small is None else args.small
+    space = load_space(Path(args.space), name, args.scenario, args.baseline, small=small, goodput=args.goodput)
     if args.max_boots is not None and args.max_boots < FIRST_LOOK * len(space.candidates):
         raise RigError("command line", "--max-boots", f"{args.max_boots} boots cannot reach the race's first look "
                        f"({FIRST_LOOK} rounds of {len(space.candidates)} candidates)",
                        f"pass --max-boots {FIRST_LOOK * len(space.candidates)} or more, or race fewer candidates")
-    resolved = load(name)
     headline = HEADLINE[scenario.kind]
-    small = default_small(resolved) if args.small is None else args.small
+    objective, higher = (GOODPUT, True) if space.slos else (headline.name, headline.higher_is_better)
     rounds = args.max_rounds
     try:
         plan = RacePlan(recipe=name, scenario=args.scenario, space=args.space, candidates=space.candidates,
-                        baseline_given=args.baseline is not None, constraints=space.constraints, objective=headline.name,
-                        higher_is_better=headline.higher_is_better, max_rounds=rounds,
+                        baseline_given=args.baseline is not None, constraints=space.constraints, objective=objective,
+                        slos=space.slos, higher_is_better=higher, max_rounds=rounds,
                         max_boots=args.max_boots or len(space.candidates) * rounds, max_minutes=args.max_minutes,
                         margin_pct=args.margin, alpha=0.05, rounds=args.rounds, small=small,
                         duration_s=args.duration if args.duration is not None or small else DEFAULT_ROUND_S,
                         workers=args.workers, boot_state_control=not args.no_burn_in,
                         burn_in_first=not args.no_burn_in and _state_unknowable(name))
+        plan.compare_plan()  # every boot's comparison plan, checked before the race's plan is written
     except ValidationError as error:
         field, problem = first_problem(error)
         raise Invalid("command line", field, problem, "see `rig tune --help` for what each option takes") from None
@@ -119,7 +124,7 @@ def tune(args: argparse.Namespace) -> int:
         refuse_if_port_taken(resolved, args.port)
         out.mkdir(parents=True, exist_ok=True)
         plan.write(out)
-        print(f"tune: {len(plan.candidates)} candidates of {args.space} on {args.scenario} ({headline.name}); "
+        print(f"tune: {len(plan.candidates)} candidates of {args.space} on {args.scenario} ({plan.objective_text()}); "
               f"at most {plan.max_rounds} rounds, {plan.max_boots} boots; race in {out}")
     racer = Racer(plan, out, progress=not args.quiet, steps=args.verbose, port=args.port)
     try:
@@ -157,6 +162,9 @@ def _tune_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"measured load rounds per boot (default {DEFAULT_ROUNDS})")
     p.add_argument("--duration", type=window_seconds, help="every round's measurement window, seconds (default: "
                    "rig compare's at full sizes, the scenario's own at small sizes)")
+    p.add_argument("--goodput", metavar="SLOS", help="race on goodput (completed requests/s that met every SLO) "
+                   "instead of the headline: ttft:500,tpot:50 in ms (vLLM's --goodput keys ttft, tpot, e2el) or "
+                   "ttft<=500ms,tpot<=50ms; a request within the client's bound of a limit counts as missing it")
     p.add_argument("--out", help="the race's directory (default: results/tune/<timestamp>)")
     p.add_argument("--resume", action="store_true", help="go on with the race in --out (default: the newest under "
                    "results/tune/); with --out naming a directory that holds no race yet, start it there, so every "

@@ -12,6 +12,7 @@ from rig.atomic import write_text_atomic
 from rig.compare.design import MAX_ARMS, MAX_PAIRS
 from rig.compare.model import ComparePlan
 from rig.load.bounds import MAX_DURATION_S, MAX_WORKERS
+from rig.load.goodput import SLO_KEYS
 from rig.tune.rule import RaceRule
 from rig.tune.space import Candidate, Constraints
 from rig.typed import Versioned
@@ -31,7 +32,8 @@ class RacePlan(Versioned):
     candidates: list[Candidate]
     baseline_given: bool  # --baseline named the first candidate (the user's configuration of today)
     constraints: Constraints
-    objective: str  # the scenario's headline figure
+    objective: str  # the scenario's headline figure, or goodput_req_s under `slos`
+    slos: dict[str, float] | None = None  # goodput SLOs in seconds (rig.tune.goodput): the objective when given
     higher_is_better: bool
     max_rounds: int
     max_boots: int  # measured boots of the whole race (burn-ins not counted)
@@ -64,6 +66,9 @@ class RacePlan(Versioned):
             raise ValueError(f"duration {self.duration_s} s is not in (0, {MAX_DURATION_S:g}]")
         if self.workers is not None and not 1 <= self.workers <= MAX_WORKERS:
             raise ValueError(f"workers {self.workers} is outside 1..{MAX_WORKERS}")
+        if self.slos is not None and (not self.slos or any(key not in SLO_KEYS or not 0 < limit <= MAX_DURATION_S
+                                                           for key, limit in self.slos.items())):
+            raise ValueError(f"slos {self.slos} are not limits in (0, {MAX_DURATION_S:g}] s of {', '.join(SLO_KEYS)}")
         if self.max_minutes is not None and not 0 < self.max_minutes <= 7 * 24 * 60:
             raise ValueError(f"max_minutes {self.max_minutes} is not in (0, a week]")
         return self
@@ -72,6 +77,11 @@ class RacePlan(Versioned):
     def rule(self) -> RaceRule:
         return RaceRule(candidates=len(self.candidates), max_rounds=self.max_rounds, margin_pct=self.margin_pct,
                         alpha=self.alpha, higher_is_better=self.higher_is_better)
+
+    def objective_text(self) -> str:
+        if not self.slos:
+            return self.objective
+        return f"{self.objective}: requests/s meeting " + ", ".join(f"{k} <= {1000 * v:g} ms" for k, v in self.slos.items())
 
     def by_name(self) -> dict[str, Candidate]:
         return {c.name: c for c in self.candidates}

@@ -112,12 +112,26 @@ def analyze(plan: RacePlan, state: RaceState) -> RaceResult:
     notes = []
     if plan.constraints.greedy_identical and not any(e.measured and e.greedy for e in state.entries if e.arm == plan.candidates[0].name):
         notes.append("greedy identity: the baseline has no measured boot with greedy outputs; nothing was ruled out by it")
+    if plan.slos:
+        notes.append(goodput_note(plan, state, winner))
     stop = state.stop or "rounds"
     return RaceResult(recipe=plan.recipe, scenario=plan.scenario, objective=plan.objective, winner=winner, tied=tied, stop=stop,
                       stop_text=STOPS[stop].format(margin=plan.margin_pct, rounds=plan.max_rounds, left=len(state.survivors),
                                                    boots=plan.max_boots, minutes=plan.max_minutes or 0),
                       rule=rule.statement(), boots=len(measured), burn_ins=sum(1 for e in state.entries if e.burn_in),
                       rows=rows, notes=notes)
+
+
+def goodput_note(plan: RacePlan, state: RaceState, winner: str) -> str:
+    """How goodput was read (rig.tune.goodput, R17), and the winner's goodput both ways."""
+    from rig.tune.goodput import boot_goodput
+
+    rounds = [r for e in state.entries if e.measured and e.arm == winner for r in boot_goodput(e, plan.scenario, plan.slos or {})]
+    low = float(np.mean([r.lower_req_s for r in rounds])) if rounds else 0.0
+    high = float(np.mean([r.upper_req_s for r in rounds])) if rounds else 0.0
+    ambiguous = sum(r.ambiguous for r in rounds)
+    return (f"goodput: {plan.objective_text()}; a request within the client's bound of a limit counts as missing it "
+            f"(a lower bound): {winner} {low:.4g} req/s, {high:.4g} with its {ambiguous} ambiguous request(s) counted as met")
 
 
 def _interval(row: Row, winner: str) -> str:

@@ -163,7 +163,12 @@ class Racer:
 
 
 def objective_figures(plan: RacePlan, entries: list[BootEntry]) -> dict[str, dict[int, list[float]]]:
-    """candidate -> race round -> the usable round figures of its measured boot (rig compare's reading)."""
+    """candidate -> race round -> the usable round figures of its measured boot: rig compare's
+    reading of the headline, or each round's goodput read again from its records (rig.tune.goodput)."""
+    if plan.slos:
+        from rig.tune.goodput import goodput_boots
+
+        return goodput_boots(entries, plan.scenario, plan.slos)
     return figure_boots(entries, plan.scenario, plan.objective)
 
 

@@ -13,6 +13,7 @@ argument grammar before anything boots.
       ttft_p99_ms: 500                   # a latency percentile the client measures, at most this
       greedy_identical: true             # greedy outputs identical to the baseline candidate's
       mean_abs_dlogprob: 0.05            # logprob drift from the baseline's boots (engines that score)
+    goodput: {ttft: 500, tpot: 50}       # optional: race on goodput under these SLOs (ms; vLLM's ttft, tpot, e2el)
 
 A candidate is named by the entries of the axes that vary, joined by "-" (d1-big-batch); an axis
 with one entry adds nothing to the name. Each candidate is an arm of `rig compare` (variant and
@@ -32,8 +33,8 @@ from rig.compare.arms import Arm, parse_arm
 from rig.compare.design import MAX_ARMS
 from rig.deploy.recipe import Resolved, Variant, check_semantics, load
 from rig.errors import Invalid, RigError
-from rig.load.scenarios import load_scenario
-from rig.load.summary import LATENCY
+from rig.load.scenarios import Scenario, load_scenario
+from rig.load.summary import HEADLINE, LATENCY
 from rig.strict_yaml import load_yaml_file
 from rig.typed import Typed, first_problem
 
@@ -58,6 +59,7 @@ class SpaceFile(Typed):
     server_args: dict[str, list[str]] = Field(default_factory=dict)
     env: dict[str, dict[str, str]] = Field(default_factory=dict)
     constraints: dict[str, float | bool] = Field(default_factory=dict)
+    goodput: dict[str, float] | None = None  # SLOs in ms (ttft, tpot, e2el): race on goodput instead of the headline
 
 
 class Candidate(Typed):
@@ -87,6 +89,7 @@ class Space(Typed):
     source: str
     candidates: list[Candidate]
     constraints: Constraints
+    slos: dict[str, float] | None = None  # goodput SLOs in seconds (rig.tune.goodput): the objective when given
 
     @property
     def baseline(self) -> Candidate:
@@ -131,11 +134,13 @@ def _refuse(where: str, field: str, problem: str, fix: str) -> Invalid:
     return Invalid(where, field, problem, fix)
 
 
-def _constraints(raw: dict[str, float | bool], where: str, scenario: str, baseline: str | None, engine: str) -> Constraints:
-    """Each constraint the client can measure in this scenario on this engine; any other is refused up front."""
+def _constraints(raw: dict[str, float | bool], where: str, scenario: Scenario, baseline: str | None,
+                 engine: str) -> Constraints:
+    """Each constraint the client can measure in this scenario, at the race's size, on this engine;
+    any other is refused up front."""
     from rig.engines import ENGINES
 
-    kind_tokens = load_scenario(scenario).max_tokens
+    kind_tokens = scenario.max_tokens
     latency: dict[str, float] = {}
     greedy = False
     dlogprob = None
@@ -159,8 +164,8 @@ def _constraints(raw: dict[str, float | bool], where: str, scenario: str, baseli
                           f"use greedy_identical, mean_abs_dlogprob or a latency bound in ms: {', '.join(LATENCY_BOUNDS)}")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e7:
             raise _refuse(where, field, f"{value!r} is not a positive bound in ms", f"write {key}: 500")
-        if key in NEEDS_TWO_TOKENS and kind_tokens is not None and kind_tokens < 2:
-            raise _refuse(where, field, f"scenario {scenario} asks for one token per request: there is no inter-token time "
+        if key in NEEDS_TWO_TOKENS and kind_tokens < 2:
+            raise _refuse(where, field, f"scenario {scenario.name} asks for one token per request: there is no inter-token time "
                           "to bound", "bound ttft_p50_ms or ttft_p99_ms, or race a scenario that decodes")
         latency[key] = float(value)
     for key in ("greedy_identical", "mean_abs_dlogprob") if baseline is None else ():
@@ -170,6 +175,16 @@ def _constraints(raw: dict[str, float | bool], where: str, scenario: str, baseli
     return Constraints(latency=latency, greedy_identical=greedy, mean_abs_dlogprob=dlogprob)
 
 
+def _check_headline(scenario: Scenario) -> None:
+    """The scenario's headline must be a figure its requests can give at the race's size: per-user
+    decode speed needs a second token."""
+    headline = HEADLINE[scenario.kind].name
+    if headline == "user_decode_tok_s" and scenario.max_tokens < 2:
+        raise RigError("command line", "--scenario", f"{scenario.name} asks for {scenario.max_tokens} token per request: "
+                       f"its headline {headline} (decode speed) has no decoded token to time",
+                       "race a scenario that decodes, or race on goodput (--goodput ttft:500)")
+
+
 def _axis(where: str, field: str, names: list[str]) -> None:
     for name in names:
         if not grammar.is_recipe_name(name):
@@ -177,9 +192,14 @@ def _axis(where: str, field: str, names: list[str]) -> None:
                           "rename the entry, e.g. big-batch")
 
 
-def load_space(path: Path, recipe: str, scenario: str, baseline: str | None = None) -> Space:
-    """The space in `path` for `recipe`, every candidate resolved; one line per problem."""
+def load_space(path: Path, recipe: str, scenario: str, baseline: str | None = None, small: bool = False,
+               goodput: str | None = None) -> Space:
+    """The space in `path` for `recipe`, every candidate resolved, every constraint and SLO checked
+    against `scenario` at the race's size (`small`); `goodput` is --goodput's SLOs. One line per problem."""
+    from rig.tune.goodput import check_measurable, parse_goodput, slos_from_mapping
+
     where = str(path)
+    sized = load_scenario(scenario).scaled(small)
     raw = load_yaml_file(path, SPACE_MAX_BYTES, where)
     if not isinstance(raw, dict):
         raise _refuse(where, "(top level)", "is not a mapping", "write variants:, server_args:, env: and constraints: keys")
@@ -221,5 +241,17 @@ def load_space(path: Path, recipe: str, scenario: str, baseline: str | None = No
         candidates.sort(key=lambda c: c.name != baseline)  # the baseline first: its first boot is the quality reference
     for candidate in candidates:
         resolve(recipe, candidate, where)
-    return Space(source=where, candidates=candidates,
-                 constraints=_constraints(written.constraints, where, scenario, baseline, recipe_file.engine.name))
+    constraints = _constraints(written.constraints, where, sized, baseline, recipe_file.engine.name)
+    if goodput is not None and written.goodput is not None:
+        raise RigError("command line", "--goodput", f"{where} names its SLOs already (goodput:)",
+                       "keep one: drop --goodput, or the space's goodput: key")
+    if goodput is not None:
+        slos = parse_goodput(goodput)
+        check_measurable(slos, sized, "command line", "--goodput")
+    elif written.goodput is not None:
+        slos = slos_from_mapping(dict(written.goodput), where, "goodput")
+        check_measurable(slos, sized, where, "goodput")
+    else:
+        slos = None
+        _check_headline(sized)
+    return Space(source=where, candidates=candidates, constraints=constraints, slos=slos)

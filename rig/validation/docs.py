@@ -17,8 +17,8 @@ INTRO = """\
 
 Every figure rig claims about a real engine, a client or a benchmark is listed here with the evidence
 it is recomputed from. Each claim is declared once, in `validation/<id>/claim.yaml`, beside its evidence:
-the raw files rig wrote when it measured (boot entries of a comparison, the request records and client
-statistics of a load test, a benchmark's samples), packed as `.tar.xz`. One command recomputes every
+the raw files rig wrote when it measured (boot entries of a comparison or of a race, the request records
+and client statistics of a load test, a benchmark's samples), packed as `.tar.xz`. One command recomputes every
 figure from them with rig's own code and says, claim by claim, whether the evidence still gives it:
 
 ```

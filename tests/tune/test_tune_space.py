@@ -79,3 +79,49 @@ def test_a_race_directory_is_resumed_only_with_resume_and_only_by_the_same_race(
     command = ["tune", "tiny-cpu", "--space", str(EXAMPLE), "--scenario", "prose-c1", "--baseline", "base-d0", "--out", str(out)]
     assert main(command) == Exit.BAD_INPUT and "already holds a race" in capsys.readouterr().err
     assert main([*command, "--resume"]) == Exit.BAD_INPUT and "another race" in capsys.readouterr().err  # 6 rounds, not 5
+
+
+def _one_token_when_small(tmp_path: Path) -> str:
+    """prose-c1 whose small size asks for one token per request."""
+    text = (REPO / "loadtests" / "scenarios" / "prose-c1.yaml").read_text()
+    path = tmp_path / "prose-c1.yaml"
+    path.write_text(text.replace("small: {max_tokens: 32", "small: {max_tokens: 1"))
+    return str(path)
+
+
+def test_constraints_are_checked_against_the_scenario_at_the_races_size(tmp_path):
+    scenario = _one_token_when_small(tmp_path)
+    path = _space(tmp_path, "env: {a: {X: '1'}, b: {X: '2'}}\nconstraints: {itl_p50_ms: 50}\n")
+    assert load_space(path, "tiny-cpu", scenario, small=False).constraints.latency == {"itl_p50_ms": 50.0}
+    with pytest.raises(RigError) as refused:
+        load_space(path, "tiny-cpu", scenario, small=True)
+    assert refused.value.where == str(path) and refused.value.field == "constraints.itl_p50_ms"
+
+
+def test_a_headline_the_scenario_cannot_give_at_the_races_size_is_refused(tmp_path):
+    path = _space(tmp_path, "env: {a: {X: '1'}, b: {X: '2'}}\n")
+    with pytest.raises(RigError) as refused:
+        load_space(path, "tiny-cpu", _one_token_when_small(tmp_path), small=True)
+    assert refused.value.field == "--scenario" and "goodput" in refused.value.fix
+    assert load_space(path, "tiny-cpu", _one_token_when_small(tmp_path), small=True, goodput="ttft:500").slos == {"ttft": 0.5}
+
+
+@pytest.mark.parametrize("extra", [["--goodput", "tpot:50"], ["--goodput", "itl:5"]])
+def test_an_slo_is_refused_before_the_race_has_a_directory(tmp_path, capsys, extra):
+    from rig.cli import main
+    from rig.exits import Exit
+
+    code = main(["tune", "tiny-cpu", "--space", str(EXAMPLE), "--scenario", "prefill-8k", *extra, "--out", str(tmp_path / "race")])
+    error = capsys.readouterr().err
+    assert code == Exit.BAD_INPUT and "--goodput" in error and len(error.strip().splitlines()) == 1
+    assert not (tmp_path / "race").exists()
+
+
+def test_tune_help_shows_the_space_format(capsys):
+    from rig.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["tune", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    for part in ("server_args:", "env:", "constraints:", "goodput:", "--goodput", "ttft:500,tpot:50"):
+        assert part in shown, part
