@@ -78,3 +78,18 @@ def test_a_race_missing_a_boot_is_damaged_evidence_named_in_one_line(race, tmp_p
 def test_the_kind_is_documented_with_its_method():
     assert "race" in KINDS and "replayed" in KINDS["race"].method
     assert (REPO / "validation" / CLAIM / "claim.yaml").is_file()
+
+
+def test_floats_another_machine_fits_differently_in_the_last_digits_are_the_replays(race):
+    """Another machine's BLAS gives the race's least-squares fit other last digits (1e-13 on a GPU
+    host); a changed figure beyond 1e-9 relative is still told apart."""
+    written = json.loads((race / "tune.json").read_text())
+    row = next(r for r in written["rows"] if r.get("delta_pct") is not None)
+
+    def nudged(by: float) -> dict:
+        return written | {"rows": [r | {"delta_pct": r["delta_pct"] * (1 + by)} if r is row else r for r in written["rows"]]}
+
+    (race / "tune.json").write_text(json.dumps(nudged(1e-13)))
+    assert KINDS["race"].compute(race)["tune.json as written"] == "the replay's"
+    (race / "tune.json").write_text(json.dumps(nudged(1e-6)))
+    assert KINDS["race"].compute(race)["tune.json as written"] == "differs from the replay"

@@ -14,6 +14,7 @@ does not carry: it is refused in one line.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from rig.compare.model import ENTRY_MAX_BYTES, BootEntry
@@ -77,17 +78,32 @@ def _interval(row: Row) -> str:
     return f"{percent(row.delta_pct)} [{percent(row.vs_winner[0])}, {percent(row.vs_winner[1])}]"
 
 
+def _same(written: object, replayed: object) -> bool:
+    """Equal, floats to 1e-9 relative: the race's least-squares fit, run by another machine's BLAS,
+    differs in the last digits (1e-13 on an H100 host against this one), never in a printed one."""
+    if isinstance(written, float) or isinstance(replayed, float):
+        return (isinstance(written, (int, float)) and isinstance(replayed, (int, float))
+                and math.isclose(written, replayed, rel_tol=1e-9, abs_tol=1e-12))
+    if isinstance(written, list) and isinstance(replayed, list):
+        return len(written) == len(replayed) and all(_same(a, b) for a, b in zip(written, replayed))
+    if isinstance(written, dict) and isinstance(replayed, dict):
+        return written.keys() == replayed.keys() and all(_same(written[k], replayed[k]) for k in written)
+    return written == replayed
+
+
 def _as_written(directory: Path, state: RaceState, result: RaceResult) -> dict[str, str]:
     """Whether looks.json and tune.json hold what the replay decided."""
     out = {}
     looks_path, result_path = directory / LOOKS_FILE, directory / RESULT_FILE
     written_looks = Looks.read_file(looks_path, ENTRY_MAX_BYTES).looks if looks_path.exists() else None
     out["looks.json as written"] = ("missing" if written_looks is None else
-                                    "the replay's" if written_looks == state.looks else "differs from the replay")
+                                    "the replay's" if _same([look.model_dump() for look in written_looks],
+                                                       [look.model_dump() for look in state.looks])
+                                    else "differs from the replay")
     if result_path.exists():
         written = load_json_file(result_path, ENTRY_MAX_BYTES, str(result_path))
         replayed = json.loads(result.json_text())
-        same = isinstance(written, dict) and all(written.get(key) == replayed[key] for key in
+        same = isinstance(written, dict) and all(_same(written.get(key), replayed[key]) for key in
                                                  ("winner", "tied", "stop", "boots", "burn_ins", "rows"))
         out["tune.json as written"] = "the replay's" if same else "differs from the replay"
     else:
