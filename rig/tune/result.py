@@ -12,6 +12,7 @@ from pydantic import Field
 
 from rig import grammar
 from rig.atomic import write_text_atomic
+from rig.compare.model import BootEntry
 from rig.compare.quality import QualityReport, analyze_quality, quality_short
 from rig.tune.plan import RacePlan
 from rig.tune.rule import Standing, intervals
@@ -114,12 +115,31 @@ def analyze(plan: RacePlan, state: RaceState) -> RaceResult:
         notes.append("greedy identity: the baseline has no measured boot with greedy outputs; nothing was ruled out by it")
     if plan.slos:
         notes.append(goodput_note(plan, state, winner))
+    if (note := missing_cells_note(figures, measured)) is not None:
+        notes.append(note)
     stop = state.stop or "rounds"
     return RaceResult(recipe=plan.recipe, scenario=plan.scenario, objective=plan.objective, winner=winner, tied=tied, stop=stop,
                       stop_text=STOPS[stop].format(margin=plan.margin_pct, rounds=plan.max_rounds, left=len(state.survivors),
                                                    boots=plan.max_boots, minutes=plan.max_minutes or 0),
                       rule=rule.statement(), boots=len(measured), burn_ins=sum(1 for e in state.entries if e.burn_in),
                       rows=rows, notes=notes)
+
+
+def missing_cells_note(figures: dict[str, dict[int, list[float]]], measured: list[BootEntry]) -> str | None:
+    """Say which measured boots gave no usable figure: the figure column averages a candidate's usable
+    boots only, while its interval comes from the candidate x round fit, which allows for the rounds
+    its boots ran in; with cells missing, the two may rank candidates differently."""
+    missing: dict[str, int] = {}
+    for entry in measured:
+        values = figures.get(entry.arm, {}).get(entry.block)
+        if not values or not all(v > 0 for v in values):
+            missing[entry.arm] = missing.get(entry.arm, 0) + 1
+    if not missing:
+        return None
+    which = ", ".join(f"{name} {count}" for name, count in sorted(missing.items()))
+    return (f"{sum(missing.values())} of {len(measured)} measured boots gave no usable figure ({which}): the figure column is "
+            "the geometric mean of each candidate's usable boots, while the intervals come from the candidate x round fit, "
+            "which allows for the round each boot ran in, so the two may rank candidates differently")
 
 
 def goodput_note(plan: RacePlan, state: RaceState, winner: str) -> str:

@@ -132,3 +132,18 @@ def test_a_gpu_winner_is_written_as_a_variant_that_boots_what_the_race_booted(sp
     assert written == name and "topology" not in body
     assert as_written.server_args == raced.server_args and as_written.topology == raced.topology
     assert as_written.full_env() == raced.full_env()
+
+
+def test_boots_with_no_usable_figure_are_named_beside_the_table():
+    """The figure column averages usable boots only while the intervals allow for each boot's round,
+    so a table with missing cells says which boots they are."""
+    from types import SimpleNamespace
+
+    from rig.tune.result import missing_cells_note
+
+    boots = [SimpleNamespace(arm=arm, block=block) for arm in ("d0", "d1") for block in range(3)]
+    full = {"d0": {0: [10.0], 1: [11.0], 2: [10.5]}, "d1": {0: [9.0], 1: [9.5], 2: [9.2]}}
+    assert missing_cells_note(full, boots) is None
+    gaps = {"d0": {2: [10.5]}, "d1": {0: [9.0], 1: [-1.0], 2: [9.2]}}
+    note = missing_cells_note(gaps, boots)
+    assert note is not None and note.startswith("3 of 6 measured boots gave no usable figure (d0 2, d1 1)")
