@@ -66,8 +66,8 @@ def tune(args: argparse.Namespace) -> int:
     from rig.boot.state import refuse_if_port_taken, refuse_if_up
     from rig.compare.design import DEFAULT_ROUND_S
     from rig.deploy.recipe import load, split_ref
+    from rig.load.figures import HEADLINE
     from rig.load.scenarios import load_scenario
-    from rig.load.summary import HEADLINE
     from rig.loadrun.session import default_small
     from rig.tune.plan import RACE_FILE, RacePlan
     from rig.tune.result import write

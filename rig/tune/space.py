@@ -32,15 +32,13 @@ from rig.compare.arms import Arm, parse_arm
 from rig.compare.design import MAX_ARMS
 from rig.deploy.recipe import Resolved, Variant, check_semantics, load
 from rig.errors import Invalid, RigError
+from rig.load.figures import LATENCY, NEEDS_TWO_TOKENS
 from rig.load.scenarios import load_scenario
-from rig.load.summary import LATENCY
 from rig.strict_yaml import load_yaml_file
 from rig.typed import Typed, first_problem
 
 SPACE_MAX_BYTES = 64 << 10
 LATENCY_BOUNDS = {figure.name: figure for figure in LATENCY}
-# Latency figures a scenario whose requests return one token cannot measure: there is no second token.
-NEEDS_TWO_TOKENS = {"itl_p50_ms", "itl_p99_ms", "tpot_p50_ms"}
 
 
 class Constraints(Typed):
