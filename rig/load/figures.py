@@ -17,6 +17,7 @@ from enum import Enum, auto
 from typing import TYPE_CHECKING, Literal, get_args
 
 if TYPE_CHECKING:
+    from rig.load.scenarios import Kind
     from rig.load.summary import Metrics
 
 # The per-request values a figure is computed from: a LatencySamples field for a percentile, or
@@ -62,7 +63,7 @@ class Figure:
     client_rule: ClientRule  # the rule bounding one process's figure (rig.load.client_error)
     pooled_rule: PooledRule | None = None  # the rule bounding it over every process, where tighter
     boots: Boots
-    headline_of: tuple[str, ...] = ()  # the scenario kinds (rig.load.scenarios.Kind) whose headline it is
+    headline_of: tuple[Kind, ...] = ()  # the scenario kinds whose headline it is
     column: str | None = None  # its column in summary.md and summary.csv
     sweep_format: str | None = None  # its column's format in a sweep's table (None: not a sweep column)
 
@@ -81,12 +82,16 @@ class Figure:
         return None if value is None else self.scale * float(value)
 
 
-def _percentile(name: str, samples: Samples, quantile: float, **fields: object) -> Figure:
-    """A latency percentile (ms, lower is better) of the samples' distribution in the metrics, bounded by R5."""
-    declared = {"name": name, "unit": "ms", "higher_is_better": False, "metric": f"{samples}_s", "stat": f"p{round(100 * quantile)}",
-                "scale": 1000.0, "statistic": Statistic.PERCENTILE, "samples": samples, "quantile": quantile, "client_rule": "R5",
-                "boots": Boots.POOLED}
-    return Figure(**{**declared, **fields})  # type: ignore[arg-type]
+LatencyFigure = Figure  # the type of a latency percentile: a Figure whose statistic is PERCENTILE
+
+
+def _percentile(name: str, samples: Samples, quantile: float, *, unit: str = "ms", boots: Boots = Boots.POOLED,
+                headline_of: tuple[Kind, ...] = (), column: str | None = None, sweep_format: str | None = None) -> Figure:
+    """A latency percentile (ms, lower is better): its quantile of the samples' distribution in the
+    metrics (`<samples>_s`), bounded by R5."""
+    return Figure(name=name, unit=unit, higher_is_better=False, metric=f"{samples}_s", stat=f"p{round(100 * quantile)}",
+                  scale=1000.0, statistic=Statistic.PERCENTILE, samples=samples, quantile=quantile, client_rule="R5", boots=boots,
+                  headline_of=headline_of, column=column, sweep_format=sweep_format)
 
 
 # The headline of each kind of scenario; every one is token-weighted or window-clipped. At a fixed
@@ -126,4 +131,3 @@ SWEEP = tuple(sorted((figure for figure in FIGURES.values() if figure.sweep_form
 BY_COLUMN = {figure.column: figure for figure in FIGURES.values() if figure.column is not None}
 # Latency percentiles a scenario whose requests return one token cannot measure: there is no second token.
 NEEDS_TWO_TOKENS = frozenset(figure.name for figure in LATENCY if figure.samples in ("itl", "tpot"))
-LatencyFigure = Figure  # the type of a latency percentile: a Figure whose statistic is PERCENTILE
