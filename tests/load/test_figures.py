@@ -80,8 +80,10 @@ def test_every_client_bound_resolves_to_a_documented_rule():
 
     documented = set(re.findall(r"^### (R\d+): ", (REPO / "docs" / "client-error.md").read_text(), re.MULTILINE))
     assert set(PROCESS_RULES) | set(POOLED_RULES) <= documented
+    by_statistic = {Statistic.TOKEN_WEIGHTED: "R4", Statistic.PERCENTILE: "R5", Statistic.WINDOW_RATE: "R9"}
     for figure in FIGURES.values():
         assert figure.client_rule in PROCESS_RULES, figure.name
+        assert figure.client_rule == by_statistic[figure.statistic], f"{figure.name}: the rule bounds another kind of figure"
         assert figure.pooled_rule is None or figure.pooled_rule in POOLED_RULES, figure.name
     assert list(BOUNDS) == list(FIGURES)
     assert set(POOLED) == {figure.name for figure in FIGURES.values() if figure.pooled_rule is not None}
