@@ -162,10 +162,11 @@ TTFT, ITL, TOKENS = 0.05, 0.01, 8
 def synthetic_run(run: Path, requests: int = 6) -> None:
     """A run directory as rig writes one: `requests` records of TTFT, ITL and TOKENS exactly, and its summary."""
     from rig.load.metrics import summarize
+    from rig.load.provenance import ClientSetup, Provenance, ScenarioRun
     from rig.load.records import RequestRecord
     from rig.load.report import write_run
     from rig.load.scenarios import load_scenario
-    from rig.load.summary import ClientSetup, ClientVerdict, Provenance, RunSummary, ScenarioRun, Window
+    from rig.load.summary import ClientVerdict, RunSummary, Window
 
     start = 1_700_000_000.0
     records = []

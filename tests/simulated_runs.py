@@ -23,8 +23,9 @@ from rig.compare.arms import Arm, boot_order
 from rig.compare.model import BootEntry, ComparePlan, RunResult
 from rig.compare.run import run_result
 from rig.load.metrics import steady_window, summarize
+from rig.load.provenance import ClientSetup, Provenance, ScenarioRun
 from rig.load.records import RequestRecord
-from rig.load.summary import ClientSetup, ClientVerdict, Provenance, RunSummary, ScenarioRun
+from rig.load.summary import ClientVerdict, RunSummary
 
 SCENARIO = "prose-c1"
 TOKENS = 64

@@ -390,9 +390,10 @@ def test_a_sweeps_table_marks_what_its_load_test_calls_unusable_and_its_knee_sto
     from conftest import synthetic_run
 
     from rig.load.client_error import BOUNDS
+    from rig.load.figures import HEADLINE
     from rig.load.goodput import SLO_KEYS, Goodput
     from rig.load.report import UNBOUND_LEGEND, UNBOUND_MARK
-    from rig.load.summary import HEADLINE, ClientBound, RunSummary
+    from rig.load.summary import ClientBound, RunSummary
     from rig.loadrun.sweep import BOUNDED_COLUMNS, COLUMNS, SLO_COLUMNS, knee, point_row, table
 
     assert set(BOUNDED_COLUMNS) <= {name for name, _ in COLUMNS} and set(BOUNDED_COLUMNS.values()) <= set(BOUNDS)

@@ -137,7 +137,7 @@ class RunResult(Typed):
     figures: dict[str, float | None]  # RunSummary.figures(): the headline
     problems: list[str]  # RunSummary.problems(): empty = usable
     goodput: Goodput | None = None  # requests/s meeting the SLOs, when SLOs were given
-    # Per-request latencies of the window (ms), by rig.load.summary.LATENCY_SAMPLES name: a boot's
+    # Per-request latencies of the window (ms), by rig.load.figures.LATENCY_SAMPLES name: a boot's
     # percentiles are read from its usable rounds pooled (rig.compare.percentiles).
     latency: dict[str, LatencyHistogram] = Field(default_factory=dict)
     # The serving GPUs over the window (NVML index -> clocks, power, clock-event reasons): conditions

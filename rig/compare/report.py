@@ -45,8 +45,8 @@ from rig.compare.stats import (
     target_met,
 )
 from rig.load.client_error import UNBOUNDED, share_text
+from rig.load.figures import HEADLINE, LATENCY, Figure, LatencyFigure
 from rig.load.scenarios import load_scenario
-from rig.load.summary import HEADLINE, LATENCY, Figure, LatencyFigure
 from rig.typed import Typed, Versioned
 
 ArmBoots = dict[str, dict[int, list[float]]]  # arm -> ABBA block -> the boot's usable figures

@@ -52,12 +52,13 @@ from rig.compare.sequential import Decision, Look, UntilDecided, look_line
 from rig.compare.trust import confined, held_to_plan
 from rig.deploy.recipe import Resolved
 from rig.errors import Damaged, NotFound, RigError
+from rig.load.figures import LATENCY, LATENCY_SAMPLES
 from rig.load.goodput import goodput
 from rig.load.metrics import latency_samples
 from rig.load.records import RequestRecord, read_records
 from rig.load.request_metrics import done_in_window
 from rig.load.scenarios import greedy_prompts, load_scenario
-from rig.load.summary import LATENCY, LATENCY_SAMPLES, RunSummary
+from rig.load.summary import RunSummary
 from rig.load.wire import BootMarker
 from rig.loadrun.runner import LoadTarget
 from rig.loadrun.session import Interrupted, model_dir_for, run_scenarios

@@ -27,8 +27,8 @@ from rig.compare.design import MAX_PAIRS
 from rig.compare.model import BootEntry, ComparePlan
 from rig.compare.report import figure_boots
 from rig.compare.stats import CONFIDENCE, MIN_PAIRS, Comparison, compare_boots
+from rig.load.figures import HEADLINE, Figure
 from rig.load.scenarios import load_scenario
-from rig.load.summary import HEADLINE, Figure
 from rig.typed import Typed, Versioned
 
 DECISION_FILE = "until-decided.json"  # the rule and every look it made, beside compare.json

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from importlib.metadata import PackageNotFoundError, version
 
-from rig.load.summary import HostFacts
+from rig.load.provenance import HostFacts
 from rig.observe.fingerprint import cpu_model
 
 

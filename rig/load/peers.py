@@ -45,9 +45,10 @@ from rig.atomic import write_text_atomic
 from rig.errors import Damaged, Invalid, NotFound, RigError
 from rig.load.inputs import display, read_regular
 from rig.load.metrics import summarize
+from rig.load.provenance import ClientSetup, ImportedFrom, Provenance, ScenarioRun
 from rig.load.records import RequestRecord, read_records
 from rig.load.request_metrics import Done, e2e, itl, run_tokens_per_chunk, ttft
-from rig.load.summary import ClientSetup, ClientVerdict, ImportedFrom, Provenance, RunSummary, ScenarioRun, Window
+from rig.load.summary import ClientVerdict, RunSummary, Window
 from rig.strict_yaml import strict_json
 from rig.typed import MAX_TIME_S, MAX_TOKENS, STORED, Count, Epoch, Finite, Seconds, Tokens, first_problem
 

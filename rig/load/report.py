@@ -10,8 +10,15 @@ from typing import Any
 
 from rig.atomic import write_text_atomic
 from rig.load.client_error import share_text
+from rig.load.figures import BY_COLUMN, E2E_P50, ITL_P50, OUTPUT, PREFILL, TPOT_P50, TTFT_P50, TTFT_P99, USER_DECODE, Figure
 from rig.load.summary import RunSummary
 from rig.load.wire import LAG_PROBE_SLEEP
+
+
+def _figure(figure: Figure) -> tuple[str, Callable[[RunSummary], Any]]:
+    """A figure's column: its label and its value in a run (rig.load.figures)."""
+    return str(figure.column), lambda summary: figure.read(summary.metrics)
+
 
 COLUMNS: list[tuple[str, Callable[[RunSummary], Any]]] = [
     ("scenario", lambda s: s.name + (" (warmup)" if s.warmup else "")),
@@ -19,16 +26,16 @@ COLUMNS: list[tuple[str, Callable[[RunSummary], Any]]] = [
     ("done", lambda s: s.metrics.requests.completed),
     ("errors", lambda s: sum(n for k, n in s.metrics.requests.errors.items() if k != "cut_by_window")),
     ("cut", lambda s: s.metrics.requests.cut_by_window),
-    ("user tok/s", lambda s: s.metrics.user_decode_tok_s.token_weighted),
+    _figure(USER_DECODE),
     ("user p50", lambda s: s.metrics.user_decode_tok_s.p50),
     ("user p10", lambda s: s.metrics.user_decode_tok_s.p10),
-    ("output tok/s", lambda s: s.metrics.output_tok_s),
-    ("prefill tok/s", lambda s: s.metrics.prefill_tok_s.token_weighted),
-    ("TTFT p50 ms", lambda s: _ms(s.metrics.ttft_s.p50)),
-    ("TTFT p99 ms", lambda s: _ms(s.metrics.ttft_s.p99)),
-    ("ITL p50 ms", lambda s: _ms(s.metrics.itl_s.p50)),
-    ("TPOT p50 ms", lambda s: _ms(s.metrics.tpot_s.p50)),
-    ("E2E p50 ms", lambda s: _ms(s.metrics.e2e_s.p50)),  # the headline of open loops, traces and conversations
+    _figure(OUTPUT),
+    _figure(PREFILL),
+    _figure(TTFT_P50),
+    _figure(TTFT_P99),
+    _figure(ITL_P50),
+    _figure(TPOT_P50),
+    _figure(E2E_P50),  # the headline of open loops, traces and conversations
     ("window s", lambda s: f"{s.metrics.window.seconds:.1f} ({100 * s.metrics.window.kept_fraction:.0f}%)"),
     ("cached", lambda s: None if s.metrics.tokens.cached_share is None else f"{100 * s.metrics.tokens.cached_share:.0f}%"),
     ("usable", lambda s: usable_text(s)),
@@ -41,17 +48,11 @@ def usable_text(summary: RunSummary) -> str:
 
 
 # The column each client-bounded figure is printed in: a cell whose bound fails is marked in the table.
-COLUMN_FIGURES = {"user tok/s": "user_decode_tok_s", "output tok/s": "output_tok_s", "prefill tok/s": "prefill_tok_s",
-                  "TTFT p50 ms": "ttft_p50_ms", "TTFT p99 ms": "ttft_p99_ms", "ITL p50 ms": "itl_p50_ms", "TPOT p50 ms": "tpot_p50_ms",
-                  "E2E p50 ms": "e2e_p50_ms"}
+COLUMN_FIGURES = {column: BY_COLUMN[column].name for column, _ in COLUMNS if column in BY_COLUMN}
 UNBOUND_MARK = " (client)"
 UNBOUND_LEGEND = (f"{UNBOUND_MARK.strip()}: this figure is not usable, the client's timing could move it beyond its limit; "
                   "the usable column says whether the run's headline is")
 TOKEN_AGREEMENT_LIMIT = 0.02  # the client's output tokens and the server's counter, further apart than this: named
-
-
-def _ms(value: float | None) -> float | None:
-    return None if value is None else 1000 * value
 
 
 def _fmt(value: Any) -> str:

@@ -5,25 +5,22 @@ record (rig.load.records) -> run summary (here) -> boot entry -> comparison (rig
 
 Every part is a typed record (rig.typed): the metrics rig.load.metrics computes from the records
 (window, request counts, latency distributions, token figures, arrivals, conversations), the
-client's verdict, the provenance, the scenario as it ran and the server and GPU observations,
-all read by attribute. A renamed field is a validation error, never a None that turns into a
+client's verdict, the provenance and the scenario as it ran (rig.load.provenance) and the server
+and GPU observations, all read by attribute. A renamed field is a validation error, never a None that turns into a
 silently dropped round.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, ValidationInfo, model_validator
 
 from rig.atomic import write_text_atomic
-from rig.image import BootImage
-from rig.load.scenarios import Arrivals, Conversation, Kind, Prefix, Scenario, Trace
-from rig.load.wire import LAG_PROBE_SLEEP, LagProbe, TraceReplay
-from rig.load.workload import OutputLengthSpec
+from rig.load.figures import HEADLINE
+from rig.load.provenance import ImportedFrom, Provenance, ScenarioRun
+from rig.load.wire import LAG_PROBE_SLEEP, LagProbe
 from rig.observe.gpu import GpuSummary
 from rig.observe.server_metrics import ServerMetrics
 from rig.typed import STORED, Epoch, Typed, Versioned
@@ -222,101 +219,6 @@ class ClientVerdict(Typed):
     note: str | None = None
 
 
-# ---- where a run came from ---------------------------------------------------------------------
-
-class ImportedFrom(Typed):
-    """A run measured by another tool (rig import)."""
-
-    tool: str
-    file: str
-    sha256: str
-    imported_at: Epoch
-    records: int
-
-
-class HostFacts(Typed):
-    hostname: str
-    cpu: str
-    cpu_count: int | None
-    python: str
-    platform: str
-    locust: str | None = None
-    gpus: list[str] = Field(default_factory=list)
-
-
-class ClientSetup(Typed):
-    processes: int | None = None
-    workers: int | None = None
-    remote_workers: int | None = None
-    distributed: bool | None = None
-    users: int | None = None
-    user_class: str | None = None
-    spawn_rate: float | None = None
-    http_user: str | None = None
-    tokenizer: str | None = None
-    tool: str | None = None  # an imported run: the tool that measured it
-
-
-class Provenance(Typed):
-    """Recipe, boot, engine, image, gates, host and client set-up of a run."""
-
-    recipe: str | None
-    variant: str | None
-    engine: str
-    image: BootImage | None
-    adapter_gates: dict[str, str] = Field(default_factory=dict)  # redacted (rig/redaction.py)
-    boot_id: str
-    driver: str
-    base_url: str | None
-    served_model: str | None
-    host: HostFacts | None
-    client: ClientSetup
-    time: Epoch
-    imported: ImportedFrom | None = None
-
-
-# ---- the scenario as it ran ----------------------------------------------------------------------
-
-class TraceRun(Trace):
-    """A trace scenario's section plus the file actually replayed and its digest."""
-
-    sha256: str | None = None
-
-
-class ScenarioRun(Typed):
-    """What a run summary records about its scenario, and how it ran."""
-
-    name: str
-    version: int
-    kind: Kind
-    endpoint: Literal["chat", "completions"]
-    users: int
-    prompt_tokens: int
-    max_tokens: int
-    duration_s: float
-    prefix: Prefix | None = None
-    output_lengths: OutputLengthSpec | None = None
-    arrivals: Arrivals | None = None
-    trace: TraceRun | None = None
-    conversation: Conversation | None = None
-    settle_s: float | None = None  # the steady-state wait this boot's warmup measured (None: imported)
-    unique_prompts: bool | None = None  # every prompt starts with a unique nonce (None: unknown, imported)
-
-    @classmethod
-    def of(cls, scenario: Scenario, settle_s: float | None, unique_prompts: bool | None,
-           replayed: TraceReplay | None = None) -> ScenarioRun:
-        """The scenario as a run ran it: a trace's file as replayed, with its digest."""
-        trace = None
-        if scenario.trace is not None:
-            replay = {"file": replayed.file, "sha256": replayed.sha256} if replayed is not None else {}
-            trace = TraceRun(**{**scenario.trace.model_dump(), **replay})
-        return cls(name=scenario.name, version=scenario.version, kind=scenario.kind, endpoint=scenario.endpoint,
-                   users=scenario.pool, prompt_tokens=scenario.prompt_tokens, max_tokens=scenario.max_tokens,
-                   duration_s=scenario.duration_s, prefix=scenario.prefix, output_lengths=scenario.output_lengths,
-                   arrivals=scenario.arrivals, trace=trace, conversation=scenario.conversation, settle_s=settle_s,
-                   unique_prompts=unique_prompts)
-
-
 class TokenAgreement(Typed):
     """The client's output tokens against the server's own counter (vLLM's generation_tokens_total,
     SGLang's generation tokens) over the same span: the server's first and last scrape inside the
@@ -335,58 +237,6 @@ class Observations(Typed):
     gpu: GpuSummary | None = None
     timeline: str | None = None
     output_tokens: TokenAgreement | None = None  # None: no counter, or fewer than two scrapes inside the window
-
-
-@dataclass(frozen=True)
-class Figure:
-    """A number a comparison judges: where it sits in the metrics, and which way is better."""
-
-    name: str
-    unit: str
-    higher_is_better: bool
-    value: Callable[[Metrics], float | None]  # where it sits in the metrics
-    scale: float = 1.0  # seconds in the metrics -> milliseconds in the figure
-
-    def read(self, metrics: Metrics) -> float | None:
-        value = self.value(metrics)
-        return None if value is None else self.scale * float(value)
-
-
-# The headline figure of each kind of scenario; every one is token-weighted or window-clipped.
-# At a fixed offered load (open loop, trace) throughput is the load itself: what a change moves
-# is how long requests take, so their headline is the median end-to-end latency; a multi-turn
-# run's is too (the prefix cache's gain shows as shorter requests).
-HEADLINE = {
-    "decode": Figure("user_decode_tok_s", "tok/s per user", True, lambda m: m.user_decode_tok_s.token_weighted),
-    "prefill": Figure("prefill_tok_s", "prefill tok/s", True, lambda m: m.prefill_tok_s.token_weighted),
-    "concurrency": Figure("output_tok_s", "tok/s aggregate", True, lambda m: m.output_tok_s),
-    "open_loop": Figure("e2e_p50_ms", "ms (lower is better)", False, lambda m: m.e2e_s.p50, 1000.0),
-    "trace": Figure("e2e_p50_ms", "ms (lower is better)", False, lambda m: m.e2e_s.p50, 1000.0),
-    "multi_turn": Figure("e2e_p50_ms", "ms (lower is better)", False, lambda m: m.e2e_s.p50, 1000.0),
-}
-
-
-@dataclass(frozen=True)
-class LatencyFigure:
-    """A latency percentile compared beside the headline (lower is better). A comparison reads it
-    from each boot's requests pooled over its usable rounds (rig.compare.percentiles), never as a
-    mean of per-round percentiles: one round of a c=1 scenario has too few requests for a tail."""
-
-    name: str
-    samples: str  # the field of rig.load.metrics.LatencySamples it is read from
-    quantile: float
-    unit: str = "ms"
-    higher_is_better: bool = False
-
-
-LATENCY = (
-    LatencyFigure("ttft_p50_ms", "ttft", 0.50),
-    LatencyFigure("ttft_p99_ms", "ttft", 0.99),
-    LatencyFigure("itl_p50_ms", "itl", 0.50),
-    LatencyFigure("itl_p99_ms", "itl", 0.99),
-    LatencyFigure("tpot_p50_ms", "tpot", 0.50),
-)
-LATENCY_SAMPLES = tuple(dict.fromkeys(figure.samples for figure in LATENCY))  # what a comparison keeps per round
 
 
 class RunSummary(Versioned):
@@ -426,7 +276,7 @@ class RunSummary(Versioned):
 
     def figures(self) -> dict[str, float | None]:
         """The per-round figures a comparison averages over a boot's rounds: the headline (latency
-        percentiles are pooled over the rounds instead; see LATENCY)."""
+        percentiles are pooled over the rounds instead; see rig.load.figures.LATENCY)."""
         return {HEADLINE[self.kind].name: self.headline()}
 
     def problems(self, figure: str | None = None) -> list[str]:

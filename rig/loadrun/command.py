@@ -16,9 +16,10 @@ from collections.abc import Callable
 from rig.atomic import write_text_atomic
 from rig.exits import Exit
 from rig.load.client_error import share_text
+from rig.load.figures import HEADLINE
 from rig.load.report import brief_notes, brief_usable, markdown_table, notes, usable_text
 from rig.load.scenarios import load_scenario
-from rig.load.summary import HEADLINE, RunSummary
+from rig.load.summary import RunSummary
 from rig.loadrun.runner import results_root
 from rig.loadrun.session import DEFAULT_SCENARIOS, Interrupted, acquire_target, default_small, run_scenarios, scenarios_for
 

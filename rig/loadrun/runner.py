@@ -24,11 +24,10 @@ from rig.boot.record import BootImage, BootRecord
 from rig.deploy.recipe import Resolved
 from rig.engines import LENGTH_PINNING
 from rig.errors import RigError
+from rig.load.arrivals import arrival_problems, arrival_stats, arrival_window
 from rig.load.client_error import client_bounds
+from rig.load.figures import HEADLINE
 from rig.load.metrics import (
-    arrival_problems,
-    arrival_stats,
-    arrival_window,
     client_lag,
     client_verdict,
     output_length_stats,
@@ -38,20 +37,11 @@ from rig.load.metrics import (
     turn_stats,
 )
 from rig.load.prompts import TokenCounter, build_prompts
+from rig.load.provenance import ClientSetup, Provenance, ScenarioRun
 from rig.load.records import RequestRecord, read_records
 from rig.load.request_metrics import chunk_token_counts, run_tokens_per_chunk, tokens_read_between
 from rig.load.scenarios import ARRIVAL_KINDS, LOADTESTS, Scenario
-from rig.load.summary import (
-    HEADLINE,
-    ClientSetup,
-    Metrics,
-    Observations,
-    Provenance,
-    RunSummary,
-    ScenarioRun,
-    TokenAgreement,
-    Window,
-)
+from rig.load.summary import Metrics, Observations, RunSummary, TokenAgreement, Window
 from rig.load.wire import (
     CONFIG_FILE,
     RIG_PARENT_ENV,

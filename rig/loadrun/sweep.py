@@ -19,6 +19,7 @@ from pydantic import Field
 from rig.atomic import write_text_atomic
 from rig.errors import RigError
 from rig.exits import Exit
+from rig.load.figures import SWEEP, Figure
 from rig.load.goodput import SLO_KEYS, Goodput, goodput, parse_slos
 from rig.load.prompts import TokenCounter
 from rig.load.records import read_records
@@ -123,11 +124,13 @@ class SweepInterrupted(KeyboardInterrupt):
         self.rows = rows
 
 
+# The sweep's figures (rig.load.figures.SWEEP): its rates, then its latency percentiles.
+RATES = tuple(figure for figure in SWEEP if figure.quantile is None)
+PERCENTILES = tuple(figure for figure in SWEEP if figure.quantile is not None)
 # The figure (its client bound: rig.load.client_error.BOUNDS) of each column, and the columns whose
 # figures an SLO's per-request values are the samples of.
-BOUNDED_COLUMNS = {"output_tok_s": "output_tok_s", **{name: name for name in (
-    "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "e2e_p50_ms", "e2e_p99_ms")}}
-SLO_COLUMNS = {key: (f"{key}_p50_ms", f"{key}_p99_ms") for key in SLO_KEYS}  # every SLO key's per-request figure
+BOUNDED_COLUMNS = {figure.name: figure.name for figure in SWEEP}
+SLO_COLUMNS = {key: tuple(f.name for f in PERCENTILES if f.samples == key) for key in SLO_KEYS}  # every SLO key's per-request figure
 
 
 def point_row(load: float, summary: RunSummary, good: Goodput | None, run_dir: Path) -> SweepPoint:
@@ -141,16 +144,11 @@ def point_row(load: float, summary: RunSummary, good: Goodput | None, run_dir: P
             problems.append(f"goodput: the client's timing could move {', '.join(moved)} beyond its limit, and the {key} SLO "
                             "counts those requests")
 
-    def ms(value: float | None) -> float | None:
-        return None if value is None else 1000 * value
-
     completed = metrics.requests.completed
     return SweepPoint(load=load, achieved_rate=metrics.arrivals.achieved_rate if metrics.arrivals else None,
-                      requests_per_s=completed / metrics.window.seconds, output_tok_s=metrics.output_tok_s,
+                      requests_per_s=completed / metrics.window.seconds,
                       goodput_requests_per_s=good.requests_per_s if good else None, slo_share=good.share if good else None,
-                      ttft_p50_ms=ms(metrics.ttft_s.p50), ttft_p99_ms=ms(metrics.ttft_s.p99),
-                      tpot_p50_ms=ms(metrics.tpot_s.p50), tpot_p99_ms=ms(metrics.tpot_s.p99),
-                      e2e_p50_ms=ms(metrics.e2e_s.p50), e2e_p99_ms=ms(metrics.e2e_s.p99),
+                      **{figure.name: figure.read(metrics) for figure in SWEEP},
                       completed=completed, problems=problems, dir=str(run_dir), client_unusable=client_unusable)
 
 
@@ -173,9 +171,14 @@ def knee(rows: list[SweepPoint], share: float) -> Knee:
                 status=f"every load met the SLOs for at least {100 * share:g}% of requests: the knee is at {best:g} or above")
 
 
-COLUMNS = [("load", "{:g}"), ("achieved_rate", "{:.2f}"), ("requests_per_s", "{:.2f}"), ("output_tok_s", "{:,.1f}"),
-           ("goodput_requests_per_s", "{:.2f}"), ("slo_share", "{:.1%}"), ("ttft_p50_ms", "{:.1f}"), ("ttft_p99_ms", "{:.1f}"),
-           ("tpot_p50_ms", "{:.2f}"), ("tpot_p99_ms", "{:.2f}"), ("e2e_p50_ms", "{:.0f}"), ("e2e_p99_ms", "{:.0f}")]
+
+def _column(figure: Figure) -> tuple[str, str]:
+    return figure.name, str(figure.sweep_format)
+
+
+COLUMNS = [("load", "{:g}"), ("achieved_rate", "{:.2f}"), ("requests_per_s", "{:.2f}"), *map(_column, RATES),
+           ("goodput_requests_per_s", "{:.2f}"), ("slo_share", "{:.1%}"), *map(_column, PERCENTILES)]
+MARKERS = {"ttft": "o", "tpot": "s", "e2e": "^"}  # a latency percentile's marker in the plot, by its samples
 
 
 def table(rows: list[SweepPoint], unit: str) -> str:
@@ -207,7 +210,8 @@ def plot(rows: list[SweepPoint], path: Path, unit: str, slos: dict[str, float] |
         if points:
             axis.plot(*zip(*points), style, label=label)
 
-    series(through, "output_tok_s", "output tok/s", "o-")
+    for rate in RATES:
+        series(through, rate.name, str(rate.column), "o-")
     through.set_ylabel("output tok/s")
     right = through.twinx()
     series(right, "requests_per_s", "completed req/s", "s--")
@@ -231,10 +235,9 @@ def plot(rows: list[SweepPoint], path: Path, unit: str, slos: dict[str, float] |
     good.set_title(f"goodput ({', '.join(f'{k}<={v * 1000:g}ms' for k, v in (slos or {}).items()) or 'no SLOs given'}); "
                    f"knee {'-' if found.load is None else ('>= ' if found.above else '') + format(found.load, 'g')}",
                    fontsize=9)
-    for key, label, style in (("ttft_p50_ms", "TTFT p50", "o-"), ("ttft_p99_ms", "TTFT p99", "o--"),
-                              ("tpot_p50_ms", "TPOT p50", "s-"), ("tpot_p99_ms", "TPOT p99", "s--"),
-                              ("e2e_p50_ms", "E2E p50", "^-"), ("e2e_p99_ms", "E2E p99", "^--")):
-        series(latency, key, label, style)
+    for percentile in PERCENTILES:
+        series(latency, percentile.name, f"{str(percentile.samples).upper()} p{round(100 * float(percentile.quantile or 0))}",
+               MARKERS[str(percentile.samples)] + ("-" if percentile.quantile == 0.5 else "--"))
     for key, limit in (slos or {}).items():
         latency.axhline(limit * 1000, color="0.5", lw=0.8, ls=":")
         latency.text(loads[0], limit * 1000, f" {key} SLO", fontsize=7, va="bottom", color="0.4")

@@ -68,8 +68,8 @@ def tune(args: argparse.Namespace) -> int:
     from rig.boot.state import refuse_if_port_taken, refuse_if_up
     from rig.compare.design import DEFAULT_ROUND_S
     from rig.deploy.recipe import load, split_ref
+    from rig.load.figures import HEADLINE
     from rig.load.scenarios import load_scenario
-    from rig.load.summary import HEADLINE
     from rig.loadrun.session import default_small
     from rig.tune.goodput import OBJECTIVE as GOODPUT
     from rig.tune.plan import RACE_FILE, RacePlan

@@ -28,6 +28,7 @@ from rig.compare.model import BootEntry, RunResult
 from rig.errors import Invalid, NotFound
 from rig.load.bounds import MAX_DURATION_S
 from rig.load.client_error import UNBOUNDED
+from rig.load.figures import FIGURES
 from rig.load.goodput import parse_slos
 from rig.load.records import read_records
 from rig.load.request_metrics import PER_REQUEST, done_in_window
@@ -38,9 +39,9 @@ OBJECTIVE = "goodput_req_s"
 # vLLM's names for the SLO keys (its e2el is rig's e2e); values in milliseconds, as vLLM takes them.
 ALIASES = {"ttft": "ttft", "tpot": "tpot", "e2e": "e2e", "e2el": "e2e"}
 # The percentile figures whose client bounds give each quantity's margin (RunResult.client_bounds).
-BOUND_FIGURES = {"ttft": (("ttft_p50_ms", 0.50), ("ttft_p99_ms", 0.99)),
-                 "tpot": (("tpot_p50_ms", 0.50), ("tpot_p99_ms", 0.99)),
-                 "e2e": (("e2e_p50_ms", 0.50), ("e2e_p99_ms", 0.99))}
+BOUND_FIGURES = {samples: tuple((figure.name, float(figure.quantile)) for figure in FIGURES.values()
+                                 if figure.samples == samples and figure.quantile in (0.50, 0.99))
+                 for samples in ("ttft", "tpot", "e2e")}
 FORMAT = "ttft:500,tpot:50 (milliseconds, vLLM's --goodput keys ttft, tpot, e2el) or ttft<=500ms,tpot<=50ms"
 _PAIR = re.compile(r"([a-z0-9]+):([0-9.eE+-]+)")
 

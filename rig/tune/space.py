@@ -33,15 +33,13 @@ from rig.compare.arms import Arm, parse_arm
 from rig.compare.design import MAX_ARMS
 from rig.deploy.recipe import Resolved, Variant, check_semantics, load
 from rig.errors import Invalid, RigError
+from rig.load.figures import HEADLINE, LATENCY, NEEDS_TWO_TOKENS, USER_DECODE
 from rig.load.scenarios import Scenario, load_scenario
-from rig.load.summary import HEADLINE, LATENCY
 from rig.strict_yaml import load_yaml_file
 from rig.typed import Typed, first_problem
 
 SPACE_MAX_BYTES = 64 << 10
 LATENCY_BOUNDS = {figure.name: figure for figure in LATENCY}
-# Latency figures a scenario whose requests return one token cannot measure: there is no second token.
-NEEDS_TWO_TOKENS = {"itl_p50_ms", "itl_p99_ms", "tpot_p50_ms"}
 
 
 class Constraints(Typed):
@@ -179,7 +177,7 @@ def _check_headline(scenario: Scenario) -> None:
     """The scenario's headline must be a figure its requests can give at the race's size: per-user
     decode speed needs a second token."""
     headline = HEADLINE[scenario.kind].name
-    if headline == "user_decode_tok_s" and scenario.max_tokens < 2:
+    if HEADLINE[scenario.kind] is USER_DECODE and scenario.max_tokens < 2:
         raise RigError("command line", "--scenario", f"{scenario.name} asks for {scenario.max_tokens} token per request: "
                        f"its headline {headline} (decode speed) has no decoded token to time",
                        "race a scenario that decodes, or race on goodput (--goodput ttft:500)")

@@ -28,8 +28,9 @@ from rig.compare.report import (
 )
 from rig.compare.stats import CONFIDENCE, DEFAULT_TARGET_PCT, DIFFERENCE, compare_boots
 from rig.errors import Damaged
+from rig.load.figures import HEADLINE
 from rig.load.scenarios import load_scenario
-from rig.load.summary import HEADLINE, RunSummary
+from rig.load.summary import RunSummary
 from rig.load.wire import BootMarker
 from rig.validation.figures import (
     Kind,

@@ -21,10 +21,11 @@ from pydantic import ValidationError
 
 from rig.errors import Damaged
 from rig.load.client_error import client_bounds
+from rig.load.figures import HEADLINE, ITL_P50, OUTPUT, TPOT_P50, TTFT_P50, USER_DECODE
 from rig.load.metrics import client_lag, client_verdict, responsive_end, steady_window, summarize
 from rig.load.records import read_records
 from rig.load.scenarios import load_scenario
-from rig.load.summary import HEADLINE, RunSummary
+from rig.load.summary import RunSummary
 from rig.loadrun.runner import GPU_SAMPLES, SERVER_METRICS, read_clients, read_dispatcher, read_window_events, token_agreement
 from rig.observe.gpu import summarize_gpu_samples
 from rig.observe.server_metrics import summarize_server_metrics
@@ -59,7 +60,6 @@ class LoadRunKind(Kind):
         bounds = client_bounds(records, window, raw_clients, limit, read_dispatcher(directory), think)
         verdict = client_verdict([client_lag(c, window) for c in raw_clients], bounds, headline)
         out = {
-            "output_tok_s": table_number(metrics.output_tok_s),
             "window": f"{window.seconds:.1f} s ({'steady' if window.steady else 'not steady'})",
             "completed": f"{metrics.requests.completed:,}",
             "errors": str(sum(n for k, n in metrics.requests.errors.items() if k != "cut_by_window")),
@@ -68,11 +68,10 @@ class LoadRunKind(Kind):
             "client CPU (busiest process)": f"{verdict.cpu_percent_mean_max or 0:.0f}%",
             "client processes": str(verdict.processes),
         }
-        if metrics.user_decode_tok_s.token_weighted is not None:
-            out["user_decode_tok_s"] = table_number(metrics.user_decode_tok_s.token_weighted)
-        for name, distribution in (("ttft_p50_ms", metrics.ttft_s), ("itl_p50_ms", metrics.itl_s), ("tpot_p50_ms", metrics.tpot_s)):
-            if distribution.p50 is not None:
-                out[name] = table_number(1000 * distribution.p50)
+        for figure in (OUTPUT, USER_DECODE, TTFT_P50, ITL_P50, TPOT_P50):  # the run figures claims quote
+            value = figure.read(metrics)
+            if value is not None:
+                out[figure.name] = table_number(value)
         out |= {f"client bound {name}": bound_text(bound.bound) for name, bound in bounds.items()}
         server = summarize_server_metrics(directory / SERVER_METRICS, (window.start, window.end))
         for name, label in (("running_requests", "running mean"), ("waiting_requests", "waiting mean")):

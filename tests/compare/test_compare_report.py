@@ -33,8 +33,8 @@ from rig.compare.stats import (
     t_quantile,
     target_met,
 )
+from rig.load.figures import LATENCY
 from rig.load.goodput import Goodput
-from rig.load.summary import LATENCY
 
 HEADLINE = "user_decode_tok_s"
 NUMBER = r"([+-]?\d+(?:\.\d+)?)"

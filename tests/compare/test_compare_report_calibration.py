@@ -25,7 +25,8 @@ from simulated_runs import SCENARIO, Design, simulate_comparison
 from rig.compare.design import DEFAULT_BOOTS, DEFAULT_ROUNDS
 from rig.compare.report import analyze
 from rig.compare.stats import CONFIDENCE, compare_boots
-from rig.load.summary import LATENCY, Metrics
+from rig.load.figures import LATENCY
+from rig.load.summary import Metrics
 
 pytestmark = pytest.mark.slow  # thousands of simulated comparisons: make test, not make test-fast
 

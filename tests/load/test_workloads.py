@@ -17,7 +17,7 @@ from test_loadtest_metrics import start_timed_server
 
 from rig.boot.record import BootRecord
 from rig.deploy.recipe import load
-from rig.load.metrics import arrival_problems, arrival_stats, arrival_window
+from rig.load.arrivals import arrival_problems, arrival_stats, arrival_window
 from rig.load.prompts import TokenCounter
 from rig.load.records import RequestRecord, read_records
 from rig.load.scenarios import load_scenario

@@ -1,5 +1,6 @@
-"""Each reported figure's client bound, by the figure's name in HEADLINE and LATENCY
-(rig.load.summary), and the bound of a figure over every process (docs/client-error.md, R16)."""
+"""Each reported figure's client bound, built from the rules its declaration names
+(rig.load.figures: `client_rule`, `pooled_rule`), and the bound of a figure over every process
+(docs/client-error.md, R16)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from rig.load.client_error.per_request import duration_sum_bound, quantile_bound
 from rig.load.client_error.steady import steady_state_bound
 from rig.load.client_error.terms import NO_BOUND, Bound, Term, share_of_reported
 from rig.load.client_error.timeline import Timeline
+from rig.load.figures import FIGURES, Figure
 from rig.load.request_metrics import Done, decode_time, e2e, itl, tpot, ttft
-from rig.load.summary import HEADLINE, LATENCY
 
 # A request's samples: (value, first recorded time, second, the larger loop-pass wait of the two
 # reads (R3); the send is no read: it has none)
@@ -100,19 +101,25 @@ def hold_terms(timelines: list[Timeline], end_s: float) -> list[Term]:
     return [Term(rule, "longest_user_hold_s", seconds) for rule, seconds in sorted(longest.items())]
 
 
-# One bound per reported figure and process.
-BOUNDS: dict[str, Callable[[FigureInputs], Bound]] = {
-    "user_decode_tok_s": decode_bound,
-    "prefill_tok_s": prefill_bound,
-    "output_tok_s": edges_bound,
-    "e2e_p50_ms": percentile_bound(SPANS["e2e"], 0.50),
-    "e2e_p99_ms": percentile_bound(SPANS["e2e"], 0.99),  # a sweep's tail columns (rig.loadrun.sweep)
-    "tpot_p99_ms": percentile_bound(SPANS["tpot"], 0.99, per_token=True),
-    **{f.name: percentile_bound(SPANS[f.samples], f.quantile, per_token=f.samples == "tpot") for f in LATENCY},
+# R4's summed durations, by the per-request samples a token-weighted figure is made of.
+DURATIONS: dict[str, Callable[[FigureInputs], Bound]] = {"decode": decode_bound, "prefill": prefill_bound}
+
+
+# One process's bound of a figure, by the rule its declaration names (`client_rule`).
+PROCESS_RULES: dict[str, Callable[[Figure], Callable[[FigureInputs], Bound]]] = {
+    "R4": lambda figure: DURATIONS[str(figure.samples)],
+    "R5": lambda figure: percentile_bound(SPANS[str(figure.samples)], float(figure.quantile or 0.0),
+                                          per_token=figure.samples == "tpot"),
+    "R9": lambda figure: edges_bound,  # R9-R14: the aggregate by the window's edges
 }
-assert {f.name for f in HEADLINE.values()} <= set(BOUNDS), "every headline figure has a client bound"
 # Bounds read over every process at once, where a statistical one is tighter than the worst process's (R16).
-POOLED: dict[str, Callable[[list[FigureInputs]], Bound]] = {"output_tok_s": steady_state_bound}
+POOLED_RULES: dict[str, Callable[[list[FigureInputs]], Bound]] = {"R15": steady_state_bound}
+
+# One bound per reported figure and process, and the pooled ones: views of the registry.
+BOUNDS: dict[str, Callable[[FigureInputs], Bound]] = {
+    name: PROCESS_RULES[figure.client_rule](figure) for name, figure in FIGURES.items()}
+POOLED: dict[str, Callable[[list[FigureInputs]], Bound]] = {
+    name: POOLED_RULES[figure.pooled_rule] for name, figure in FIGURES.items() if figure.pooled_rule is not None}
 
 
 def monitored(inputs: list[FigureInputs]) -> bool:

@@ -7,7 +7,8 @@ import random
 from client_sim import FIGURES, PROFILES, START, busy_loop, closed_loop, monitor
 
 from rig.load.client_error import BOUNDS, bound, client_bounds, figure_inputs
-from rig.load.summary import HEADLINE, LATENCY, Window
+from rig.load.figures import HEADLINE, LATENCY
+from rig.load.summary import Window
 from rig.load.wire import ClientStats
 
 
