@@ -30,7 +30,8 @@ from pydantic import Field, ValidationError
 from rig import grammar
 from rig.compare.arms import Arm, parse_arm
 from rig.compare.design import MAX_ARMS
-from rig.deploy.recipe import Resolved, Variant, check_semantics, load
+from rig.deploy.recipe import Resolved, check_semantics, load
+from rig.deploy.recipe_model import Variant
 from rig.errors import Invalid, RigError
 from rig.load.scenarios import load_scenario
 from rig.load.summary import LATENCY
