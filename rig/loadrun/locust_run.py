@@ -20,6 +20,7 @@ LOCUSTFILE = LOADTESTS / "locustfile.py"
 # The locustfile's user class for each kind of scenario (closed loops: LLMUser).
 USER_CLASS = {"open_loop": "ArrivalUser", "trace": "ArrivalUser", "multi_turn": "ConversationUser"}
 EPOCH_LEAD_S = 0.5  # the locustfile starts a schedule this long after spawning completes
+STOP_GRACE_S = 30.0  # Locust's shutdown at 3000 users: its users stop, then the records and statistics are written
 
 
 def _free_port() -> int:
@@ -35,9 +36,6 @@ def default_workers() -> int:
 def _locust() -> list[str]:
     return [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",
             "--loglevel", "WARNING", "--stop-timeout", "0"]
-
-
-STOP_GRACE_S = 30.0  # Locust's shutdown at 3000 users: its users stop, then the records and statistics are written
 
 
 class LocustRun:
