@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO))
 from rig.load import client_error  # noqa: E402
 from rig.load.records import read_records  # noqa: E402
 from rig.load.summary import RunSummary  # noqa: E402
-from rig.loadrun.runner import read_clients, read_dispatcher  # noqa: E402
+from rig.loadrun.writeup import read_clients, read_dispatcher  # noqa: E402
 
 
 def main() -> int:

@@ -45,9 +45,10 @@ from rig.load.records import RequestRecord, read_records  # noqa: E402
 from rig.load.scenarios import Scenario  # noqa: E402
 from rig.load.summary import HEADLINE, RunSummary, Window  # noqa: E402
 from rig.load.wire import Prompt  # noqa: E402
-from rig.loadrun import runner  # noqa: E402
-from rig.loadrun.runner import LoadTarget, read_clients, read_dispatcher, run_scenario  # noqa: E402
-from rig.testing import timed_server  # noqa: E402
+from rig.loadrun import locust_run  # noqa: E402
+from rig.loadrun.runner import LoadTarget, run_scenario  # noqa: E402
+from rig.loadrun.writeup import read_clients, read_dispatcher  # noqa: E402
+from rig.testing import step_engine, timed_server  # noqa: E402
 
 ARGS_FILE = "capacity-args.json"  # the load's options, written before it runs (--analyse reads them)
 AIPERF_CPU_FILE = "aiperf-cpu.json"  # AIPerf's process tree's CPU, sampled while it ran
@@ -85,7 +86,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out / ARGS_FILE, json.dumps({k: v for k, v in vars(args).items() if k != "analyse"}, indent=1))
     if args.locustfile:
-        runner.LOCUSTFILE = Path(args.locustfile).resolve()
+        locust_run.LOCUSTFILE = Path(args.locustfile).resolve()
     if args.profile:
         os.environ["RIG_PROFILE"] = str(out)
     engine = ["--step", str(args.step), "--max-num-seqs", str(args.max_num_seqs)] if args.step else []
@@ -125,7 +126,7 @@ def analyse(args: argparse.Namespace, out: Path) -> int:
     # With a binding cap on several server processes this assumes the streams spread evenly over
     # them; SO_REUSEPORT hashes each connection, so the true running count is lower by ~1-2%.
     uneven = bool(args.step) and args.server_processes > 1 and args.users > args.max_num_seqs
-    offered = timed_server.offered_events_per_s(running, args.max_tokens, args.ttft, args.itl, args.step) * span
+    offered = step_engine.offered_events_per_s(running, args.max_tokens, args.ttft, args.itl, args.step) * span
     clients = summary.clients
     processes = max(1, len(clients))
     # CPU seconds inside the window from the cumulative samples; a locustfile that does not write
@@ -144,7 +145,7 @@ def analyse(args: argparse.Namespace, out: Path) -> int:
     bounds = {name: bound.bound for name, bound in verdict.figures.items()}
     result = {
         "users": args.users, "workers": args.workers, "server_processes": args.server_processes, "window_s": span,
-        "locustfile": str(runner.LOCUSTFILE), "offered_events_per_s": offered / span, "delivered_events_per_s": delivered / span,
+        "locustfile": str(locust_run.LOCUSTFILE), "offered_events_per_s": offered / span, "delivered_events_per_s": delivered / span,
         "delivered_over_offered": ratio, "offered_assumes_even_spread": uneven, "events_per_s_per_worker": delivered / span / processes,
         "events_per_cpu_second": delivered / sum(cpu_seconds) if len(cpu_seconds) == len(clients) and sum(cpu_seconds) else None,
         "worker_cpu_s": cpu_seconds, "streams_per_worker": args.users / processes,

@@ -1,7 +1,7 @@
 """Redraw the timeline pictures of load-test runs from the files each run wrote.
 
 A run's `timeline.png` is drawn from its request records, server-metrics.jsonl and gpu-samples.jsonl
-(rig.loadrun.runner.draw_timeline); archives of raw results leave the PNGs out (they are most of an
+(rig.loadrun.writeup.draw_timeline); archives of raw results leave the PNGs out (they are most of an
 archive's bytes and compress to nothing), so this puts them back, e.g. for a load run kept as evidence:
 
     mkdir -p /tmp/raw && xz -dc validation/vllm-c3000-frontends4/second-run.tar.xz | tar -C /tmp/raw -xf -
@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rig.load.records import read_records  # noqa: E402
 from rig.load.summary import RunSummary  # noqa: E402
-from rig.loadrun.runner import TIMELINE, draw_timeline, timeline_title  # noqa: E402
+from rig.loadrun.writeup import TIMELINE, draw_timeline, timeline_title  # noqa: E402
 from rig.typed import StoredRecordError  # noqa: E402
 
 

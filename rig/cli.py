@@ -137,7 +137,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     from rig.boot import driver_for
     from rig.boot.checks import check_boot
     from rig.compare.arms import Arm
-    from rig.deploy.recipe import load, refuse_inherited_gates
+    from rig.deploy.recipe import load
+    from rig.deploy.recipe_owned import refuse_inherited_gates
     from rig.grammar import IMAGE_TAG_VARIABLE
 
     resolved = load(args.recipe)

@@ -6,7 +6,7 @@ wheel), the request fields that pin output length, and the key of its MoE roundi
 rig/audit/engine_rounding.yaml. Adding an engine is one row here; recipe validation
 (`engine.name`), rendering, boot and load read the row.
 
-This module imports nothing from rig.deploy.recipe at run time, so rig.deploy.recipe can import it.
+This module imports none of the recipe modules (rig/deploy/recipe*.py) at run time, so they can import it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import yaml
 from rig.grammar import IMAGE_TAG_VARIABLE, KEY_VARIABLE
 
 if TYPE_CHECKING:
-    from rig.deploy.recipe import Resolved
+    from rig.deploy.recipe_model import Resolved
 
 MULTINODE_ADDR_VAR = "RIG_DIST_INIT_ADDR"
 # The head's host and rendezvous port apart, for an engine that takes them as two flags (vLLM).
@@ -155,7 +155,7 @@ class Engine:
         default=(), metadata={"doc": "flags rig sets (listening address, key, config, topology, served name): "
                                      "refused in recipes, variants and overlays in every spelling (grammar.owned_flag)"})
     allowed_env: tuple[str, ...] = field(
-        default=(), metadata={"doc": "loader/interpreter hook variables (grammar.HOOK_VARIABLES) this engine may be given; "
+        default=(), metadata={"doc": "loader/interpreter hook variables (env_names.HOOK_VARIABLES) this engine may be given; "
                                      "names or globs"})
     served_name_flag: str | None = field(
         default=None, metadata={"doc": "the flag that sets the served model name from serving.served_model_name; "

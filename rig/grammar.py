@@ -3,16 +3,15 @@
 Each check returns the value or raises ValueError with the reason (pydantic turns that into
 the one-line RigError). Sources: distribution/reference (image names), RFC 3986 (URL paths),
 PEP 508/440 (pip pins), docker/go-units (sizes), compose-go's interpolation (`$`), argparse's
-option matching (engine flags), RE2 (boot-log patterns)."""
+option matching (engine flags). Environment names that are hooks or secrets are in
+rig/env_names.py; boot-log patterns (RE2) in rig/log_patterns.py."""
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 import re
 import unicodedata
-from collections.abc import Collection, Iterable
-from fnmatch import fnmatchcase
+from collections.abc import Iterable
 from typing import Any
 
 # distribution/reference/regexp.go
@@ -248,6 +247,13 @@ def compose_interpolations(text: str) -> list[str]:
     return found
 
 
+def host_env_default(value: str) -> str:
+    """The default of a variable compose reads from the host (rendered as ${NAME:-default})."""
+    if not re.fullmatch(r"[A-Za-z0-9._,:/@+-]*", value):
+        raise ValueError(f"{value!r} is not a plain default (letters, digits, . _ , : / @ + -)")
+    return value
+
+
 # ---- engine flags rig owns -------------------------------------------------------------------
 
 
@@ -290,160 +296,6 @@ def flag_value(args: list[str], flags: Iterable[str]) -> str | None:
         elif index + 1 < len(args):
             value = args[index + 1]
     return value
-
-
-# ---- environment names -----------------------------------------------------------------------
-# Names that make a process load code, or read or write a file it names, before rig's own setup
-# runs: the dynamic loader, interpreters, shells and libraries' plugin and file hooks. A recipe,
-# variant or overlay sets one only where its engine's row allows it (Engine.allowed_env).
-HOOK_VARIABLES: dict[str, str] = {
-    "LD_*": "the dynamic loader reads it (preloaded libraries, library search paths, audit modules)",
-    "GCONV_PATH": "glibc loads conversion modules from it",
-    "GLIBC_TUNABLES": "it changes glibc's own behaviour at load",
-    "PATH": "it picks which python3 and engine executables run",
-    "PYTHON*": "the Python interpreter reads it at start (import paths, startup files, hooks, warnings imports)",
-    "BASH_ENV": "a shell sources the file it names",
-    "ENV": "a shell sources the file it names",
-    "SHELLOPTS": "it changes every shell the entrypoint starts",
-    "BASHOPTS": "it changes every shell the entrypoint starts",
-    "IFS": "it changes how the entrypoint's shell splits words",
-    "PERL5*": "Perl loads modules from it", "PERLLIB": "Perl loads modules from it",
-    "NODE_OPTIONS": "Node loads modules from it", "NODE_PATH": "Node loads modules from it",
-    "RUBYOPT": "Ruby loads libraries from it", "RUBYLIB": "Ruby loads libraries from it",
-    "*_PRELOAD": "it names a library to preload",
-    "CUDA_INJECTION*": "CUDA loads the library it names into the process",
-    "NCCL_*PLUGIN*": "NCCL loads the plugin library it names",
-    "NCCL_*FILE*": "NCCL reads or writes the file it names",
-    "NCCL_*PATH*": "NCCL reads from the path it names",
-}
-# Interpreter settings that change no code path: allowed.
-HARMLESS_VARIABLES = frozenset({"PYTHONUNBUFFERED", "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE",
-                                "PYTHONFAULTHANDLER", "PYTHONIOENCODING", "PYTHONUTF8"})
-
-
-def hook_variable(name: str, allowed: Collection[str] = ()) -> str | None:
-    """Why `name` may not be set by a recipe or an overlay (a loader or interpreter hook), or None.
-    `allowed` holds names or globs the engine's registry row allows."""
-    if name in HARMLESS_VARIABLES or any(fnmatchcase(name, pattern) for pattern in allowed):
-        return None
-    for pattern, why in HOOK_VARIABLES.items():
-        if fnmatchcase(name, pattern):
-            return why
-    return None
-
-
-# A name is secret-looking when it holds one of these words (split at _), ends in one of the
-# others (HF_TOKEN, but not RIG_TOKEN_DELAY_MS or MAX_TOKENS), or has one glued on (MYAPIKEY).
-_SECRET_ANYWHERE = frozenset({"SECRET", "SECRETS", "PASSWORD", "PASSWD", "PASSPHRASE", "APIKEY", "CREDENTIAL",
-                              "CREDENTIALS", "PRIVATE", "COOKIE"})
-_SECRET_LAST = frozenset({"TOKEN", "KEY", "PAT", "AUTH", "SIGNATURE", "DSN", "PASS"})
-_SECRET_SUFFIXES = ("APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD")
-_SECRET_PAIRS = ("API_KEY", "ACCESS_KEY", "AUTH_TOKEN", "ACCESS_TOKEN")
-
-
-def secret_looking(name: str) -> bool:
-    upper = name.upper()
-    words = upper.split("_")
-    return (any(word in _SECRET_ANYWHERE for word in words) or words[-1] in _SECRET_LAST
-            or upper.endswith(_SECRET_SUFFIXES) or any(pair in upper for pair in _SECRET_PAIRS))
-
-
-_CREDENTIALS_IN_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s]+@")  # scheme://user[:password]@host
-
-
-def secret_pair(name: str, value: str) -> bool:
-    """A KEY=VALUE that must not be written down: a secret-looking name, or a value that carries
-    credentials whatever its name (HTTPS_PROXY=http://user:pw@proxy, DATABASE_URL, a DSN's key)."""
-    return secret_looking(name) or _CREDENTIALS_IN_URL.match(value) is not None
-
-
-def host_env_default(value: str) -> str:
-    """The default of a variable compose reads from the host (rendered as ${NAME:-default})."""
-    if not re.fullmatch(r"[A-Za-z0-9._,:/@+-]*", value):
-        raise ValueError(f"{value!r} is not a plain default (letters, digits, . _ , : / @ + -)")
-    return value
-
-
-# ---- boot-log patterns -----------------------------------------------------------------------
-# Boot checks scan whole server logs with these. They compile with RE2 (google-re2), which
-# matches in time linear in the log: no pattern backtracks, whatever its shape. What is left to
-# bound is the compiled program (stacked `.{0,999}` multiply it), its memory, and the length.
-REGEX_MAX_LENGTH = 200
-REGEX_MAX_PROGRAM = 2000  # RE2 instructions; `.{0,100}` is about 900, `\p{L}` 1,200, `.{0,999}` 9,000
-REGEX_MAX_MEMORY = 8 << 20
-
-
-def _re2_options() -> Any:
-    import re2
-
-    options = re2.Options()
-    options.max_mem = REGEX_MAX_MEMORY
-    options.log_errors = False  # RE2 would print every refused pattern on stderr
-    return options
-
-
-def _inline_global_flags(pattern: str) -> str | None:
-    """The first `(?flags)` group (flags for the rest of the pattern, not a scoped `(?i:...)`)."""
-    index, length, in_class = 0, len(pattern), False
-    while index < length:
-        char = pattern[index]
-        if pattern.startswith("\\Q", index):  # RE2's literal text, up to \E
-            end = pattern.find("\\E", index + 2)
-            index = length if end < 0 else end + 2
-            continue
-        if char == "\\":
-            index += 2
-            continue
-        if in_class:
-            if pattern.startswith("[:", index):
-                end = pattern.find(":]", index + 2)
-                index = index + 1 if end < 0 else end + 2
-                continue
-            in_class = char != "]"
-            index += 1
-            continue
-        if char == "[":
-            index += 1 + pattern.startswith("^", index + 1)
-            index += pattern.startswith("]", index)  # a ] first in a class is literal
-            in_class = True
-            continue
-        flags = re.match(r"\(\?[A-Za-z-]*\)", pattern[index:])
-        if flags:
-            return flags.group(0)
-        index += 1
-    return None
-
-
-def safe_regex(pattern: str) -> str:
-    """A boot-log pattern RE2 compiles, short, with a bounded program and no global inline flags
-    (they would change how rig's own wrapping matches, and Python's `re` rejects them mid-pattern)."""
-    import re2
-
-    if len(pattern) > REGEX_MAX_LENGTH:
-        raise ValueError(f"regex of {len(pattern)} characters is longer than {REGEX_MAX_LENGTH}")
-    flags = _inline_global_flags(pattern)
-    if flags:
-        raise ValueError(f"regex {pattern!r}: the inline flag group {flags} applies to the whole pattern; "
-                         f"scope it, e.g. (?i:text)")
-    if "\\C" in pattern.replace("\\\\", ""):
-        raise ValueError(f"regex {pattern!r}: \\C matches single bytes inside characters; use .")
-    try:
-        compiled = re2.compile(pattern, _re2_options())
-    except re2.error as error:
-        reason = error.args[0].decode(errors="replace") if error.args and isinstance(error.args[0], bytes) else str(error)
-        raise ValueError(f"regex {pattern!r} does not compile with RE2, the linear-time engine boot checks use: {reason}") from None
-    if compiled.programsize > REGEX_MAX_PROGRAM:
-        raise ValueError(f"regex {pattern!r} compiles to {compiled.programsize} RE2 instructions, more than "
-                         f"{REGEX_MAX_PROGRAM} (large bounded repeats like .{{0,999}} multiply it)")
-    return pattern
-
-
-@functools.lru_cache(maxsize=256)
-def compile_regex(pattern: str, multiline: bool = False) -> Any:
-    """A checked pattern compiled with RE2 (multiline: ^ and $ match at every line)."""
-    import re2
-
-    return re2.compile(("(?m)" if multiline else "") + f"(?:{safe_regex(pattern)})", _re2_options())
 
 
 # Load-test names (scenarios, prompt sets, traces, conversation files) become directory and file

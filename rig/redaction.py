@@ -6,7 +6,7 @@ value: the adapter registry's gates and settings (what an arm toggles), the reci
 keys (already public in the committed recipe) and rig's image-tag selector. Every other value
 becomes REDACTED in boot records, state, compose overrides, provenance and comparisons; the
 server still receives the real value through its process environment. A secret-looking name
-(grammar.secret_looking: HF_TOKEN, *_API_KEY, ...) is never recorded by value, whatever a
+(env_names.secret_looking: HF_TOKEN, *_API_KEY, ...) is never recorded by value, whatever a
 recipe or the registry declares.
 """
 
@@ -35,7 +35,7 @@ def registry_keys() -> frozenset[str]:
 def recordable_keys(resolved: Resolved | None = None) -> frozenset[str]:
     """Names recorded by value: registry gates/settings, rig's variables and, given a resolved
     recipe, every env key the recipe (and its variant) sets itself."""
-    from rig.grammar import secret_looking
+    from rig.env_names import secret_looking
 
     keys = registry_keys() | RIG_VARIABLES
     if resolved is not None:

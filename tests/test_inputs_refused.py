@@ -18,6 +18,7 @@ from conftest import REPO, rig_cli, set_field
 
 from rig import grammar
 from rig.deploy.recipe import parse_recipe
+from rig.env_names import secret_looking
 from rig.errors import RigError
 
 # What rig's validate and render could write: the rendered files, results, the up-state, recipes.
@@ -281,7 +282,7 @@ def test_secret_looking_names_stay_redacted_whatever_the_recipe_says():
     assert "HF_TOKEN" not in allowed and "WANDB_API_KEY" not in allowed and "OMP_NUM_THREADS" in allowed
     overlay = {"HF_TOKEN": "hf_planted", "WANDB_API_KEY": "wb_planted", "RIG_TOKEN_DELAY_MS": "5"}
     assert redact_for(sneaky, overlay) == {"HF_TOKEN": REDACTED, "WANDB_API_KEY": REDACTED, "RIG_TOKEN_DELAY_MS": "5"}
-    assert not any(grammar.secret_looking(key) for key in recordable_keys())  # the adapter registry's names
+    assert not any(secret_looking(key) for key in recordable_keys())  # the adapter registry's names
 
 
 @pytest.mark.parametrize("flag,value,expected", [
@@ -317,7 +318,8 @@ def test_an_adapter_gate_in_rigs_own_environment_is_refused_for_a_native_boot(tm
 
 def test_a_gate_given_in_the_overlay_is_not_an_inherited_one():
     from rig.compare.arms import parse_arm
-    from rig.deploy.recipe import load, refuse_inherited_gates
+    from rig.deploy.recipe import load
+    from rig.deploy.recipe_owned import refuse_inherited_gates
 
     resolved = load("tiny-cpu")
     refuse_inherited_gates(resolved, {"RIG_TOKEN_DELAY_MS": "5"}, {"RIG_TOKEN_DELAY_MS": "5", "HOME": "/root"})
@@ -830,7 +832,7 @@ def test_compose_override_brackets_an_ipv6_bind_and_compose_accepts_it(tmp_path)
 def test_regex_patterns_run_in_linear_time_on_adversarial_logs():
     """(a+)+$ and (x|xy)*z backtrack exponentially in Python's re; under RE2 they are plain patterns."""
     from rig.boot.checks import check_log
-    from rig.deploy.recipe import BootLog
+    from rig.deploy.recipe_model import BootLog
 
     line = "a" * 200_000 + "!"
     done = threading.Event()
@@ -1175,7 +1177,7 @@ def test_an_arm_naming_a_rig_variable_nothing_reads_is_refused_with_the_name_it_
 
 
 def test_names_outside_rigs_namespaces_and_every_gate_and_setting_pass():
-    from rig.deploy.recipe import unread_rig_name
+    from rig.deploy.recipe_owned import unread_rig_name
     from rig_adapters.registry import REGISTRY
 
     for spec in REGISTRY:

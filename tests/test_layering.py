@@ -151,7 +151,32 @@ def test_the_pin_store_is_apart_from_the_rehearsal():
     """render, build and pin read the lab's pins; only the rehearsal builds on them."""
     for module in ("rig.deploy.render", "rig.deploy.build", "rig.deploy.pin"):
         assert "rig.deploy.pins" in GRAPH[module] and "rig.boot.rehearse" not in GRAPH[module]
-    assert GRAPH["rig.deploy.pins"] <= {"rig.atomic", "rig.deploy.recipe", "rig.paths", "rig.strict_yaml"}
+    assert GRAPH["rig.deploy.pins"] <= {"rig.atomic", "rig.deploy.recipe_model", "rig.paths", "rig.strict_yaml"}
+
+
+# Modules split by subject, lowest layer first: each imports the one below it and none above it.
+SPLIT_LAYERS = [
+    ("rig.deploy.recipe_model", "rig.deploy.recipe_owned", "rig.deploy.recipe"),  # schema, what rig owns, reading a file
+    ("rig.load.peers.common", "rig.load.peers.vllm", "rig.load.peers"),  # one module per peer format, under the commands
+    ("rig.load.peers.common", "rig.load.peers.aiperf", "rig.load.peers"),
+    ("rig.loadrun.locust_run", "rig.loadrun.runner"),  # the Locust processes, under the run
+    ("rig.loadrun.writeup", "rig.loadrun.runner"),  # what the run's files yield, under the run
+    ("rig.testing.step_engine", "rig.testing.timed_server"),
+]
+
+
+@pytest.mark.parametrize("layers", SPLIT_LAYERS, ids=lambda layers: layers[-2])
+def test_split_modules_import_only_downward(layers):
+    for lower, upper in zip(layers, layers[1:]):
+        assert lower in GRAPH[upper], (upper, lower)
+    for index, module in enumerate(layers):
+        assert not GRAPH[module] & set(layers[index + 1:]), module
+
+
+@pytest.mark.parametrize("module", ["rig.grammar", "rig.env_names", "rig.log_patterns"])
+def test_the_grammars_import_nothing_of_rig(module):
+    """Grammars are leaves: every reader of rig's inputs may use them without pulling in the rest."""
+    assert GRAPH[module] == set()
 
 
 def test_the_readme_documents_every_exit_code():
@@ -191,7 +216,7 @@ def test_the_test_servers_are_imported_by_nothing_in_the_product():
     """rig/testing/ holds servers with known timing for the tests and benchmarks: neither rig outside
     it nor the Locust file (loadtests/) imports it."""
     testing = {module for module in GRAPH if module == "rig.testing" or module.startswith("rig.testing.")}
-    assert testing >= {"rig.testing.timed_server", "rig.testing.toy_lm"}
+    assert testing >= {"rig.testing.timed_server", "rig.testing.step_engine", "rig.testing.toy_lm"}
     importers = [module for module, targets in GRAPH.items() if targets & testing and module not in testing]
     for path in sorted((REPO / "loadtests").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):

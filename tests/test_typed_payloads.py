@@ -87,9 +87,9 @@ ALLOWED = {
     "rig.chat.stream_chat": "`extra`: request fields passed through to the server as given",
     "rig.load.sse.StreamScan.usage": "the server's usage object as it sent it (RequestRecord.usage holds it as JSON)",
     "rig.loadrun.attach.detect_engine": "the server's /v1/models answer",
-    "rig.load.peers.vllm_result": "vLLM's result JSON: another tool's format, written as that tool reads it",
-    "rig.load.peers.aiperf_records": "AIPerf's profile_export.jsonl rows: another tool's format",
-    "rig.load.peers.aiperf_aggregate": "AIPerf's profile_export_aiperf.json: another tool's format",
+    "rig.load.peers.vllm.vllm_result": "vLLM's result JSON: another tool's format, written as that tool reads it",
+    "rig.load.peers.aiperf.aiperf_records": "AIPerf's profile_export.jsonl rows: another tool's format",
+    "rig.load.peers.aiperf.aiperf_aggregate": "AIPerf's profile_export_aiperf.json: another tool's format",
     "rig.observe.jsonl.append": "raw telemetry lines, written and read by the observe module that samples them",
     "rig.observe.jsonl.read": "raw telemetry lines, written and read by the observe module that samples them",
     "rig.observe.gpu.read_gpu": "one NVML reading, a raw sample line of gpu-samples.jsonl (read back in rig.observe.gpu)",
@@ -157,7 +157,7 @@ def test_the_files_the_locust_processes_share_are_cheap_to_import():
     """The locustfile imports these on every Locust process, remote workers included."""
     code = ("import sys, rig.load.wire, rig.load.records, rig.load.workload, rig.client, rig.load.sse; "
             "print(sorted(m for m in ('numpy', 'scipy', 'yaml', 'torch', 'transformers', 'matplotlib', 'requests', 'docker', "
-            "'rig.deploy.recipe', 'rig.load.scenarios') if m in sys.modules))")
+            "'rig.deploy.recipe', 'rig.deploy.recipe_model', 'rig.load.scenarios') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert result.stdout.strip() == "[]", result.stdout
 

@@ -19,9 +19,10 @@ from typing import Any
 from pydantic import Field
 
 from rig.boot.record import BootRecord
-from rig.deploy.recipe import BootLog, Resolved
+from rig.deploy.recipe import Resolved
+from rig.deploy.recipe_model import BootLog
 from rig.engines import ENGINES
-from rig.grammar import compile_regex
+from rig.log_patterns import compile_regex
 from rig.observe.fingerprint import read_manifest
 from rig.typed import Typed
 from rig_adapters.gates import gate_is_on
@@ -69,7 +70,7 @@ def derived_boot_log(expectations: dict[str, bool]) -> BootLog:
 
 
 def check_log(text: str, boot_log: BootLog) -> tuple[list[str], list[str]]:
-    """Patterns run with RE2 (rig/grammar.py): linear in the log, whatever the pattern. A forbid
+    """Patterns run with RE2 (rig/log_patterns.py): linear in the log, whatever the pattern. A forbid
     pattern reports the whole line it matched in (^ and $ match at each line)."""
     missing = [pattern for pattern in boot_log.must if not compile_regex(pattern).search(text)]
     forbidden = []

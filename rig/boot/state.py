@@ -15,7 +15,8 @@ from rig import grammar, paths
 from rig.atomic import write_text_atomic
 from rig.boot.base import BootFailed, driver_named
 from rig.boot.record import BOOT_ID, BootRecord
-from rig.deploy.recipe import Resolved, check_overlay
+from rig.deploy.recipe import Resolved
+from rig.deploy.recipe_owned import check_overlay
 from rig.errors import RigError
 from rig.redaction import redact_for
 

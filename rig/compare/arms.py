@@ -8,9 +8,12 @@ from collections.abc import Mapping
 
 from pydantic import Field, ValidationError, ValidationInfo, field_serializer, model_validator
 
-from rig.deploy.recipe import AdapterUse, Resolved, Variant, check_overlay, check_semantics, load, parse_recipe, recipe_path
+from rig.deploy.recipe import Resolved, check_semantics, load, parse_recipe, recipe_path
+from rig.deploy.recipe_model import AdapterUse, Variant
+from rig.deploy.recipe_owned import check_overlay
+from rig.env_names import secret_pair
 from rig.errors import Invalid, RigError
-from rig.grammar import IMAGE_TAG_VARIABLE, secret_pair
+from rig.grammar import IMAGE_TAG_VARIABLE
 from rig.redaction import REDACTED
 from rig.typed import STORED, Spec, first_problem
 

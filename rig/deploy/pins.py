@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from rig.atomic import write_text_atomic
-from rig.deploy.recipe import BaseImage
+from rig.deploy.recipe_model import BaseImage
 from rig.paths import REPO_ROOT
 from rig.strict_yaml import load_yaml_file
 

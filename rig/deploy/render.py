@@ -17,7 +17,8 @@ from rig.atomic import write_files_atomic
 from rig.deploy import k8s
 from rig.deploy.container import IMAGE_MANIFEST_DIR, api_key_command, file_stem, image_name
 from rig.deploy.pins import is_lab_image
-from rig.deploy.recipe import Recipe, Resolved, check_rig_owned, parse_recipe
+from rig.deploy.recipe import Recipe, Resolved, parse_recipe
+from rig.deploy.recipe_owned import check_rig_owned
 from rig.engines import MULTINODE_ADDR_VAR, NO_NETWORK_ENV, server_argv
 from rig.errors import RigError
 from rig.paths import REPO_ROOT

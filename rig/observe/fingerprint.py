@@ -119,8 +119,8 @@ def host_fingerprint(image_id: str | None = None, image_digests: list[str] | Non
 
 
 def communication_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """NCCL/GLOO/CUDA device settings by value; a secret-looking one (grammar.secret_looking) redacted."""
-    from rig.grammar import secret_looking
+    """NCCL/GLOO/CUDA device settings by value; a secret-looking one (env_names.secret_looking) redacted."""
+    from rig.env_names import secret_looking
     from rig.redaction import REDACTED
 
     environ = os.environ if environ is None else environ

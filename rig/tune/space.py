@@ -31,7 +31,8 @@ from pydantic import Field, ValidationError
 from rig import grammar
 from rig.compare.arms import Arm, parse_arm
 from rig.compare.design import MAX_ARMS
-from rig.deploy.recipe import Resolved, Variant, check_semantics, load
+from rig.deploy.recipe import Resolved, check_semantics, load
+from rig.deploy.recipe_model import Variant
 from rig.errors import Invalid, RigError
 from rig.load.figures import HEADLINE, LATENCY, NEEDS_TWO_TOKENS, USER_DECODE
 from rig.load.scenarios import Scenario, load_scenario

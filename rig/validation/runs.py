@@ -26,7 +26,7 @@ from rig.load.metrics import client_lag, client_verdict, responsive_end, steady_
 from rig.load.records import read_records
 from rig.load.scenarios import load_scenario
 from rig.load.summary import RunSummary
-from rig.loadrun.runner import GPU_SAMPLES, SERVER_METRICS, read_clients, read_dispatcher, read_window_events, token_agreement
+from rig.loadrun.writeup import GPU_SAMPLES, SERVER_METRICS, read_clients, read_dispatcher, read_window_events, token_agreement
 from rig.observe.gpu import summarize_gpu_samples
 from rig.observe.server_metrics import summarize_server_metrics
 from rig.strict_yaml import load_json_file

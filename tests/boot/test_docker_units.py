@@ -11,7 +11,8 @@ import yaml
 
 import rig.deploy.pins as lab
 from rig.deploy.build import context_size
-from rig.deploy.recipe import EngineName, load
+from rig.deploy.recipe import load
+from rig.deploy.recipe_model import EngineName
 from rig.deploy.render import render_compose, render_dockerfile
 from rig.engines import ENGINES, engine
 from rig.paths import REPO_ROOT

@@ -21,7 +21,8 @@ from rig.load.prompts import FixedPrompts, TokenCounter
 from rig.load.scenarios import Scenario
 from rig.load.summary import SUMMARY_SCHEMA
 from rig.load.wire import LAG_PROBE_KERNEL, Prompt, dispatch_wait
-from rig.loadrun.runner import LoadTarget, read_clients, read_dispatcher, run_scenario
+from rig.loadrun.runner import LoadTarget, run_scenario
+from rig.loadrun.writeup import read_clients, read_dispatcher
 
 pytestmark = pytest.mark.timed  # Locust against the timed server, held to its known timing
 

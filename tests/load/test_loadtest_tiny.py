@@ -14,7 +14,8 @@ import pytest
 
 from rig.load.prompts import TokenCounter, build_prompts
 from rig.load.scenarios import load_scenario, scenario_names
-from rig.loadrun.runner import LocustRun, run_scenario, workload_config
+from rig.loadrun.locust_run import LocustRun
+from rig.loadrun.runner import run_scenario, workload_config
 from rig.loadrun.session import run_scenarios
 
 pytestmark = pytest.mark.e2e

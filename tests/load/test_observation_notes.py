@@ -11,7 +11,7 @@ from simulated_runs import round_result, simulate_round
 from rig.load.records import RequestRecord
 from rig.load.report import notes
 from rig.load.summary import Observations, TokenAgreement
-from rig.loadrun.runner import token_agreement
+from rig.loadrun.writeup import token_agreement
 from rig.observe.gpu import GpuSummary
 from rig.observe.server_metrics import ServerFigure, ServerMetrics
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from rig.testing.timed_server import StepEngine, StepStream
+from rig.testing.step_engine import StepEngine, StepStream
 
 
 def test_a_stream_whose_client_went_gets_no_more_chunks_and_is_released():

@@ -83,7 +83,8 @@ def test_the_race_drops_the_delayed_candidates_and_writes_its_answer_first(tmp_p
 def test_the_winner_variant_is_a_variant_the_recipe_accepts(tmp_path):
     import yaml
 
-    from rig.deploy.recipe import Variant, check_semantics, load
+    from rig.deploy.recipe import check_semantics, load
+    from rig.deploy.recipe_model import Variant
 
     plan = _plan()
     plan.write(tmp_path)
@@ -114,7 +115,8 @@ def test_a_gpu_winner_is_written_as_a_variant_that_boots_what_the_race_booted(sp
     server arguments and adapter gates: resolved, it is what the race booted."""
     import yaml
 
-    from rig.deploy.recipe import Variant, check_semantics, load
+    from rig.deploy.recipe import check_semantics, load
+    from rig.deploy.recipe_model import Variant
     from rig.tune.result import winner_variant
     from rig.tune.space import resolve
 

@@ -28,7 +28,7 @@ from rig.load.records import RequestRecord, read_records  # noqa: E402
 from rig.load.scenarios import load_scenario  # noqa: E402
 from rig.load.summary import RunSummary, Window  # noqa: E402
 from rig.load.wire import ClientStats  # noqa: E402
-from rig.loadrun.runner import read_clients, read_dispatcher, read_window_events  # noqa: E402
+from rig.loadrun.writeup import read_clients, read_dispatcher, read_window_events  # noqa: E402
 from rig.validation.evidence import unpack  # noqa: E402
 
 GOLDEN = HERE / "golden_bounds.json"
