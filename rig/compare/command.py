@@ -12,10 +12,11 @@ from rig.boot.state import refuse_if_port_taken, refuse_if_up
 from rig.compare.arms import check_arms, parse_arm
 from rig.compare.conditions import accept_fingerprint_problem
 from rig.compare.design import DEFAULT_BOOTS, DEFAULT_ROUND_S, DEFAULT_ROUNDS, MAX_ARMS, MAX_PAIRS
+from rig.compare.entries import finished_boots
 from rig.compare.model import ComparePlan
 from rig.compare.output import write_report
 from rig.compare.report import Analysis, analyze
-from rig.compare.run import compare_root, finished_boots, run_compare
+from rig.compare.run import compare_root, run_compare
 from rig.compare.sequential import Decision, UntilDecided
 from rig.compare.stats import MIN_PAIRS_FOR_TARGET
 from rig.deploy.recipe import load, split_ref
