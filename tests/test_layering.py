@@ -131,6 +131,12 @@ def test_the_comparison_runs_its_load_through_the_session_not_the_loadtest_comma
     assert "rig.loadrun.session" in GRAPH["rig.compare.run"]
 
 
+def test_the_boot_schedule_boots_nothing_and_reads_no_file():
+    """rig.compare.schedule is the boot order as a state machine: it reads the plan's types and nothing
+    that boots, loads or reads a comparison's directory (rig.compare.run executes its jobs)."""
+    assert GRAPH["rig.compare.schedule"] <= {"rig.compare.arms", "rig.compare.model", "rig.compare.sequential"}
+
+
 def test_the_locust_client_is_imported_by_nothing_else_in_rig():
     """rig.load.client imports Locust, which patches the standard library with gevent on import: only
     the Locust file (loadtests/locustfile.py) loads it."""
