@@ -63,6 +63,28 @@ def walk(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.ArgumentPa
 
 # ---- option groups several commands take, each declared once ----
 
+RECIPE_HELP = "a recipe name (recipes/<name>.yaml), or name:variant; `rig validate` lists them"
+
+
+def recipe_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("recipe", help=RECIPE_HELP)
+
+
+def no_keep_text(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-keep-text", action="store_true", help="keep no output text in the records (only hashes); "
+                        "the coherence checks then have nothing to read")
+
+
+def keep_text(args: argparse.Namespace) -> None:
+    """--no-keep-text, for every run this command makes (they read it from the environment)."""
+    if args.no_keep_text:
+        import os
+
+        from rig.loadrun.runner import KEEP_TEXT_ENV
+
+        os.environ[KEEP_TEXT_ENV] = "0"
+
+
 def size_and_workers(parser: argparse.ArgumentParser) -> None:
     """--small/--full set `small` (True, False, or None: the recipe's default) and --workers."""
     from rig.load.bounds import MAX_WORKERS
