@@ -85,6 +85,22 @@ def keep_text(args: argparse.Namespace) -> None:
         os.environ[KEEP_TEXT_ENV] = "0"
 
 
+@dataclass(frozen=True)
+class LoadOptions:
+    """--small/--full and --workers as one value (size_and_workers declares them; `of` reads them)."""
+
+    small: bool | None = None  # scaled-down sizes; None: the recipe's default
+    workers: int | None = None  # Locust worker processes for distributed scenarios; None: cores - 1
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> LoadOptions:
+        return cls(small=args.small, workers=args.workers)
+
+    def sized(self, recipe_default: bool) -> bool:
+        """--small or --full where given, else the recipe's own default (small for a CPU recipe)."""
+        return recipe_default if self.small is None else self.small
+
+
 def size_and_workers(parser: argparse.ArgumentParser) -> None:
     """--small/--full set `small` (True, False, or None: the recipe's default) and --workers."""
     from rig.load.bounds import MAX_WORKERS

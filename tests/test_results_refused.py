@@ -362,8 +362,9 @@ def test_a_run_note_with_an_impossible_settle_time_is_refused_in_one_line(tmp_pa
 def test_an_interrupted_comparison_says_where_its_boots_are_and_how_to_resume(results_dir, monkeypatch, capsys):
     import pytest
 
+    from rig.cli_args import LoadOptions
     from rig.compare import run as compare_run
-    from rig.compare.command import compare
+    from rig.compare.command import CompareRequest, compare
 
     class Interrupting:  # Ctrl-C while the first boot starts
         def up(self, resolved, overlay, **kwargs):
@@ -371,8 +372,8 @@ def test_an_interrupted_comparison_says_where_its_boots_are_and_how_to_resume(re
 
     monkeypatch.setattr(compare_run, "driver_for", lambda resolved: Interrupting())
     with pytest.raises(KeyboardInterrupt):
-        compare("tiny-cpu", ["a:RIG_TOKEN_DELAY_MS=0", "b:RIG_TOKEN_DELAY_MS=1"], None, 1, 1, None, True, None, None,
-                progress=False, burn_in=False)
+        compare(CompareRequest("tiny-cpu", ["a:RIG_TOKEN_DELAY_MS=0", "b:RIG_TOKEN_DELAY_MS=1"], boots=1, rounds=1,
+                               load=LoadOptions(small=True), burn_in=False), progress=False)
     out = next((results_dir / "compare").iterdir())
     err = capsys.readouterr().err  # its one boot was interrupted while starting: nothing finished, the plan is kept
     assert f"compare: stopped before any boot finished; its plan is kept in {out}: run the same command with --resume {out}" in err, err

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from rig.cli_args import (
     Command,
+    LoadOptions,
     amount,
     count,
     fingerprint_glob,
@@ -16,16 +18,27 @@ from rig.cli_args import (
     window_seconds,
 )
 
+if TYPE_CHECKING:  # imported when the command runs: `rig --help` stays cheap
+    from rig.compare.command import CompareRequest
+
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from rig.compare.command import compare, exit_status
 
     keep_text(args)
-    _, analysis = compare(args.recipe, args.arm, args.control, args.boots, args.rounds, args.scenario, args.small,
-                          args.workers, args.resume, duration_s=args.duration, target_pct=args.target,
-                          max_boots=args.max_boots, goodput=args.goodput, accept_fingerprint=args.accept_fingerprint,
-                          cold_caches=args.cold_caches, burn_in=not args.no_burn_in, port=args.port, driver=args.driver)
+    _, analysis = compare(compare_request(args))
     return exit_status(analysis)
+
+
+def compare_request(args: argparse.Namespace) -> CompareRequest:
+    """The comparison `rig compare`'s options ask for, built once from them."""
+    from rig.compare.command import CompareRequest
+
+    return CompareRequest(recipe=args.recipe, arms=args.arm, control=args.control, boots=args.boots, rounds=args.rounds,
+                          scenarios=args.scenario, load=LoadOptions.of(args), resume=args.resume, duration_s=args.duration,
+                          target_pct=args.target, max_boots=args.max_boots, goodput=args.goodput,
+                          accept_fingerprint=args.accept_fingerprint or [], cold_caches=args.cold_caches,
+                          burn_in=not args.no_burn_in, port=args.port, driver=args.driver)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

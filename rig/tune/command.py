@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from rig import paths
-from rig.cli_args import Command, amount, count, size_and_workers, window_seconds
+from rig.cli_args import Command, LoadOptions, amount, count, size_and_workers, window_seconds
 from rig.errors import Invalid, NotFound, RigError
 from rig.exits import Exit
 
@@ -91,7 +91,7 @@ def tune(args: argparse.Namespace) -> int:
                        f"pass --max-boots {FIRST_LOOK * len(space.candidates)} or more, or race fewer candidates")
     resolved = load(name)
     headline = HEADLINE[scenario.kind]
-    small = default_small(resolved) if args.small is None else args.small
+    small = LoadOptions.of(args).sized(default_small(resolved))
     rounds = args.max_rounds
     try:
         plan = RacePlan(recipe=name, scenario=args.scenario, space=args.space, candidates=space.candidates,
