@@ -124,6 +124,8 @@ class BootScheduler:
         return index < len(order) and order[index][0] != BURN_IN_BLOCK
 
     def next(self) -> Step:
+        """The next step: the first position of the order with no boot of its own (the same job again
+        until `done` reports it), else what the order's end asks for."""
         if self.pending is not None:
             return self.pending
         order = self.plan.order()
