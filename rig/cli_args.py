@@ -63,6 +63,44 @@ def walk(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.ArgumentPa
 
 # ---- option groups several commands take, each declared once ----
 
+RECIPE_HELP = "a recipe name (recipes/<name>.yaml), or name:variant; `rig validate` lists them"
+
+
+def recipe_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("recipe", help=RECIPE_HELP)
+
+
+def no_keep_text(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-keep-text", action="store_true", help="keep no output text in the records (only hashes); "
+                        "the coherence checks then have nothing to read")
+
+
+def keep_text(args: argparse.Namespace) -> None:
+    """--no-keep-text, for every run this command makes (they read it from the environment)."""
+    if args.no_keep_text:
+        import os
+
+        from rig.loadrun.runner import KEEP_TEXT_ENV
+
+        os.environ[KEEP_TEXT_ENV] = "0"
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """--small/--full and --workers as one value (size_and_workers declares them; `of` reads them)."""
+
+    small: bool | None = None  # scaled-down sizes; None: the recipe's default
+    workers: int | None = None  # Locust worker processes for distributed scenarios; None: cores - 1
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> LoadOptions:
+        return cls(small=args.small, workers=args.workers)
+
+    def sized(self, recipe_default: bool) -> bool:
+        """--small or --full where given, else the recipe's own default (small for a CPU recipe)."""
+        return recipe_default if self.small is None else self.small
+
+
 def size_and_workers(parser: argparse.ArgumentParser) -> None:
     """--small/--full set `small` (True, False, or None: the recipe's default) and --workers."""
     from rig.load.bounds import MAX_WORKERS

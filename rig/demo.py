@@ -27,7 +27,8 @@ import time
 from rig.boot import driver_for
 from rig.boot.state import refuse_if_port_taken
 from rig.chat import stream_chat
-from rig.compare.command import compare, exit_status
+from rig.cli_args import LoadOptions
+from rig.compare.command import CompareRequest, compare, exit_status
 from rig.compare.report import Analysis
 from rig.compare.sequential import Decision, UntilDecided, interval_text
 from rig.deploy.recipe import load
@@ -92,9 +93,9 @@ def run_demo(port: int | None = None, verbose: bool = False) -> int:
           f"rounds of {DEMO_ROUND_S:g} s per boot\nstopping rule: {DEMO_RULE.statement()}")
     if verbose:
         print(COMPARE_FIELDS)
-    out, analysis = compare(DEMO_RECIPE, DEMO_ARMS, None, boots=DEMO_RULE.first, rounds=DEMO_ROUNDS,
-                            scenarios=DEMO_SCENARIOS, small=True, workers=None, resume=None, duration_s=DEMO_ROUND_S,
-                            port=port, until=DEMO_RULE, show_report=verbose, steps=verbose)
+    request = CompareRequest(recipe=DEMO_RECIPE, arms=DEMO_ARMS, boots=DEMO_RULE.first, rounds=DEMO_ROUNDS,
+                             scenarios=DEMO_SCENARIOS, load=LoadOptions(small=True), duration_s=DEMO_ROUND_S, port=port)
+    out, analysis = compare(request, until=DEMO_RULE, show_report=verbose, steps=verbose)
     decision = Decision.read(out)
     code = exit_status(analysis, decision)  # as `rig compare` would: a void or no-data comparison is no demonstration
     answer = verdict_line(analysis, decision, code)

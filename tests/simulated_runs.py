@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from rig.compare.arms import Arm, boot_order
+from rig.compare.measure import run_result
 from rig.compare.model import BootEntry, ComparePlan, RunResult
-from rig.compare.run import run_result
 from rig.load.metrics import steady_window, summarize
 from rig.load.provenance import ClientSetup, Provenance, ScenarioRun
 from rig.load.records import RequestRecord

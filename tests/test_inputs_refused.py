@@ -1032,8 +1032,9 @@ def test_a_resume_whose_port_another_server_holds_is_refused_and_leaves_no_marke
     read as a server of ours to stop."""
     import socket
 
+    from rig.cli_args import LoadOptions
     from rig.compare.arms import parse_arm
-    from rig.compare.command import compare
+    from rig.compare.command import CompareRequest, compare
     from rig.compare.model import ComparePlan
 
     monkeypatch.setenv("RIG_RESULTS_DIR", str(tmp_path / "results"))
@@ -1047,8 +1048,8 @@ def test_a_resume_whose_port_another_server_holds_is_refused_and_leaves_no_marke
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         with pytest.raises(RigError, match="already in use"):
-            compare("tiny-cpu", arms, None, 1, 1, ["prose-c1"], True, None, str(out), progress=False, duration_s=2.0,
-                    port=holder.getsockname()[1])
+            compare(CompareRequest("tiny-cpu", arms, boots=1, rounds=1, scenarios=["prose-c1"], load=LoadOptions(small=True),
+                                   resume=str(out), duration_s=2.0, port=holder.getsockname()[1]), progress=False)
     assert not list(out.glob("boots/*.in-progress.json")) and not (tmp_path / "state").exists()
 
 

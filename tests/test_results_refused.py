@@ -132,7 +132,8 @@ def test_an_entry_of_another_arm_or_with_a_nan_figure_is_kept_aside_and_redone(t
 
     calls = []
 
-    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False, port=None):
+    def fake_boot(job, setup):
+        index, block, arm = job.index, job.block, job.arm
         calls.append(index)
         return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1,
                          rounds=[{"prose-c1": RunResult(scenario="prose-c1", dir="", figures={"user_decode_tok_s": 100.0}, problems=[])}])
@@ -160,7 +161,8 @@ def _comparison_with_two_boots(out: Path, monkeypatch) -> tuple[ComparePlan, lis
 
     calls: list[int] = []
 
-    def fake_boot(plan, index, block, arm, out_dir, progress, burn_in=False, arms=None, redo_if_compiled=False, port=None):
+    def fake_boot(job, setup):
+        index, block, arm, out_dir = job.index, job.block, job.arm, setup.out
         calls.append(index)
         run_dir = out_dir / "runs" / f"{index:02d}-{arm.name}" / "attempt-1" / "prose-c1"
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -208,8 +210,8 @@ def test_a_resumed_entry_whose_round_lies_outside_the_comparison_is_kept_aside_a
 
 
 def test_an_imported_entry_of_an_arm_the_plan_does_not_have_is_left_out(tmp_path, monkeypatch, capsys):
+    from rig.compare.entries import all_entries
     from rig.compare.model import IMPORTED_INDEX
-    from rig.compare.run import all_entries
     from rig.compare.trust import held_to_plan
     from rig.errors import Damaged
 
@@ -360,8 +362,9 @@ def test_a_run_note_with_an_impossible_settle_time_is_refused_in_one_line(tmp_pa
 def test_an_interrupted_comparison_says_where_its_boots_are_and_how_to_resume(results_dir, monkeypatch, capsys):
     import pytest
 
+    from rig.cli_args import LoadOptions
     from rig.compare import run as compare_run
-    from rig.compare.command import compare
+    from rig.compare.command import CompareRequest, compare
 
     class Interrupting:  # Ctrl-C while the first boot starts
         def up(self, resolved, overlay, **kwargs):
@@ -369,8 +372,8 @@ def test_an_interrupted_comparison_says_where_its_boots_are_and_how_to_resume(re
 
     monkeypatch.setattr(compare_run, "driver_for", lambda resolved: Interrupting())
     with pytest.raises(KeyboardInterrupt):
-        compare("tiny-cpu", ["a:RIG_TOKEN_DELAY_MS=0", "b:RIG_TOKEN_DELAY_MS=1"], None, 1, 1, None, True, None, None,
-                progress=False, burn_in=False)
+        compare(CompareRequest("tiny-cpu", ["a:RIG_TOKEN_DELAY_MS=0", "b:RIG_TOKEN_DELAY_MS=1"], boots=1, rounds=1,
+                               load=LoadOptions(small=True), burn_in=False), progress=False)
     out = next((results_dir / "compare").iterdir())
     err = capsys.readouterr().err  # its one boot was interrupted while starting: nothing finished, the plan is kept
     assert f"compare: stopped before any boot finished; its plan is kept in {out}: run the same command with --resume {out}" in err, err
@@ -380,7 +383,7 @@ def test_an_unreadable_in_progress_marker_stops_nothing_and_says_so(results_dir,
     """Which boot a marker of another schema meant cannot be told: no server is stopped on a guess,
     and the note says what to check."""
     from rig.compare.arms import parse_arm
-    from rig.compare.run import stop_leftover
+    from rig.compare.entries import stop_leftover
 
     arm = parse_arm("a:RIG_TOKEN_DELAY_MS=0")
     (tmp_path / "boots").mkdir()

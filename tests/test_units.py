@@ -436,11 +436,11 @@ def test_a_results_directory_that_is_a_file_is_refused_in_one_line_naming_the_va
 def test_a_comparisons_unknown_scenario_is_refused_without_offering_a_file(tmp_path, monkeypatch):
     """`rig compare ... --scenario nope` does not offer 'the path of a .yaml file', which a comparison
     refuses: its own line names the scenarios and where a file of one's own goes."""
-    from rig.compare.command import compare
+    from rig.compare.command import CompareRequest, compare
     from rig.errors import RigError
 
     monkeypatch.setenv("RIG_RESULTS_DIR", str(tmp_path))
     with pytest.raises(RigError) as caught:
-        compare("tiny-cpu", ["a:RIG_TOKEN_DELAY_MS=0", "b:RIG_TOKEN_DELAY_MS=1"], None, 1, 1, ["nope"], None, None, None)
+        compare(CompareRequest("tiny-cpu", ["a:RIG_TOKEN_DELAY_MS=0", "b:RIG_TOKEN_DELAY_MS=1"], boots=1, rounds=1, scenarios=["nope"]))
     assert caught.value.field == "--scenario" and "prose-c1" in caught.value.fix and ".yaml file" not in caught.value.fix
     assert "loadtests/scenarios/" in caught.value.fix and not any(tmp_path.iterdir())

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from rig.boot.base import BootPreempted
 from rig.boot.state import refuse_if_port_taken, refuse_if_up
+from rig.cli_args import LoadOptions
 from rig.compare.arms import check_arms, parse_arm
 from rig.compare.conditions import accept_fingerprint_problem
 from rig.compare.design import DEFAULT_BOOTS, DEFAULT_ROUND_S, DEFAULT_ROUNDS, MAX_ARMS, MAX_PAIRS
+from rig.compare.entries import finished_boots
 from rig.compare.model import ComparePlan
 from rig.compare.output import write_report
 from rig.compare.report import Analysis, analyze
-from rig.compare.run import compare_root, finished_boots, run_compare
+from rig.compare.run import compare_root, run_compare
 from rig.compare.sequential import Decision, UntilDecided
 from rig.compare.stats import MIN_PAIRS_FOR_TARGET
 from rig.deploy.recipe import load, split_ref
@@ -47,16 +50,39 @@ def exit_status(analysis: Analysis, decision: Decision | None = None) -> Exit:
     return Exit.BLIND_CONTROL if blind else Exit.OK
 
 
-def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, rounds: int, scenarios: list[str] | None,
-            small: bool | None, workers: int | None, resume: str | None, progress: bool = True,
-            duration_s: float | None = None, target_pct: float | None = None, max_boots: int | None = None,
-            goodput: str | None = None, accept_fingerprint: list[str] | None = None,
-            cold_caches: bool = False, burn_in: bool = True, port: int | None = None, driver: str | None = None,
-            until: UntilDecided | None = None, show_report: bool = True, steps: bool = True) -> tuple[Path, Analysis]:
+@dataclass(frozen=True)
+class CompareRequest:
+    """The comparison a command line asks for, as typed: compare() checks it and makes it a ComparePlan."""
+
+    recipe: str  # a recipe name (variants are arms)
+    arms: list[str]  # --arm specs; the first is the baseline
+    control: str | None = None  # an arm known to change greedy output, booted once
+    boots: int = DEFAULT_BOOTS  # boot pairs (until: its first look's)
+    rounds: int = DEFAULT_ROUNDS
+    scenarios: list[str] | None = None  # None: prose-c1
+    load: LoadOptions = LoadOptions()  # --small/--full and --workers
+    resume: str | None = None  # a comparison directory to continue
+    duration_s: float | None = None  # every round's window (None: the design's default)
+    target_pct: float | None = None  # add pairs until every headline interval is this narrow
+    max_boots: int | None = None  # with target_pct: the most pairs
+    goodput: str | None = None  # SLOs, e.g. ttft<=2s,tpot<=50ms
+    accept_fingerprint: list[str] = field(default_factory=list)  # fingerprint fields allowed to differ
+    cold_caches: bool = False
+    burn_in: bool = True  # the boot-state control
+    port: int | None = None  # where every boot listens (None: the recipe's)
+    driver: str | None = None  # the boot driver (None: the recipe's own)
+
+
+def compare(request: CompareRequest, progress: bool = True, until: UntilDecided | None = None,
+            show_report: bool = True, steps: bool = True) -> tuple[Path, Analysis]:
     """Run (or resume) a comparison and write its report. `until`: add pairs one at a time until
     every headline interval excludes 0, from until.first pairs up to until.most (its looks are in
     until-decided.json; `boots` is then until.first). `show_report`: print the report's text;
     `steps`: print each boot's and each run's own progress (see run_compare)."""
+    arm_specs, control, boots, rounds, scenarios = request.arms, request.control, request.boots, request.rounds, request.scenarios
+    target_pct, max_boots, resume, port = request.target_pct, request.max_boots, request.resume, request.port
+    accept_fingerprint, duration_s = request.accept_fingerprint, request.duration_s
+    recipe = request.recipe
     if len(arm_specs) > MAX_ARMS:
         raise RigError("command line", "--arm", f"{len(arm_specs)} arms; a comparison has at most {MAX_ARMS}", "compare fewer arms")
     name, variant = split_ref(recipe)
@@ -79,7 +105,7 @@ def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, 
                        f"e.g. --boots {DEFAULT_BOOTS} --rounds {DEFAULT_ROUNDS}")
     if target_pct is not None and target_pct <= 0:
         raise RigError("command line", "--target", f"{target_pct}% is not a positive precision", "e.g. --target 1")
-    for pattern in accept_fingerprint or []:
+    for pattern in accept_fingerprint:
         problem = accept_fingerprint_problem(pattern)
         if problem:
             raise RigError("command line", "--accept-fingerprint", problem,
@@ -105,18 +131,19 @@ def compare(recipe: str, arm_specs: list[str], control: str | None, boots: int, 
     resolved = load(name)
     if target_pct is not None:
         boots = max(boots, MIN_PAIRS_FOR_TARGET)  # Stein's first stage
-    small = default_small(resolved) if small is None else small
+    small = request.load.sized(default_small(resolved))
     if duration_s is None and not small:
         duration_s = DEFAULT_ROUND_S  # a round is one of several: shorter than a scenario's lone run
     try:
         plan = ComparePlan(recipe=name, arms=arms, control=controls[0] if controls else None, boots=boots, rounds=rounds,
                            scenarios=scenarios or ["prose-c1"], small=small,
-                           workers=workers, duration_s=duration_s, target_pct=target_pct, boot_state_control=burn_in,
-                           burn_in_first=burn_in and _state_unknowable(ENGINES[resolved.recipe.engine.name]),
+                           workers=request.load.workers, duration_s=duration_s, target_pct=target_pct,
+                           boot_state_control=request.burn_in,
+                           burn_in_first=request.burn_in and _state_unknowable(ENGINES[resolved.recipe.engine.name]),
                            max_boots=min(MAX_PAIRS, max_boots or 2 * boots) if target_pct is not None else None,
                            first_stage=boots if target_pct is not None else None,
-                           slos=parse_slos(goodput), accept_fingerprint=list(accept_fingerprint or []), cold_caches=cold_caches,
-                           driver=driver)
+                           slos=parse_slos(request.goodput), accept_fingerprint=list(accept_fingerprint), cold_caches=request.cold_caches,
+                           driver=request.driver)
     except ValidationError as error:
         field, problem = first_problem(error)
         raise Invalid("command line", field, problem, "see `rig compare --help` for what each option takes") from None

@@ -16,7 +16,7 @@ docs/validation.md, vllm-c1-noise and vllm-loaded-noise):
   rounds, 0.20% with 3 at 0.1%/0.04%): 2 rounds per boot.
 - Round length: 10 s of steady-state window per round at full (GPU) sizes (round sd 0.02%); small
   (CPU) sizes keep each scenario's own duration.
-- Boot state: a boot that compiled reads 1.1-1.4% low for its whole life (rig/compare/run.py keeps
+- Boot state: a boot that compiled reads 1.1-1.4% low for its whole life (rig/compare/schedule.py keeps
   it as a burn-in and boots it again).
 """
 

@@ -1,7 +1,7 @@
 """`rig import FILE --compare DIR --arm A [--block K]`: a run another tool measured (read into a rig
 run by rig.load.peers) joins a comparison as one boot of arm A, and the report is rewritten.
 
-Its round is what a comparison keeps of any round (rig.compare.run.run_result: headline, problems,
+Its round is what a comparison keeps of any round (rig.compare.measure.run_result: headline, problems,
 goodput, latency histograms), so an imported boot's percentiles pool like rig's own."""
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from rig.compare.entries import all_entries
+from rig.compare.measure import boot_coherence_of, run_result
 from rig.compare.model import IMPORTED_INDEX, BootEntry, ComparePlan
 from rig.compare.output import write_report
 from rig.compare.report import analyze
-from rig.compare.run import all_entries, boot_coherence_of, run_result
 from rig.compare.trust import inside
 from rig.errors import Damaged, Invalid, NotFound, RigError
 from rig.load.peers import ImportedRun, import_file

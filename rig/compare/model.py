@@ -55,7 +55,7 @@ class ComparePlan(Versioned):
     accept_fingerprint: list[str] = Field(default_factory=list)  # fingerprint fields allowed to differ (globs)
     cold_caches: bool = False  # every boot starts with empty compile/kernel caches of its own
     driver: Literal["native", "compose", "slurm"] | None = None  # every boot's driver (None: the recipe's own)
-    # The boot-state control (rig.compare.run): a measured boot whose engine log says it compiled is
+    # The boot-state control (rig.compare.schedule): a measured boot whose engine log says it compiled is
     # kept as a burn-in and booted again; where the engine's log cannot tell, a burn-in boot of the
     # baseline arm opens the comparison instead (burn_in_first).
     boot_state_control: bool = True

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from rig.compare.analysis import Analysis, ScenarioResult
 from rig.compare.quality import quality_short
-from rig.compare.report import Analysis, ScenarioResult
 from rig.compare.stats import RATIO, Comparison
 from rig.png import save_png
 

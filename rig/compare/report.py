@@ -1,5 +1,6 @@
-"""The comparison's analysis (typed; compare.json). Its text is markdown.py (one function per
-section), its plot plot.py; output identity lives in identity.py, boot conditions in conditions.py.
+"""The comparison's analysis (compare.json): its records are analysis.py, each boot's figures by arm
+and block figures.py. Its text is markdown.py (one function per section), its plot plot.py; output
+identity lives in identity.py, boot conditions in conditions.py.
 
 Which figures a report judges, and at what confidence: each comparison's headline at its own 95%;
 every other verdict the report prints (latency percentiles, goodput) in one family, Bonferroni-
@@ -10,26 +11,37 @@ them (rig.compare.percentiles).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from pydantic import Field
-
-from rig.boot.record import CacheState
+from rig.compare.analysis import (
+    GOODPUT,
+    GOODPUT_WORDS,
+    PER_USER_RATE,
+    STEP_FIGURE,
+    STEP_UNIT,
+    Analysis,
+    AnalysisInputs,
+    BootTally,
+    ExcludedRounds,
+    ImportedBoot,
+    ScenarioFigures,
+    ScenarioResult,
+    SecondaryFamily,
+    TargetReport,
+    TimelineBoot,
+    VoidedBoot,
+)
 from rig.compare.conditions import (
-    BootState,
-    FingerprintReport,
-    GpuConditions,
     boot_log_diff,
     boot_state,
     fingerprint_report,
     gpu_conditions,
     log_lines,
 )
-from rig.compare.effects import KnownEffect, known_effects
-from rig.compare.identity import BatchingIdentity, GreedyIdentity, OutputKey, batching_identity, greedy_report, load_test_outputs
-from rig.compare.model import COMPARE_SCHEMA, BootEntry, ComparePlan
-from rig.compare.percentiles import DIFFERENCE_RESOLUTION, min_count, percentile_label, pooled_percentile
-from rig.compare.quality import Encode, QualityReport, analyze_quality
+from rig.compare.effects import known_effects
+from rig.compare.figures import figure_boots, measured, per_token_boots, percentile_boots, scenario_figures
+from rig.compare.identity import batching_identity, greedy_report, load_test_outputs
+from rig.compare.model import BootEntry, ComparePlan
+from rig.compare.percentiles import DIFFERENCE_RESOLUTION
+from rig.compare.quality import Encode, analyze_quality
 from rig.compare.stats import (
     CONFIDENCE,
     DEFAULT_TARGET_PCT,
@@ -38,176 +50,17 @@ from rig.compare.stats import (
     MIN_PAIRS,
     RATIO,
     Comparison,
-    SampleSupport,
     compare_boots,
     family_confidence,
     paired_blocks,
     target_met,
 )
-from rig.load.client_error import UNBOUNDED, share_text
-from rig.load.figures import HEADLINE, LATENCY, Figure, LatencyFigure
+from rig.load.client_error import share_text
+from rig.load.figures import HEADLINE
 from rig.load.scenarios import load_scenario
-from rig.typed import Typed, Versioned
 
-ArmBoots = dict[str, dict[int, list[float]]]  # arm -> ABBA block -> the boot's usable figures
-GOODPUT = "goodput_req_s"
-GOODPUT_WORDS = ("higher (better)", "lower (worse)")
-STEP_FIGURE = "ms_per_token"
-STEP_UNIT = "ms per token"
-PER_USER_RATE = HEADLINE["decode"].unit  # a headline in this unit also reads as time per token: 1000 / rate
-
-
-@dataclass
-class PercentileBoots:
-    """One latency percentile of one scenario: each boot's figure from its pooled rounds."""
-
-    figure: LatencyFigure
-    values: ArmBoots  # supported boots only, one value each
-    counts: dict[str, dict[int, int]]  # arm -> block -> samples pooled over the boot's usable rounds
-    # arm -> the client bounds of its rounds usable for the headline but left out of this figure (its
-    # own client bound failed)
-    client_left_out: dict[str, list[float]] = field(default_factory=dict)
-
-    def support(self, arms: tuple[str, str]) -> SampleSupport:
-        """The counts of the blocks where both arms' boots were measured (a voided boot's partner
-        enters no pair, so its count stands behind nothing printed)."""
-        blocks = set(self.counts.get(arms[0], {})) & set(self.counts.get(arms[1], {}))
-        return SampleSupport(percentile=percentile_label(self.figure.quantile), needed=min_count(self.figure.quantile),
-                             counts={arm: {b: n for b, n in self.counts[arm].items() if b in blocks} for arm in arms
-                                     if arm in self.counts})
-
-
-@dataclass
-class ScenarioFigures:
-    """What a scenario's comparisons are computed from."""
-
-    kind: str
-    headline: Figure
-    headline_boots: ArmBoots
-    latency: list[PercentileBoots]
-    goodput: ArmBoots | None  # None: no SLOs were given
-    client_bounds: dict[str, float] = field(default_factory=dict)  # figure -> largest client bound over the rounds used for it
-
-
-class ScenarioResult(Typed):
-    kind: str
-    unit: str
-    headline: str
-    vs: dict[str, Comparison]  # arm -> headline comparison against the baseline
-    latency: dict[str, dict[str, Comparison]]  # figure -> arm -> comparison
-    goodput: dict[str, Comparison]  # arm -> goodput (requests/s meeting the SLOs) against the baseline; {} without SLOs
-    boots: ArmBoots  # usable headline figures
-    # arm -> the headline's own boots as time per token (1000 / tok/s per user), a paired difference
-    # in ms: what a per-token change (an injected delay, a slower kernel) is in its own unit. The
-    # same measurements as the headline, so it is no further verdict; {} for other headlines.
-    per_token: dict[str, Comparison] = Field(default_factory=dict)
-    # figure -> the largest client bound (a share, rig.load.client_error) over the rounds used for it
-    client_bounds: dict[str, float] = Field(default_factory=dict)
-
-
-class SecondaryFamily(Typed):
-    """Every secondary verdict the report prints, judged together."""
-
-    size: int  # secondary comparisons with an interval, over every scenario and arm
-    confidence: float  # of each of their intervals
-    alpha: float  # the family-wise false-verdict rate with nothing changed
-    method: str
-
-
-class VoidedBoot(Typed):
-    index: int
-    arm: str
-    attempt: int
-    problems: list[str]
-
-
-class ExcludedRounds(Typed):
-    index: int
-    arm: str
-    rounds: list[str]  # "round N scenario: why"
-
-
-class ImportedBoot(Typed):
-    index: int
-    arm: str
-    block: int
-    spec: str
-    boot_id: str | None
-
-
-class BootTally(Typed):
-    """Boots planned and used, the voided ones and the rounds left out (with reasons), the imported ones."""
-
-    planned: int
-    used: int
-    voided: list[VoidedBoot]
-    exclusions: list[ExcludedRounds]
-    imported: list[ImportedBoot]
-
-
-class TargetReport(Typed):
-    """--target: whether the widest headline precision reached the target, and after how many pairs."""
-
-    target_pct: float
-    widest_precision_pct: float | None
-    pairs: int
-    first_stage: int | None
-    planned_pairs: int | None
-    max_boots: int | None
-    met: bool
-    status: str
-
-
-class TimelineBoot(Typed):
-    """A boot in time order, for the plot: its rounds' headline figures (None: not usable)."""
-
-    index: int
-    arm: str
-    block: int
-    voided: bool
-    control: bool
-    rounds: dict[str, list[float | None]]  # scenario -> each round's headline
-
-
-class Analysis(Versioned):
-    """compare.json."""
-
-    schema_version: int = Field(COMPARE_SCHEMA, alias="schema")
-    plan: ComparePlan
-    boots: BootTally
-    boot_to_healthy_s: dict[str, float | None]
-    boot_caches: dict[str, CacheState] = Field(default_factory=dict)  # boot -> its compile caches, where recorded
-    scenarios: dict[str, ScenarioResult]
-    family: SecondaryFamily
-    greedy: GreedyIdentity
-    batching: BatchingIdentity
-    fingerprints: FingerprintReport
-    boot_log_diff: dict[str, list[str]]
-    target: TargetReport | None
-    gpu: GpuConditions | None = None  # the GPUs during every measured window
-    boot_state: BootState | None = None  # the boot-state control applied, its burn-in boots
-    known_effects: list[KnownEffect] = Field(default_factory=list)
-    void: str | None = None  # why no verdict stands (an unaccepted condition difference)
-
-    @property
-    def no_data(self) -> bool:
-        """No headline of any scenario had a boot pair usable in both arms: the comparison measured nothing."""
-        return all(c.pairs == 0 for result in self.scenarios.values() for c in result.vs.values())
-    quality: QualityReport | None = None  # outputs moved or not
-    timeline: list[TimelineBoot] = Field(default_factory=list)  # boots in time order, for the plot
-
-
-@dataclass(frozen=True)
-class AnalysisInputs:
-    """Everything the analysis needs beyond the plan and the boot entries, read in one place
-    (read_inputs): the analysis itself reads no file and starts nothing."""
-
-    kinds: dict[str, str]  # scenario -> its kind (which headline it has)
-    greedy: dict[str, bool]  # scenario -> it runs at temperature 0
-    encode: Encode | None  # the served tokenizer, where this host has it
-    log_lines: dict[str, set[str]]  # boot "NN-arm" -> its normalised boot-log lines
-    outputs: dict[str, dict[OutputKey, set[str]]]  # boot -> its temperature-0 load-test output digests
-    unreadable_outputs: list[str] = field(default_factory=list)  # rounds whose records are damaged (left out)
+# A race (rig.tune.run) reads a boot's figures through here.
+__all__ = ["Analysis", "analyze", "figure_boots", "percentile_boots", "planned_pairs", "read_inputs"]
 
 
 def read_inputs(plan: ComparePlan, entries: list[BootEntry]) -> AnalysisInputs:
@@ -230,70 +83,6 @@ def _encoder(plan: ComparePlan) -> Encode | None:
     except Exception:  # noqa: BLE001 - the divergence is then reported for engines with token ids only
         return None
     return counter.encode if counter.tokenizer is not None else None
-
-
-def _measured(entries: list[BootEntry]) -> list[BootEntry]:
-    return [e for e in entries if e.measured]
-
-
-def figure_boots(entries: list[BootEntry], scenario: str, figure: str) -> ArmBoots:
-    boots: ArmBoots = {}
-    for entry in _measured(entries):
-        values = entry.usable_figures(scenario, figure)
-        if values:
-            boots.setdefault(entry.arm, {})[entry.block] = values
-    return boots
-
-
-def goodput_boots(entries: list[BootEntry], scenario: str) -> ArmBoots:
-    """Each usable round's goodput, zeros kept: a round where no request met the SLOs measured 0."""
-    boots: ArmBoots = {}
-    for entry in _measured(entries):
-        values = [float(r.goodput.requests_per_s) for r in entry.usable_results(scenario) if r.goodput]
-        if values:
-            boots.setdefault(entry.arm, {})[entry.block] = values
-    return boots
-
-
-def per_token_boots(headline_boots: ArmBoots) -> ArmBoots:
-    """Each usable round's decode rate as milliseconds per token (a round without tokens has none)."""
-    return {arm: {block: [1000.0 / v for v in values if v > 0] for block, values in blocks.items()}
-            for arm, blocks in headline_boots.items()}
-
-
-def percentile_boots(entries: list[BootEntry], scenario: str, figure: LatencyFigure) -> PercentileBoots:
-    result = PercentileBoots(figure=figure, values={}, counts={})
-    for entry in _measured(entries):
-        rounds = [r.latency[figure.samples] for r in entry.usable_results(scenario, figure.name) if figure.samples in r.latency]
-        result.client_left_out.setdefault(entry.arm, []).extend(
-            r.client_bounds.get(figure.name) or UNBOUNDED for r in entry.usable_results(scenario) if not r.usable_for(figure.name))
-        if not rounds:
-            continue
-        pooled = pooled_percentile(rounds, figure.quantile)
-        result.counts.setdefault(entry.arm, {})[entry.block] = pooled.count
-        if pooled.value is not None:
-            result.values.setdefault(entry.arm, {})[entry.block] = [pooled.value]
-    return result
-
-
-def scenario_figures(plan: ComparePlan, entries: list[BootEntry], name: str, kind: str) -> ScenarioFigures:
-    headline = HEADLINE[kind]
-    return ScenarioFigures(kind=kind, headline=headline, headline_boots=figure_boots(entries, name, headline.name),
-                           latency=[percentile_boots(entries, name, figure) for figure in LATENCY],
-                           goodput=goodput_boots(entries, name) if plan.slos else None,
-                           client_bounds=client_bounds_used(entries, name, [headline.name, *(f.name for f in LATENCY)]))
-
-
-def client_bounds_used(entries: list[BootEntry], scenario: str, names: list[str]) -> dict[str, float]:
-    """Per figure, the largest client bound over the rounds it was read from (rounds of rigs before
-    the bound, or imported ones, carry none and add nothing)."""
-    out = {}
-    for name in names:
-        figure = None if name not in {f.name for f in LATENCY} else name
-        bounds = [b for e in _measured(entries) for r in e.usable_results(scenario, figure) if (b := r.client_bounds.get(name)) is not None]
-        if bounds:
-            out[name] = max(bounds)
-    return out
 
 
 def secondary_family(plan: ComparePlan, figures: dict[str, ScenarioFigures]) -> SecondaryFamily:
@@ -440,7 +229,7 @@ def analyze(plan: ComparePlan, entries: list[BootEntry], inputs: AnalysisInputs 
                 "if intended")
     return Analysis(
         plan=plan,
-        boots=BootTally(planned=len(plan.order()), used=len(_measured(entries)),
+        boots=BootTally(planned=len(plan.order()), used=len(measured(entries)),
                         voided=[VoidedBoot(index=e.index, arm=e.arm, attempt=e.attempt, problems=e.problems)
                                 for e in entries if e.voided],
                         exclusions=[ExcludedRounds(index=e.index, arm=e.arm, rounds=e.exclusions()) for e in entries if e.exclusions()],

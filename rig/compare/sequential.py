@@ -24,8 +24,8 @@ from pydantic import Field, model_validator
 
 from rig.atomic import write_text_atomic
 from rig.compare.design import MAX_PAIRS
+from rig.compare.figures import figure_boots
 from rig.compare.model import BootEntry, ComparePlan
-from rig.compare.report import figure_boots
 from rig.compare.stats import CONFIDENCE, MIN_PAIRS, Comparison, compare_boots
 from rig.load.figures import HEADLINE, Figure
 from rig.load.scenarios import load_scenario

@@ -5,7 +5,7 @@ by `rig compare --resume` and `rig import --compare`; its fields are not trusted
   would have rig read, and trust, records no boot of this comparison measured;
 - an imported entry (another tool's run, `rig import --compare`) is held to the plan: an arm of the
   plan, measured, never the control or a burn-in (a planned entry is held to its position:
-  rig.compare.run).
+  rig.compare.entries.check_position).
 
 A breach is Damaged, naming the entry's file and field: the resume redoes a planned boot and leaves
 an imported one out, as it does for any damaged entry.

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from rig import paths
-from rig.cli_args import Command, amount, count, size_and_workers, window_seconds
+from rig.cli_args import Command, LoadOptions, amount, count, size_and_workers, window_seconds
 from rig.errors import Invalid, NotFound, RigError
 from rig.exits import Exit
 
@@ -88,7 +88,7 @@ def tune(args: argparse.Namespace) -> int:
     if (out / RACE_FILE).exists() and not args.resume:
         raise RigError(str(out), "--out", "already holds a race", "add --resume to go on with it, or name a new directory")
     resolved = load(name)
-    small = default_small(resolved) if args.small is None else args.small
+    small = LoadOptions.of(args).sized(default_small(resolved))
     space = load_space(Path(args.space), name, args.scenario, args.baseline, small=small, goodput=args.goodput)
     if args.max_boots is not None and args.max_boots < FIRST_LOOK * len(space.candidates):
         raise RigError("command line", "--max-boots", f"{args.max_boots} boots cannot reach the race's first look "

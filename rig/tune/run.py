@@ -22,7 +22,8 @@ from pydantic import Field
 from rig.atomic import write_text_atomic
 from rig.compare.model import BURN_IN_BLOCK, BootEntry, BootQuality
 from rig.compare.report import figure_boots, percentile_boots
-from rig.compare.run import ResolvedArms, read_entry, run_boot, stop_leftover
+from rig.compare.run import ResolvedArms, read_entry, stop_leftover
+from rig.compare.run import run_boot_at as run_boot
 from rig.errors import Damaged
 from rig.loadrun.session import Interrupted
 from rig.tune.plan import RacePlan, round_order

@@ -15,17 +15,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rig.compare.analysis import STEP_FIGURE, STEP_UNIT, Analysis, AnalysisInputs, ArmBoots
+from rig.compare.figures import figure_boots, per_token_boots
 from rig.compare.model import ENTRY_MAX_BYTES, BootEntry, ComparePlan
-from rig.compare.report import (
-    STEP_FIGURE,
-    STEP_UNIT,
-    Analysis,
-    AnalysisInputs,
-    ArmBoots,
-    analyze,
-    figure_boots,
-    per_token_boots,
-)
+from rig.compare.report import analyze
 from rig.compare.stats import CONFIDENCE, DEFAULT_TARGET_PCT, DIFFERENCE, compare_boots
 from rig.errors import Damaged
 from rig.load.figures import HEADLINE

@@ -49,7 +49,7 @@ def test_a_cut_stream_fails_rig_chat_and_names_it(dead_worker, monkeypatch, caps
     import rig.cli as cli
 
     record = types.SimpleNamespace(base_url=dead_worker, served_model="m", ref="tiny-cpu:cb")
-    monkeypatch.setattr(cli, "_running", lambda name, required=True: record)
+    monkeypatch.setattr(cli.serving, "_running", lambda name, required=True: record)
     assert cli.main(["chat", "tiny-cpu", "hi"]) == 1
     out, err = capsys.readouterr()
     assert "Hello there" in out and "(2 chunks, usage None, finish None" in out
@@ -61,7 +61,7 @@ def test_chat_with_another_variant_than_the_one_up_is_refused(dead_worker, monke
     import rig.cli as cli
 
     record = types.SimpleNamespace(base_url=dead_worker, served_model="m", ref="tiny-cpu:cb")
-    monkeypatch.setattr(cli, "_running", lambda name, required=True: record)
+    monkeypatch.setattr(cli.serving, "_running", lambda name, required=True: record)
     assert cli.main(["chat", "tiny-cpu:serial", "hi"]) == 2
     assert "tiny-cpu:cb is up, not tiny-cpu:serial" in capsys.readouterr().err
 

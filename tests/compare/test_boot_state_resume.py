@@ -26,7 +26,8 @@ class Host:
     caches: set[str] = field(default_factory=set)
     boots: int = 0
 
-    def boot(self, plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False, port=None):
+    def boot(self, job, setup):
+        index, block, arm, burn_in, redo_if_compiled = job.index, job.block, job.arm, job.burn_in, job.redo_if_compiled
         self.boots += 1
         if self.cut_at is not None and self.boots == self.cut_at:
             raise compare_run.Interrupted([])

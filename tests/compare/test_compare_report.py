@@ -323,7 +323,7 @@ def test_a_host_sleeps_known_effect_is_the_sleep_from_the_servers_response_below
 
 
 def test_rounds_that_began_while_an_adapter_measured_itself_are_left_out():
-    from rig.compare.run import leave_out_rounds_measured_during
+    from rig.compare.measure import leave_out_rounds_measured_during
 
     e = entry(0, 0, "b", [224.6, 224.7])
     e.rounds[0][SCENARIO].window, e.rounds[1][SCENARIO].window = (100.0, 110.0), (130.0, 140.0)
@@ -386,7 +386,7 @@ def test_a_clock_event_reason_voids_only_when_one_arm_alone_saw_it():
 
 
 def test_an_adapter_measurement_that_never_ended_leaves_every_round_out():
-    from rig.compare.run import leave_out_rounds_measured_during
+    from rig.compare.measure import leave_out_rounds_measured_during
 
     e = entry(0, 0, "b", [224.6, 224.7])
     e.adapter_stats = {"gpu_delay": {"measuring_from": {"count": 1, "mean": 50.0, "sum": 50.0}}}
@@ -396,7 +396,7 @@ def test_an_adapter_measurement_that_never_ended_leaves_every_round_out():
 
 def test_adapter_statistics_of_several_engine_processes_merge():
     """Two TP ranks' manifests: counts and sums add up, the measurement ended when the last rank's did."""
-    from rig.compare.run import merged_adapter_stats
+    from rig.compare.measure import merged_adapter_stats
 
     ranks = [{"adapters": {"gpu_delay": {"stats": {"added_us": {"count": 1, "sum": 50.0, "mean": 50.0},
                                                    "measured_until": {"count": 1, "sum": t, "mean": t}}}}} for t in (100.0, 103.0)]
@@ -548,11 +548,12 @@ def test_a_compiled_boot_kept_as_a_burn_in_is_timed_apart_from_the_boot_after_it
     clock = [0.0]
     calls = []
 
-    def fake_boot(plan, index, block, arm, *a, **k):
+    def fake_boot(job, setup):
+        index, block, arm = job.index, job.block, job.arm
         calls.append(arm.name)
         compiled = len(calls) == 1  # the comparison's first boot compiles: kept as a burn-in, booted again
         if compiled:
-            assert k["redo_if_compiled"], "the first boot must be one that is booted again if it compiled"
+            assert job.redo_if_compiled, "the first boot must be one that is booted again if it compiled"
         clock[0] += 300.0 if compiled else 100.0
         return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1, burn_in=compiled,
                          rounds=[])
@@ -584,10 +585,10 @@ def test_a_burn_in_boot_that_opens_the_comparison_is_timed_apart_too(monkeypatch
 
     clock = [0.0]
 
-    def fake_boot(plan, index, block, arm, *a, **k):
-        clock[0] += 300.0 if k["burn_in"] else 100.0
-        return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1,
-                         burn_in=k["burn_in"], rounds=[])
+    def fake_boot(job, setup):
+        clock[0] += 300.0 if job.burn_in else 100.0
+        return BootEntry(index=job.index, block=job.block, arm=job.arm.name, spec=job.arm.spec, control=False, attempt=1,
+                         burn_in=job.burn_in, rounds=[])
 
     monkeypatch.setattr(compare_run, "run_boot", fake_boot)
     monkeypatch.setattr(compare_run, "check_scoring_tokenizer", lambda *a: None)
@@ -608,8 +609,8 @@ def test_the_time_left_counts_the_pairs_target_planned(monkeypatch, tmp_path, ca
     from rig.compare.arms import parse_arm
     from rig.compare.model import ComparePlan
 
-    monkeypatch.setattr(compare_run, "run_boot", lambda plan, index, block, arm, *a, **k: BootEntry(
-        index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1, burn_in=False, rounds=[]))
+    monkeypatch.setattr(compare_run, "run_boot", lambda job, setup: BootEntry(
+        index=job.index, block=job.block, arm=job.arm.name, spec=job.arm.spec, control=False, attempt=1, burn_in=False, rounds=[]))
     monkeypatch.setattr(compare_run, "check_scoring_tokenizer", lambda *a: None)
     plan = ComparePlan(recipe="tiny-cpu", arms=[parse_arm("a:X=0"), parse_arm("b:X=1")], control=None, boots=2, rounds=1,
                        scenarios=["prose-c1"], small=True, target_pct=0.5, max_boots=4, first_stage=2)

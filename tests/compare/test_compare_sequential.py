@@ -112,7 +112,8 @@ def test_each_look_is_bonferroni_over_the_looks_fixed_in_advance():
 
 def _fake_boots(monkeypatch, figure):
     """run_boot replaced: each boot's one round reads figure(index, arm) (None: its round is left out)."""
-    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False, port=None):
+    def fake_boot(job, setup):
+        index, block, arm, burn_in = job.index, job.block, job.arm, job.burn_in
         value = figure(index, arm.name)
         result = RunResult(scenario="prose-c1", dir="", figures={"user_decode_tok_s": value or 1.0},
                            problems=[] if value is not None else ["client INVALID: the client's timing could move it by 6% > 5%"])

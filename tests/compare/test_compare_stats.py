@@ -13,6 +13,7 @@ from rig.boot.record import BootRecord
 from rig.compare import run as compare_run
 from rig.compare.arms import Arm, boot_order, check_arms, parse_arm
 from rig.compare.conditions import normalize
+from rig.compare.entries import attempt_dir
 from rig.compare.identity import greedy_report
 from rig.compare.model import COMPARE_SCHEMA, BootEntry, ComparePlan, RunResult
 from rig.compare.stats import compare_boots, noise_components, pairs_needed
@@ -197,8 +198,9 @@ def test_log_normalisation_folds_progress_bars_and_engine_timestamps():
 def test_resume_redoes_exactly_the_missing_boots(tmp_path, monkeypatch):
     calls = []
 
-    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False, port=None):
-        attempt, _ = compare_run._attempt_dir(out, index, arm)
+    def fake_boot(job, setup):
+        index, block, arm, out, burn_in = job.index, job.block, job.arm, setup.out, job.burn_in
+        attempt, _ = attempt_dir(out, index, arm)
         (out / "runs" / f"{index:02d}-{arm.name}" / f"attempt-{attempt}").mkdir(parents=True)
         calls.append((index, attempt))
         if index == 2 and attempt == 1:
@@ -238,8 +240,8 @@ def test_resume_redoes_exactly_the_missing_boots(tmp_path, monkeypatch):
 def test_a_resume_says_which_design_settings_it_keeps_from_the_saved_plan(tmp_path, monkeypatch, capsys):
     """A resume runs the saved design; a command line (or its defaults) that asks for another is told
     which settings were kept, flag by flag, instead of silently running the old ones."""
-    monkeypatch.setattr(compare_run, "run_boot", lambda plan, index, block, arm, *a, **k: BootEntry(
-        index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1, burn_in=False, rounds=[]))
+    monkeypatch.setattr(compare_run, "run_boot", lambda job, setup: BootEntry(
+        index=job.index, block=job.block, arm=job.arm.name, spec=job.arm.spec, control=False, attempt=1, burn_in=False, rounds=[]))
     monkeypatch.setattr(compare_run, "check_scoring_tokenizer", lambda *a: None)
 
     def plan_of(**design):
@@ -262,7 +264,8 @@ def test_a_setting_the_engine_does_not_know_stops_the_comparison_at_its_first_bo
 
     calls = []
 
-    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False, port=None):
+    def fake_boot(job, setup):
+        index, block, arm, burn_in = job.index, job.block, job.arm, job.burn_in
         calls.append(index)
         unknown = ["VLLM_ATTENTON_BACKEND: vllm says it knows no such variable"] if arm.name == "b" else []
         return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1, burn_in=burn_in,
@@ -298,13 +301,14 @@ def test_every_arms_served_tokenizer_is_checked_before_anything_is_written(tmp_p
     assert seen == ["dir of cb", "dir of bf16"] and not (tmp_path / "new").exists()
     plan.arms[1] = parse_arm("b:X=1")
     seen.clear()
-    monkeypatch.setattr(compare_run, "_run_order", lambda *args: [])
+    monkeypatch.setattr(compare_run, "_execute", lambda *args: [])
     compare_run.run_compare(plan, tmp_path / "new", progress=False)
     assert seen == ["dir of cb", "dir of cb", "dir of serial"]
 
 
 def test_target_adds_pairs_until_met_or_limit(tmp_path, monkeypatch):
-    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False, port=None):
+    def fake_boot(job, setup):
+        index, block, arm, burn_in = job.index, job.block, job.arm, job.burn_in
         value = 100.0 * (1.05 if arm.name == "b" else 1.0) * (1 + 0.002 * ((index * 7) % 5 - 2))
         return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1, burn_in=burn_in,
                          rounds=[{"prose-c1": RunResult(scenario="prose-c1", dir="", figures={"user_decode_tok_s": value}, problems=[])}])
@@ -336,7 +340,8 @@ def test_a_planted_fingerprint_difference_voids_the_comparison(tmp_path, monkeyp
     from rig.compare.report import analyze
     from rig.observe.fingerprint import Fingerprint, GpuFacts
 
-    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False, port=None):
+    def fake_boot(job, setup):
+        index, block, arm, burn_in = job.index, job.block, job.arm, job.burn_in
         limit = 600.0 if (arm.name == "b" and block == 1) else 700.0
         return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1, burn_in=burn_in,
                          fingerprint=Fingerprint(taken_at=0.0, hostname="box", kernel="6.8", os="linux", cpu="cpu", cpu_count=1,
@@ -377,7 +382,8 @@ def test_the_burn_in_boot_and_a_boot_that_compiled_are_measured_but_never_paired
     compiled_once = {"b"}
     calls = []
 
-    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False, port=None):
+    def fake_boot(job, setup):
+        index, block, arm, burn_in, redo_if_compiled = job.index, job.block, job.arm, job.burn_in, job.redo_if_compiled
         calls.append((index, arm.name, burn_in))
         log = "compiled" if burn_in or arm.name in compiled_once else "reused"
         compiled_once.discard(arm.name) if not burn_in else None
@@ -423,7 +429,8 @@ def test_a_first_boot_that_compiled_is_booted_again_without_a_leading_burn_in(tm
     cold = {"caches": True}
     calls = []
 
-    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False, port=None):
+    def fake_boot(job, setup):
+        index, block, arm, burn_in, redo_if_compiled = job.index, job.block, job.arm, job.burn_in, job.redo_if_compiled
         calls.append(index)
         log = "compiled" if cold["caches"] else "reused"
         cold["caches"] = False
@@ -457,7 +464,8 @@ def test_a_control_that_compiled_is_kept_and_only_measured_boots_are_booted_agai
     warm: set[str] = set()  # configurations whose compile caches exist: an arm's variant
     calls = []
 
-    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False, port=None):
+    def fake_boot(job, setup):
+        plan, index, block, arm, burn_in, redo_if_compiled = setup.plan, job.index, job.block, job.arm, job.burn_in, job.redo_if_compiled
         calls.append((index, arm.name))
         configuration = "fp16" if arm is plan.control else "bf16"
         log = "reused" if configuration in warm else "compiled"
@@ -488,7 +496,8 @@ def test_caches_that_never_persist_stop_the_redoing_and_the_report_says_so(tmp_p
 
     calls = []
 
-    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False, port=None):
+    def fake_boot(job, setup):
+        index, block, arm, burn_in, redo_if_compiled = job.index, job.block, job.arm, job.burn_in, job.redo_if_compiled
         calls.append(index)
         return BootEntry(index=index, block=block, arm=arm.name, spec=arm.spec, control=False, attempt=1,
                          burn_in=burn_in or redo_if_compiled, compile_cache=CacheState(state="cold", log="compiled"),
@@ -514,8 +523,9 @@ def test_resume_redoes_a_boot_whose_entry_is_damaged_and_loses_nothing(tmp_path,
     other boots are read back, and the first attempt's runs stay."""
     calls = []
 
-    def fake_boot(plan, index, block, arm, out, progress, burn_in=False, arms=None, redo_if_compiled=False, port=None):
-        attempt, runs = compare_run._attempt_dir(out, index, arm)
+    def fake_boot(job, setup):
+        index, block, arm, out = job.index, job.block, job.arm, setup.out
+        attempt, runs = attempt_dir(out, index, arm)
         runs.mkdir(parents=True)
         (runs / "kept.txt").write_text("measured")
         calls.append((index, attempt))

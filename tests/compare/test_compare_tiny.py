@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, free_port
 
-from rig.compare.command import compare
+from rig.cli_args import LoadOptions
+from rig.compare.command import CompareRequest, compare
 from rig.exits import Exit
 
 pytestmark = pytest.mark.e2e
@@ -29,10 +30,10 @@ def test_gate_off_vs_gate_on_finds_the_injected_delay(results_dir):
     even an -80% effect's interval across 0. (The stopping rules, --target's and the until-decided rule
     `rig demo` runs, are proven with fake boots in test_compare_stats.py and test_compare_sequential.py;
     real boots add nothing to them.)"""
-    out, analysis = compare("tiny-cpu", ["off:@delay,RIG_TOKEN_DELAY_MS=0", f"on:@delay,RIG_TOKEN_DELAY_MS={DELAY_MS:g}"], None,
-                            boots=3, rounds=1,
-                            scenarios=["prose-c1"], small=True, workers=1, resume=None, progress=False, duration_s=3.0,
-                            port=free_port())  # not the recipe's 8321: the box may run a tiny-cpu of its own
+    out, analysis = compare(CompareRequest("tiny-cpu", ["off:@delay,RIG_TOKEN_DELAY_MS=0", f"on:@delay,RIG_TOKEN_DELAY_MS={DELAY_MS:g}"],
+                                           boots=3, rounds=1, scenarios=["prose-c1"], load=LoadOptions(small=True, workers=1),
+                                           duration_s=3.0, port=free_port()),  # not the recipe's 8321: the box may run its own
+                            progress=False)
     stats = analysis.scenarios["prose-c1"].vs["on"]
     pairs = json.loads((out / "plan.json").read_text())["boots"]
     assert pairs == 3 and not analysis.boots.voided, analysis.boots
@@ -80,9 +81,10 @@ def test_identical_arms_give_no_verdict_and_a_failed_boot_is_voided(results_dir,
     from rig_adapters import registry
 
     monkeypatch.setitem(registry.BY_NAME, "token_delay", dataclasses.replace(registry.BY_NAME["token_delay"], gate_range=None))
-    out, analysis = compare("tiny-cpu", ["a:RIG_TOKEN_DELAY_MS=0", "b:RIG_TOKEN_DELAY_MS=0", "broken:@delay,RIG_TOKEN_DELAY_MS=abc"],
-                            "bf16:@bf16", boots=2, rounds=1, scenarios=["prose-c1"], small=True, workers=1, resume=None,
-                            progress=False, duration_s=3.0, goodput="ttft<=2s,tpot<=50ms", port=free_port())
+    out, analysis = compare(CompareRequest("tiny-cpu", ["a:RIG_TOKEN_DELAY_MS=0", "b:RIG_TOKEN_DELAY_MS=0", "broken:@delay,RIG_TOKEN_DELAY_MS=abc"],
+                                           "bf16:@bf16", boots=2, rounds=1, scenarios=["prose-c1"],
+                                           load=LoadOptions(small=True, workers=1), duration_s=3.0,
+                                           goodput="ttft<=2s,tpot<=50ms", port=free_port()), progress=False)
     verdict = analysis.scenarios["prose-c1"].vs["b"].verdict
     if analysis.scenarios["prose-c1"].vs["b"].pairs < 2:
         # A busy box: a round whose client could not keep up is left out, and the report must say so
