@@ -13,14 +13,16 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
 from rig import paths
 from rig.atomic import write_text_atomic
+from rig.boot.base import BootPreempted
 from rig.boot.record import BootImage, BootRecord
+from rig.boot.state import scheduler_ended
 from rig.deploy.recipe import Resolved
 from rig.engines import LENGTH_PINNING
 from rig.errors import RigError
@@ -152,6 +154,7 @@ def read_dispatcher(directory: Path) -> ClientStats | None:
 
 
 STOP_GRACE_S = 30.0  # Locust's shutdown at 3000 users: its users stop, then the records and statistics are written
+WATCH_S = 2.0  # how often a run asks the scheduler whether it ended the boot's job
 
 
 class LocustRun:
@@ -171,6 +174,7 @@ class LocustRun:
                     RIG_PARENT_ENV: str(os.getpid())}
         self.processes: list[subprocess.Popen] = []
         self._seen: dict[Path, tuple[int, int]] = {}
+        self.ended: str | None = None  # why the run stopped early: the scheduler ended the boot's job
 
     @property
     def processes_sending(self) -> int:
@@ -228,13 +232,20 @@ class LocustRun:
         """One Locust process, in a session of its own: rig alone stops it (stop), never a terminal's Ctrl-C."""
         self.processes.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True))
 
-    def wait(self, progress: bool = True) -> None:
+    def wait(self, progress: bool = True, ended: Callable[[], str | None] | None = None) -> None:
+        """Until Locust ends the run. `ended` (asked every WATCH_S) says why the server's nodes
+        were taken away: the run stops then, as every request after it would only fail."""
         deadline = time.monotonic() + self.run_time_s() + 60 + (30 if self.distributed else 0) + 600 * bool(self.remote_workers)
-        last = 0.0
+        last = watched = 0.0
         while any(p.poll() is None for p in self.processes):
             if time.monotonic() > deadline:
                 self.stop()
                 break
+            if ended is not None and time.monotonic() - watched >= WATCH_S:
+                watched = time.monotonic()
+                self.ended = ended()
+                if self.ended is not None:
+                    break
             if progress and time.monotonic() - last >= 2:
                 last = time.monotonic()
                 self._progress()
@@ -352,7 +363,7 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
                 GpuSampler(out_dir / GPU_SAMPLES, 0.25) if local else contextlib.nullcontext():
             try:
                 run.start()
-                run.wait(progress)
+                run.wait(progress, lambda: scheduler_ended(record))
             except KeyboardInterrupt:
                 interrupted = True
                 held.enter_context(interrupts_held())
@@ -384,7 +395,7 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
             metrics.conversation = turn_stats(records, window)
         summary = RunSummary(
             scenario=ScenarioRun.of(scenario, settle_s, nonce is not None or scenario.kind == "trace", workload.trace),
-            warmup=warmup, interrupted=interrupted, provenance=provenance(target, run, counter),
+            warmup=warmup, interrupted=interrupted or run.ended is not None, provenance=provenance(target, run, counter),
             metrics=metrics, client=verdict, clients=clients,
             observations=observe(out_dir, records, window, metrics, timeline_title(scenario.name, record.ref, record.boot_id),
                                  target.resolved.topology.gpu_ids if target.resolved is not None else None),
@@ -392,6 +403,9 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
         from rig.load.report import write_run
 
         write_run(out_dir, summary)
+    if run.ended is not None:  # written up as far as it ran; the boot, not the run, is what failed
+        raise BootPreempted(f"{record.ref}: the scheduler ended boot {record.boot_id} during {scenario.name}: {run.ended}; "
+                            f"the run stopped (what it measured: {out_dir})")
     return summary
 
 
