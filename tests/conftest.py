@@ -103,7 +103,8 @@ def set_field(dotted: str, value):
     return change
 
 
-COMPOSE_ENV = {"RIG_MODEL_DIR": "/srv/models/checkpoint", "RIG_DIST_INIT_ADDR": "192.0.2.10:5000"}
+COMPOSE_ENV = {"RIG_MODEL_DIR": "/srv/models/checkpoint", "RIG_DIST_INIT_ADDR": "192.0.2.10:5000", "RIG_DIST_INIT_HOST": "192.0.2.10",
+               "RIG_DIST_INIT_PORT": "5000"}
 
 
 def compose_binary() -> str:

@@ -144,8 +144,10 @@ class SlurmDriver(NativeDriver):
         """Cancel the job and wait until Slurm says it ended, nothing of it left in squeue."""
         if record.slurm_job is not None:
             before = slurm_job.state(record.slurm_job)
-            if not before.live:  # Slurm ended it first: its state and reason are the boot's end
+            if not before.live:  # Slurm ended it first: its state and reason are the boot's end, a failed one
                 record.slurm_end = before.why_ended()
+                record.status = "failed"
+                record.error = record.error or f"Slurm ended job {record.slurm_job} before rig stopped it: {record.slurm_end}"
             slurm_job.cancel(record.slurm_job)
         step = getattr(self, "_step", None)
         if step is not None:

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from rig import grammar, paths
 from rig.atomic import write_text_atomic
-from rig.boot.base import BootFailed, driver_named
+from rig.boot.base import DRIVERS, BootFailed, driver_named
 from rig.boot.record import BOOT_ID, BootRecord
 from rig.deploy.recipe import Resolved
 from rig.deploy.recipe_owned import check_overlay
@@ -70,6 +70,17 @@ def boot_gone(record: BootRecord) -> str | None:
         return driver_named(record.driver).alive(record)
     except (BootFailed, RigError) as error:  # e.g. a compose record whose container was removed
         return str(error.problem if isinstance(error, RigError) else error)
+
+
+def scheduler_ended(record: BootRecord) -> str | None:
+    """The scheduler's state and reason when it ended the boot's job without rig asking (a time
+    limit, a node failure, a cancel from outside), for a driver whose boots are scheduler jobs;
+    None while the job runs, and always for other drivers (their servers end only by rig's hand
+    or by a crash, which is the engine's, not the nodes')."""
+    if record.driver not in DRIVERS:  # a server attached by URL: no job of rig's
+        return None
+    preempted = getattr(driver_named(record.driver), "preempted", None)
+    return preempted(record) if preempted is not None else None
 
 
 def refuse_if_up(recipe_name: str) -> None:

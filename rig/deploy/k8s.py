@@ -15,6 +15,7 @@ rig has no Kubernetes driver: it renders these, it does not apply them (docs/kub
 from __future__ import annotations
 
 import copy
+import difflib
 import hashlib
 import re
 from decimal import Decimal
@@ -26,7 +27,7 @@ import yaml
 from rig import grammar
 from rig.deploy.container import IMAGE_MANIFEST_DIR, api_key_command, file_stem, image_name
 from rig.deploy.recipe import Resolved
-from rig.engines import MULTINODE_ADDR_VAR, NO_NETWORK_ENV, server_argv
+from rig.engines import MULTINODE_ADDR_VAR, MULTINODE_HOST_VAR, MULTINODE_PORT_VAR, NO_NETWORK_ENV, server_argv
 from rig.errors import RigError
 from rig.paths import REPO_ROOT
 
@@ -82,20 +83,33 @@ def quantity(docker_size: str) -> str:
     return f"{size}{_BINARY[power]}"
 
 
-def _lws_argv(resolved: Resolved, listen: str) -> list[str]:
-    """The engine's own multi-node argv (rig/engines.py), read for rank 0 and rank 1: the words that
-    differ are the rank, written as $(LWS_WORKER_INDEX), and the head's host:port (RIG_DIST_INIT_ADDR
-    in the compose file) is $(LWS_LEADER_ADDRESS):DIST_INIT_PORT. Any engine's launch reads the same way."""
+def _lws_argv(resolved: Resolved, listen: str, leader: bool) -> list[str]:
+    """The engine's own multi-node argv (rig/engines.py) of the leader (rank 0) or of a worker (rank
+    1), read beside the next rank's: the words that differ are the rank, written as
+    $(LWS_WORKER_INDEX); the next rank may add words of a worker's own (vLLM's --headless), which the
+    leader does not take. The head's address (RIG_DIST_INIT_ADDR, or its host and port apart, in the
+    compose file) is $(LWS_LEADER_ADDRESS) and DIST_INIT_PORT. Any engine's launch reads the same way."""
     recipe = resolved.recipe
-    first, second = (server_argv(resolved, recipe.model.path, listen, rank) for rank in (0, 1))
-    ranked = [a != b for a, b in zip(first, second, strict=False)]
-    if len(first) != len(second) or not any(ranked) or any(
-            (a, b) != ("0", "1") for a, b, rank in zip(first, second, ranked, strict=True) if rank):
+    rank = 0 if leader else 1
+    own, following = (server_argv(resolved, recipe.model.path, listen, r) for r in (rank, rank + 1))
+    ranked = [False] * len(own)
+    steps = difflib.SequenceMatcher(a=own, b=following, autojunk=False).get_opcodes()
+    for step, i1, i2, j1, j2 in steps:
+        if step == "replace" and i2 - i1 == j2 - j1 and all((a, b) == (str(rank), str(rank + 1))
+                                                          for a, b in zip(own[i1:i2], following[j1:j2], strict=True)):
+            ranked[i1:i2] = [True] * (i2 - i1)
+        elif step not in ("equal", "insert"):  # only the next rank may add words (a worker's own)
+            ranked = []
+            break
+    if not any(ranked):
         raise RigError(f"recipes/{recipe.name}.yaml", "topology.nodes",
                        f"{recipe.engine.name} has no multi-node launch rig can give each rank (rig/engines.py); nothing was rendered",
                        "use one node, or an engine whose multi-node launch takes a node rank")
-    head = re.compile(r"\$\{" + MULTINODE_ADDR_VAR + r"\b[^}]*\}")  # compose's ${RIG_DIST_INIT_ADDR:?...}
-    return [WORKER_INDEX if rank else head.sub(f"{LEADER_ADDRESS}:{DIST_INIT_PORT}", word) for word, rank in zip(first, ranked, strict=True)]
+    head = {MULTINODE_ADDR_VAR: f"{LEADER_ADDRESS}:{DIST_INIT_PORT}", MULTINODE_HOST_VAR: LEADER_ADDRESS,
+            MULTINODE_PORT_VAR: str(DIST_INIT_PORT)}
+    reference = re.compile(r"\$\{(" + "|".join(head) + r")\b[^}]*\}")  # compose's ${RIG_DIST_INIT_ADDR:?...}
+    return [WORKER_INDEX if differs else reference.sub(lambda found: head[found.group(1)], word)
+            for word, differs in zip(own, ranked, strict=True)]
 
 
 def _env(resolved: Resolved, multinode: bool) -> list[dict[str, Any]]:
@@ -125,7 +139,7 @@ def _container(resolved: Resolved, leader: bool) -> dict[str, Any]:
         "image": f"{image_name(recipe)}:{grammar.DEFAULT_IMAGE_TAG}",
         "imagePullPolicy": "IfNotPresent",
         "command": api_key_command(recipe.engine.name),
-        "args": _lws_argv(resolved, listen) if multinode else server_argv(resolved, recipe.model.path, listen),
+        "args": _lws_argv(resolved, listen, leader) if multinode else server_argv(resolved, recipe.model.path, listen),
         "env": _env(resolved, multinode),
     }
     if leader:

@@ -19,7 +19,7 @@ from rig.deploy.container import IMAGE_MANIFEST_DIR, api_key_command, file_stem,
 from rig.deploy.pins import is_lab_image
 from rig.deploy.recipe import Recipe, Resolved, parse_recipe
 from rig.deploy.recipe_owned import check_rig_owned
-from rig.engines import MULTINODE_ADDR_VAR, NO_NETWORK_ENV, server_argv
+from rig.engines import MULTINODE_ADDR_VAR, MULTINODE_HOST_VAR, MULTINODE_PORT_VAR, NO_NETWORK_ENV, server_argv
 from rig.errors import RigError
 from rig.paths import REPO_ROOT
 
@@ -58,7 +58,8 @@ def compose_project(resolved: Resolved) -> str:
 
 # Variables a rendered compose file may leave to compose (besides a recipe's host_env names), and
 # the one place the API key's may appear.
-COMPOSE_VARIABLES = frozenset({grammar.IMAGE_TAG_VARIABLE, "RIG_MODEL_DIR", "RIG_MANIFEST_DIR", MULTINODE_ADDR_VAR})
+COMPOSE_VARIABLES = frozenset({grammar.IMAGE_TAG_VARIABLE, "RIG_MODEL_DIR", "RIG_MANIFEST_DIR", MULTINODE_ADDR_VAR, MULTINODE_HOST_VAR,
+                               MULTINODE_PORT_VAR})
 API_KEY_ENTRY = f"${{{grammar.KEY_VARIABLE}:-}}"
 
 
@@ -199,9 +200,12 @@ def render_compose(resolved: Resolved) -> str:
     header = [f"# Rendered by `rig render` from recipes/{recipe.name}.yaml{variant}: edit the recipe, not this file."]
     if topo.nodes > 1:
         services = {f"node{rank}": _service(resolved, rank) for rank in range(topo.nodes)}
+        # the head's address as the engine's launch takes it: host:port (SGLang), or host and port apart (vLLM)
+        head = {MULTINODE_ADDR_VAR: "<node0 ip>:5000", MULTINODE_HOST_VAR: "<node0 ip>", MULTINODE_PORT_VAR: "5000"}
+        named = " ".join(f"{name}={value}" for name, value in head.items() if "${" + name in str(services["node0"]["command"]))
         header += [
             f"# {topo.nodes} nodes: on node N run",
-            f"#   RIG_MODEL_DIR=... RIG_DIST_INIT_ADDR=<node0 ip>:5000 docker compose -f {path} --profile nodeN up",
+            f"#   {'RIG_MODEL_DIR=... ' if recipe.model.source == 'mount' else ''}{named} docker compose -f {path} --profile nodeN up",
         ]
     else:
         services = {"server": _service(resolved, None)}

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -21,6 +22,7 @@ LOCUSTFILE = LOADTESTS / "locustfile.py"
 USER_CLASS = {"open_loop": "ArrivalUser", "trace": "ArrivalUser", "multi_turn": "ConversationUser"}
 EPOCH_LEAD_S = 0.5  # the locustfile starts a schedule this long after spawning completes
 STOP_GRACE_S = 30.0  # Locust's shutdown at 3000 users: its users stop, then the records and statistics are written
+WATCH_S = 2.0  # how often a run asks the scheduler whether it ended the boot's job
 
 
 def _free_port() -> int:
@@ -55,6 +57,7 @@ class LocustRun:
                     RIG_PARENT_ENV: str(os.getpid())}
         self.processes: list[subprocess.Popen] = []
         self._seen: dict[Path, tuple[int, int]] = {}
+        self.ended: str | None = None  # why the run stopped early: the scheduler ended the boot's job
 
     @property
     def processes_sending(self) -> int:
@@ -112,13 +115,20 @@ class LocustRun:
         """One Locust process, in a session of its own: rig alone stops it (stop), never a terminal's Ctrl-C."""
         self.processes.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True))
 
-    def wait(self, progress: bool = True) -> None:
+    def wait(self, progress: bool = True, ended: Callable[[], str | None] | None = None) -> None:
+        """Until Locust ends the run. `ended` (asked every WATCH_S) says why the server's nodes
+        were taken away: the run stops then, as every request after it would only fail."""
         deadline = time.monotonic() + self.run_time_s() + 60 + (30 if self.distributed else 0) + 600 * bool(self.remote_workers)
-        last = 0.0
+        last = watched = 0.0
         while any(p.poll() is None for p in self.processes):
             if time.monotonic() > deadline:
                 self.stop()
                 break
+            if ended is not None and time.monotonic() - watched >= WATCH_S:
+                watched = time.monotonic()
+                self.ended = ended()
+                if self.ended is not None:
+                    break
             if progress and time.monotonic() - last >= 2:
                 last = time.monotonic()
                 self._progress()

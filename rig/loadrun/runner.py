@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rig import paths
+from rig.boot.base import BootPreempted
 from rig.boot.record import BootImage, BootRecord
+from rig.boot.state import scheduler_ended
 from rig.deploy.recipe import Resolved
 from rig.engines import LENGTH_PINNING
 from rig.errors import RigError
@@ -162,7 +164,7 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
                 GpuSampler(out_dir / GPU_SAMPLES, 0.25) if local else contextlib.nullcontext():
             try:
                 run.start()
-                run.wait(progress)
+                run.wait(progress, lambda: scheduler_ended(record))
             except KeyboardInterrupt:
                 interrupted = True
                 held.enter_context(interrupts_held())
@@ -194,7 +196,7 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
             metrics.conversation = turn_stats(records, window)
         summary = RunSummary(
             scenario=ScenarioRun.of(scenario, settle_s, nonce is not None or scenario.kind == "trace", workload.trace),
-            warmup=warmup, interrupted=interrupted, provenance=provenance(target, run, counter),
+            warmup=warmup, interrupted=interrupted or run.ended is not None, provenance=provenance(target, run, counter),
             metrics=metrics, client=verdict, clients=clients,
             observations=observe(out_dir, records, window, metrics, timeline_title(scenario.name, record.ref, record.boot_id),
                                  target.resolved.topology.gpu_ids if target.resolved is not None else None),
@@ -202,6 +204,9 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
         from rig.load.report import write_run
 
         write_run(out_dir, summary)
+    if run.ended is not None:  # written up as far as it ran; the boot, not the run, is what failed
+        raise BootPreempted(f"{record.ref}: the scheduler ended boot {record.boot_id} during {scenario.name}: {run.ended}; "
+                            f"the run stopped (what it measured: {out_dir})")
     return summary
 
 

@@ -136,6 +136,23 @@ def test_multinode_recipe_is_one_leader_worker_set_with_ranks_from_lws():
     assert objects["Service"]["spec"]["selector"] == {k8s.LWS_NAME_LABEL: "rig-mia-tp4-spark", k8s.LWS_INDEX_LABEL: "0"}
 
 
+def test_multinode_vllm_recipe_is_a_leader_worker_set_whose_workers_run_headless():
+    """vLLM's multi-node launch: the head and the workers take the head's address and port apart
+    (--master-addr/--master-port), and only the workers run --headless (no API server of their own)."""
+    objects = _by_kind(REPO / "k8s" / "llama8b-vllm.2node.yaml")
+    template = objects["LeaderWorkerSet"]["spec"]["leaderWorkerTemplate"]
+    assert template["size"] == 2
+    leader, worker = (template[role]["spec"]["containers"][0] for role in ("leaderTemplate", "workerTemplate"))
+    for container in (leader, worker):
+        flags = dict(zip(container["args"], container["args"][1:], strict=False))
+        assert (flags["--nnodes"], flags["--node-rank"], flags["--tensor-parallel-size"]) == ("2", "$(LWS_WORKER_INDEX)", "2")
+        assert flags["--master-addr"] == "$(LWS_LEADER_ADDRESS)" and flags["--master-port"] == str(k8s.DIST_INIT_PORT)
+        assert container["resources"]["limits"][k8s.GPU_RESOURCE] == 1
+    assert "--headless" not in leader["args"] and "--headless" in worker["args"]
+    assert [a for a in worker["args"] if a != "--headless"] == leader["args"]
+    assert "readinessProbe" in leader and "readinessProbe" not in worker
+
+
 def test_only_kubelet_references_to_defined_variables():
     """The kubelet expands $(NAME) in command and args: every one names LWS's variables or the
     container's own env; no other `$(` (which it would expand or leave mangled) is rendered."""
@@ -229,10 +246,10 @@ def test_stale_manifest_is_detected(rendered_copy):
 
 
 def test_a_multinode_topology_without_an_engine_launch_is_refused_in_one_line():
-    """vLLM has no multi-node launch in rig's engine registry: no LeaderWorkerSet is rendered for it."""
-    recipe = parse_recipe(REPO / "recipes" / "glm52-tp6.yaml")
+    """transformers serve has no multi-node launch in rig's engine registry: no LeaderWorkerSet is rendered for it."""
+    recipe = parse_recipe(REPO / "recipes" / "tiny-cpu.yaml")
     two = recipe.model_copy(update={"variants": {}, "default_variant": None,
-                                    "topology": recipe.topology.model_copy(update={"nodes": 2, "gpus_per_node": 3})})
+                                    "topology": recipe.topology.model_copy(update={"nodes": 2})})
     with pytest.raises(RigError) as raised:
         k8s.render_manifests(two.variant(None))
     assert raised.value.field == "topology.nodes" and "\n" not in str(raised.value)

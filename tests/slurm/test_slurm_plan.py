@@ -14,7 +14,7 @@ from oracles.engine_args import launch_args, sglang_grammar
 from rig.boot.slurm import SlurmDriver
 from rig.boot.slurm_job import JobState, allocation_args
 from rig.boot.slurm_launch import LaunchPlan, node_argv, node_environment
-from rig.deploy.recipe import Resolved, load, parse_recipe
+from rig.deploy.recipe import load, parse_recipe
 from rig.drift import engine_release, fetch_wheel
 from rig.errors import RigError
 from rig.observe.fingerprint import Fingerprint, fingerprint_differences, voiding_differences
@@ -99,19 +99,18 @@ def test_arms_on_other_node_sets_void_the_comparison_unless_accepted():
 
 
 @pytest.mark.slow
-def test_every_rank_of_a_two_node_vllm_recipe_parses_under_vllms_own_parser():
-    """llama-h200:tp2 (vLLM 0.24.0) on two nodes of one GPU each: the head serves, the other node runs headless, both
-    with the head's address and port; a misspelled multi-node flag is refused by the same parser."""
+def test_every_rank_of_the_two_node_vllm_recipe_parses_under_vllms_own_parser():
+    """llama8b-vllm:2node (vLLM 0.24.0, two nodes of one GPU each, TP2): the head serves, the other node runs headless,
+    both with the head's address and port; a misspelled multi-node flag is refused by the same parser."""
     from oracles.vllm_args import parse_vllm, serve_args
 
-    base = load("llama-h200:tp2")
-    topology = base.topology.model_copy(update={"nodes": 2, "gpus_per_node": 1, "gpu_ids": None})
-    resolved = Resolved(base.recipe, base.variant, topology, base.env, base.server_args, base.adapters, base.boot_log, base.audit)
-    plan = SlurmDriver().plan(resolved, base.recipe.model.path, 8000)
+    resolved = load("llama8b-vllm:2node")
+    assert (resolved.topology.nodes, resolved.topology.gpus_per_node, resolved.topology.tp) == (2, 1, 2)
+    plan = SlurmDriver().plan(resolved, resolved.recipe.model.path, 8000)
     argvs = [serve_args(node_argv(plan, rank, HEAD)) for rank in range(2)]
-    head, worker, misspelled = parse_vllm(base.recipe.engine.version, [*argvs, [*argvs[1], "--master-adress", HEAD]])
+    head, worker, misspelled = parse_vllm(resolved.recipe.engine.version, [*argvs, [*argvs[1], "--master-adress", HEAD]])
     for rank, parsed in enumerate((head, worker)):
         assert parsed is not None, argvs[rank]
         assert (parsed["nnodes"], parsed["node_rank"], parsed["master_addr"], parsed["master_port"]) == (2, rank, HEAD, plan.dist_port)
-        assert parsed["tensor_parallel_size"] == base.topology.tp and parsed["headless"] is (rank == 1)
+        assert parsed["tensor_parallel_size"] == 2 and parsed["headless"] is (rank == 1) and parsed["port"] == 8000
     assert misspelled is None
