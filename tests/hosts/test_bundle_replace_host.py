@@ -113,3 +113,13 @@ def test_a_bundle_that_replaces_host_packages_gets_a_site_of_its_own(tmp_path, m
     assert hostside.install(sorted((tmp_path / "b" / "out").iterdir()), tmp_path / "stage", own) == 0
     with pytest.raises(hostside.Refused, match="cannot share a site"):  # nor the other way round
         hostside.install(sorted((tmp_path / "a" / "out").iterdir()), tmp_path / "stage", own)
+
+
+def test_every_shipped_spec_and_host_profile_reads_strictly_under_its_file_name():
+    """A bundle's id starts with its spec's name: the name `--spec` takes must be the one it gives."""
+    names = sorted(path.stem for path in (spec.DATA / "bundles").glob("*.yaml"))
+    assert "sglang-0.5.17" in names
+    for name in names:
+        assert spec.read_spec(name).name == name
+    for path in (spec.DATA / "hosts").glob("*.yaml"):
+        assert spec.read_profile(path.stem).name == path.stem
