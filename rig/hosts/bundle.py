@@ -151,6 +151,7 @@ def build(spec: BundleSpec, profile: HostProfile, out: Path, size: int, with_fil
             "spec": spec.name, "profile": profile.name, "python": profile.python, "platform": profile.platform,
             "requirements": list(spec.requirements), "wheels": rows, "provided": selection.provided,
             "left_out_packages": {normalize(k): v for k, v in selection.left_out.items()}, "left_out_files": globs,
+            "replaces_host": selection.replaces_host,
             "gpu_code_pruned_to": profile.gpu_arch if pruned else None,
             "gpu_code_pruned": {name: {"images": p.images, "kept_bytes": p.kept_bytes, "zeroed_bytes": p.zeroed_bytes}
                                 for name, p in pruned.items()}})

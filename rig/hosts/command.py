@@ -29,10 +29,16 @@ def cmd_bundle_build(args: argparse.Namespace) -> int:
     print(f"bundle {manifest['id']}: {len(manifest['parts'])} parts, {total:.1f} MiB in {built.out}/part-NN/")
     print(f"  {len(manifest['wheels'])} packages carried, {len(manifest['provided'])} left to the host, "
           f"{len(manifest['left_out_packages'])} left out (reasons in bundle.json)")
+    for name, replaced in manifest["replaces_host"].items():
+        print(f"  {name} {replaced['version']} carried, ahead of the host's {replaced['host'] or '(any version)'} "
+              f"on the engine's path: {replaced['why']}")
     for row in manifest["wheels"]:
         if row["left_out_files"]:
             print(f"  {row['name']}: {len(row['left_out_files'])} files left out (bundle.json says which and why)")
-    print(f"  on the host: python3 {built.out.name}/part-01/install.py install {built.out.name}/part-* --site /tmp/site")
+    replaced = ", ".join(manifest["replaces_host"])
+    site = f"SITE   # a site of its own, named by the recipe's native.pythonpath: it replaces the host's {replaced}" \
+        if replaced else "/tmp/site"
+    print(f"  on the host: python3 {built.out.name}/part-01/install.py install {built.out.name}/part-* --site {site}")
     return Exit.OK
 
 

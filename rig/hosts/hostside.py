@@ -146,6 +146,24 @@ def unmet_requirements(site: Path, names: list[str]) -> list[tuple[str, str, str
     return unmet
 
 
+def shadowing(site: Path, replaces: dict) -> list[str]:
+    """One line per package the bundle carries although the host has it: the site's version, found
+    first on PYTHONPATH=SITE, shadows the host's for the processes started with it, and nothing
+    else. A site whose version is not the one the bundle pinned is refused."""
+    from importlib import metadata
+
+    lines = []
+    for name, replaced in sorted(replaces.items()):
+        ours = next(iter(metadata.distributions(name=name, path=[str(site)])), None)
+        if ours is None or ours.version != replaced["version"]:
+            found = ours.version if ours else "nothing"
+            raise Refused(f"{site}: {name} {replaced['version']} expected, {found} installed; fix: install into an empty site")
+        host = next(iter(metadata.distributions(name=name, path=sys.path)), None)
+        lines.append(f"{name} {replaced['version']} shadows this host's {host.version if host else '(none installed)'} "
+                     f"on PYTHONPATH={site} alone: {replaced['why']}")
+    return lines
+
+
 def install(part_dirs: list[Path], stage: Path, site: Path, strict: bool = False) -> int:
     """A requirement the host lacks altogether fails the install; one it meets with another version
     is printed (the engine usually runs; --strict fails on it too)."""
@@ -154,6 +172,13 @@ def install(part_dirs: list[Path], stage: Path, site: Path, strict: bool = False
     if marker.exists() and json.loads(marker.read_text()).get("id") == manifest["id"]:
         print(f"install: bundle {manifest['id']} is installed in {site}")
         return 0
+    replaces = manifest.get("replaces_host", {})
+    held = json.loads(marker.read_text()) if marker.exists() else {}
+    held_spec = held.get("spec") or str(held.get("id", "")).rpartition("-")[0]
+    if held and held_spec != manifest.get("spec") and (replaces or held.get("replaces_host")):
+        which = ", ".join(replaces or held["replaces_host"])
+        raise Refused(f"{site} holds bundle {held.get('id')}; one of the two replaces the host's {which} for its own "
+                      "engine alone, so they cannot share a site; fix: give this bundle a site of its own (--site)")
     missing = missing_parts(manifest, stage)
     if missing:
         shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
@@ -170,6 +195,8 @@ def install(part_dirs: list[Path], stage: Path, site: Path, strict: bool = False
         if done.returncode != 0:
             raise Refused(f"pip install failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}; fix: see pip's message")
     carried = [wheel["name"] for wheel in manifest["wheels"]]
+    for line in shadowing(site, replaces):
+        print(f"install: {line}")
     left_out = manifest.get("left_out_packages", {})
     missing_here, other_version = [], []
     for package, requirement, have in unmet_requirements(site, carried):
@@ -189,7 +216,8 @@ def install(part_dirs: list[Path], stage: Path, site: Path, strict: bool = False
               "rig bundle build --host-profile host.json), which carries what this host lacks")
         return EXIT_UNMET
     tmp = marker.with_suffix(".partial")
-    tmp.write_text(json.dumps({"id": manifest["id"], "wheels": len(carried)}))
+    tmp.write_text(json.dumps({"id": manifest["id"], "spec": manifest.get("spec"), "wheels": len(carried),
+                               "replaces_host": sorted(replaces)}))
     os.replace(tmp, marker)
     print(f"install: bundle {manifest['id']} installed in {site}: {len(carried)} packages; "
           f"export PYTHONPATH={site}")

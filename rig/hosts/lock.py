@@ -36,6 +36,8 @@ class Selection:
     carried: list[Locked]
     provided: dict[str, str]  # name -> version resolved, left to the host
     left_out: dict[str, str]  # name -> why (the spec's reason, or "only needed by X")
+    # name -> {version carried, host's version (None: unknown), why}: carried although the host provides it
+    replaces_host: dict[str, dict] = field(default_factory=dict)
 
 
 def rig_requirements() -> list[str]:
@@ -110,12 +112,17 @@ def compile_lock(spec: BundleSpec, profile: HostProfile, uv: str, with_rig: bool
 
 
 def select(entries: dict[str, Locked], spec: BundleSpec, profile: HostProfile) -> Selection:
-    """Carried = resolved - provided by the host - left out by the spec - what only those pull in."""
-    for name in spec.leave_out_packages:
-        if normalize(name) not in entries:
-            raise Invalid(f"--spec {spec.name}", f"leave_out_packages.{name}", "not among the resolved packages",
-                          "remove it from the spec (the engine does not require it)")
-    provided = {name: entry.version for name, entry in entries.items() if name in profile.provides}
+    """Carried = resolved - provided by the host (unless the spec replaces the host's) - left out by
+    the spec - what only those pull in."""
+    for section in ("leave_out_packages", "replace_host"):
+        for name in getattr(spec, section):
+            if normalize(name) not in entries:
+                raise Invalid(f"--spec {spec.name}", f"{section}.{name}", "not among the resolved packages",
+                              "remove it from the spec (the engine does not require it)")
+    replace = {normalize(name): why for name, why in spec.replace_host.items()}
+    provided = {name: entry.version for name, entry in entries.items() if name in profile.provides and name not in replace}
+    replaces_host = {name: {"version": entries[name].version, "host": profile.provides[name], "why": why}
+                     for name, why in sorted(replace.items()) if name in profile.provides}
     left_out = {normalize(name): why for name, why in spec.leave_out_packages.items()}
     roots = {normalize(PIN.fullmatch(r)["name"]) for r in spec.requirements if PIN.fullmatch(r)}  # type: ignore[index]
     changed = True
@@ -129,7 +136,7 @@ def select(entries: dict[str, Locked], spec: BundleSpec, profile: HostProfile) -
                 left_out[name] = "only needed by " + ", ".join(sorted(requirers))
                 changed = True
     carried = [entry for name, entry in sorted(entries.items()) if name not in provided and name not in left_out]
-    return Selection(carried, provided, left_out)
+    return Selection(carried, provided, left_out, replaces_host)
 
 
 def requirements_text(carried: list[Locked]) -> str:

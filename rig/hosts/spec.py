@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from rig.errors import Invalid, NotFound
 from rig.strict_yaml import load_yaml_file
@@ -42,6 +42,9 @@ class BundleSpec(Spec):
     exclude_newer: str | None = None
     overrides: dict[str, str] = Field(default_factory=dict, max_length=64)
     leave_out_packages: dict[str, str] = Field(default_factory=dict, max_length=256)
+    # Packages carried even where the host provides them (name -> why): the engine needs its own
+    # version, which the installed site puts ahead of the host's on the engine's path alone.
+    replace_host: dict[str, str] = Field(default_factory=dict, max_length=32)
     leave_out_files: dict[str, str] = Field(default_factory=dict, max_length=256)
     optional_files: dict[str, OptionalFiles] = Field(default_factory=dict, max_length=32)
     # Shared libraries whose GPU code is pruned to the host's architecture (rig/hosts/fatbin.py)
@@ -71,12 +74,23 @@ class BundleSpec(Spec):
                 raise ValueError(f"override {requirement!r} is not name==version")
         return value
 
-    @field_validator("leave_out_packages")
+    @field_validator("leave_out_packages", "replace_host")
     @classmethod
     def _packages(cls, value: dict[str, str]) -> dict[str, str]:
-        for name in value:
+        for name, why in value.items():
             if not PROJECT.fullmatch(name):
                 raise ValueError(f"{name!r} is not a package name")
+            if not why.strip():
+                raise ValueError(f"{name!r} gives no reason (say why, the installer prints it)")
+        return value
+
+    @field_validator("replace_host")
+    @classmethod
+    def _carried_or_left_out(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        left_out = {normalize(name) for name in info.data.get("leave_out_packages", {})}
+        both = sorted(name for name in value if normalize(name) in left_out)
+        if both:
+            raise ValueError(f"{both[0]!r} is also in leave_out_packages (a package is carried or left out, not both)")
         return value
 
     @field_validator("exclude_newer")

@@ -25,15 +25,17 @@ def make_wheel(folder: Path, name: str, version: str, files: dict[str, bytes], r
     return path
 
 
-def make_bundle(tmp: Path, wheel_files: list[Path], size: int, left_out: dict[str, str] | None = None) -> dict:
-    """The wheels as a bundle in tmp/out/part-NN/ (rig's own packaging step), with its manifest."""
+def make_bundle(tmp: Path, wheel_files: list[Path], size: int, left_out: dict[str, str] | None = None,
+                name: str = "test", replaces_host: dict[str, dict] | None = None) -> dict:
+    """The wheels as a bundle of spec `name` in tmp/out/part-NN/ (rig's own packaging step), with its manifest."""
     staging = tmp / "staging"
     (staging / "wheels").mkdir(parents=True)
     rows = []
     for path in wheel_files:
         target = staging / "wheels" / path.name
         target.write_bytes(path.read_bytes())
-        name, version = path.name.split("-")[:2]
-        rows.append({"name": name.replace("_", "-"), "version": version, "file": path.name,
+        project, version = path.name.split("-")[:2]
+        rows.append({"name": project.replace("_", "-"), "version": version, "file": path.name,
                      "sha256": hashlib.sha256(target.read_bytes()).hexdigest(), "left_out_files": []})
-    return bundle.write_parts(staging, tmp / "out", size, "test", {"wheels": rows, "left_out_packages": left_out or {}})
+    return bundle.write_parts(staging, tmp / "out", size, name, {"spec": name, "wheels": rows, "left_out_packages": left_out or {},
+                                                                 "replaces_host": replaces_host or {}})
