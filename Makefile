@@ -82,16 +82,20 @@ test: setup ## the whole suite (what CI runs): unit tests (the docker tests' ima
 	@mkdir -p .rig; pre=; if docker info >/dev/null 2>&1; then \
 	  echo "== building $(PREBUILD) beside the unit tests (.rig/prebuild.log)"; \
 	  ( $(RIG) pin $(PREBUILD) && $(RIG) build $(PREBUILD) ) >.rig/prebuild.log 2>&1 & pre=$$!; fi; \
-	  $(VENV)/bin/pytest -q -m "$(UNIT)" -n 2 --durations=10; unit=$$?; \
+	  t0=$$SECONDS; $(VENV)/bin/pytest -q -m "$(UNIT)" -n 2 --durations=10; unit=$$?; echo "== part unit: $$((SECONDS - t0)) s"; \
 	  if [ -n "$$pre" ]; then wait $$pre; echo "== prebuild of $(PREBUILD): exit $$?"; tail -2 .rig/prebuild.log; fi; \
 	  [ "$$unit" = 0 ]
-	$(VENV)/bin/pytest -q -m "$(TIMED)" -n 2 --durations=10
-	@mkdir -p .rig; rm -f .rig/test-lane.rc; \
+	@t0=$$SECONDS; $(VENV)/bin/pytest -q -m "$(TIMED)" -n 2 --durations=10; timed=$$?; echo "== part timed: $$((SECONDS - t0)) s"; [ "$$timed" = 0 ]
+	@mkdir -p .rig; rm -f .rig/test-lane.rc; t0=$$SECONDS; \
 	  ( { $(VENV)/bin/pytest -q -m "docker and not ($(UNIT)) and not ($(TIMED))" --durations=10; docker=$$?; \
+	      echo "== lane docker: $$((SECONDS - t0)) s"; t1=$$SECONDS; \
 	      $(VENV)/bin/pytest -q -m "not docker and not ($(UNIT)) and not ($(TIMED))" --durations=10 tests/load tests/tune; load=$$?; \
+	      echo "== lane load/tune: $$((SECONDS - t1)) s (docker + load/tune: $$((SECONDS - t0)) s)"; \
 	      echo $$(( docker || load )) >.rig/test-lane.rc; } >.rig/test-lane.log 2>&1 ) & \
-	  $(VENV)/bin/pytest -q -m "not docker and not ($(UNIT)) and not ($(TIMED))" --ignore=tests/load --ignore=tests/tune --durations=15; e2e=$$?; wait; \
+	  $(VENV)/bin/pytest -q -m "not docker and not ($(UNIT)) and not ($(TIMED))" --ignore=tests/load --ignore=tests/tune --durations=15; e2e=$$?; \
+	  rest=$$((SECONDS - t0)); wait; \
 	  echo "== the docker tests and the load e2e tests (run beside the others; .rig/test-lane.log):"; cat .rig/test-lane.log; \
+	  echo "== lane e2e rest: $$rest s; both e2e lanes: $$((SECONDS - t0)) s"; \
 	  lane=$$(cat .rig/test-lane.rc); [ "$$e2e" = 0 ] && [ "$$lane" = 0 ]
 
 demo: setup ## boot tiny-cpu, stream a chat, load test, compare until decided, shut down (PORT=N: another port; VERBOSE=1: every table)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import shutil
 import subprocess
@@ -20,6 +21,45 @@ if str(ADAPTER_SRC) not in sys.path:
 def rig_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "rig", *args], cwd=REPO, capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, timeout=timeout, check=False)
+
+
+class Hung(BaseException):
+    """rig_main's guard went off: no `except Exception` in rig catches it."""
+
+
+def rig_main(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """`rig ARGS` run by rig.cli.main in this process, as rig_cli runs it in a child: the same exit
+    code, stdout and stderr, with `env` set for the call, without a Python start per call. A crash
+    raises here (where a child would print a traceback); a call still running after `timeout`
+    seconds raises Hung. Keep rig_cli where the process itself is what a test checks (its start,
+    its signals, what its interpreter reads at start)."""
+    import signal
+
+    from rig.cli import main
+
+    def hung(signum: int, frame: object) -> None:
+        raise Hung(f"rig {' '.join(args)[:200]} ran past {timeout} s")
+
+    out, err = io.StringIO(), io.StringIO()
+    saved = {key: os.environ.get(key) for key in env or {}}
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        os.environ.update(env or {})
+        with contextlib.chdir(REPO), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exit:  # argparse's refusals, as `python -m rig` would exit
+                code = exit.code if isinstance(exit.code, int) else int(exit.code is not None)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return subprocess.CompletedProcess(["rig", *args], code, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture(autouse=True)

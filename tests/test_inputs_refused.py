@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, rig_cli, set_field
+from conftest import REPO, rig_cli, rig_main, set_field
 
 from rig import grammar
 from rig.deploy.recipe import parse_recipe
@@ -294,7 +294,7 @@ def test_secret_looking_names_stay_redacted_whatever_the_recipe_says():
 ])
 def test_rig_up_refuses_a_hostile_overlay_before_anything_starts(tmp_path, flag, value, expected):
     env = {"RIG_RESULTS_DIR": str(tmp_path / "results"), "RIG_STATE_DIR": str(tmp_path / "state")}
-    result = rig_cli("up", "tiny-cpu", flag, value, env=env)
+    result = rig_main("up", "tiny-cpu", flag, value, env=env)
     assert result.returncode == 2 and expected in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
     assert not (tmp_path / "results").exists() and not (tmp_path / "state").exists()
@@ -343,7 +343,7 @@ def test_a_port_something_else_listens_on_is_refused_before_anything_is_written(
         holder.listen()
         port = str(holder.getsockname()[1])
         arms = ["--arm", "a:RIG_TOKEN_DELAY_MS=0", "--arm", "b:RIG_TOKEN_DELAY_MS=1"] if command == "compare" else []
-        result = rig_cli(command, "tiny-cpu", *arms, "--port", port, env=env)
+        result = rig_main(command, "tiny-cpu", *arms, "--port", port, env=env)
     assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
     assert len(result.stderr.strip().splitlines()) == 1 and f"port {port} on 127.0.0.1 is already in use" in result.stderr
     assert "--port" in result.stderr and "Traceback" not in result.stderr
@@ -727,7 +727,7 @@ def test_two_recipe_files_rendering_the_same_path_are_refused(tmp_path):
                                      ("down", "tiny-cpu/.."), ("logs", "*")])
 def test_state_commands_check_the_name(tmp_path, command):
     env = {"RIG_RESULTS_DIR": str(tmp_path / "results"), "RIG_STATE_DIR": str(tmp_path / "state" / "deep")}
-    result = rig_cli(*command, env=env)
+    result = rig_main(*command, env=env)
     assert result.returncode == 2 and "is not a recipe name" in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert not any(tmp_path.iterdir())
@@ -764,7 +764,7 @@ def test_a_state_file_cannot_point_outside_its_boot(tmp_path, case):
     env = {"RIG_RESULTS_DIR": str(tmp_path / "results"), "RIG_STATE_DIR": str(tmp_path / "state")}
     before = tree(tmp_path)
     for command in (("logs", "tiny-cpu"), ("down", "tiny-cpu"), ("status",)):
-        result = rig_cli(*command, env=env, timeout=60)
+        result = rig_main(*command, env=env, timeout=60)
         output = result.stdout + result.stderr
         assert result.returncode in (1, 2) and "Traceback" not in output, (command, output)
         assert len(output.strip().splitlines()) == 1 and f"{state}: " in output, (command, output)
@@ -945,7 +945,7 @@ CLI_CASES = {
 @pytest.mark.parametrize("case", sorted(CLI_CASES))
 def test_every_command_line_option_is_refused_in_one_line(tmp_path, case):
     env = {"RIG_RESULTS_DIR": str(tmp_path / "results"), "RIG_STATE_DIR": str(tmp_path / "state")}
-    result = rig_cli(*CLI_CASES[case], env=env, timeout=60)
+    result = rig_main(*CLI_CASES[case], env=env, timeout=60)
     assert result.returncode == 2, (result.returncode, result.stdout[-500:], result.stderr[-500:])
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert "fix:" in result.stderr and not (tmp_path / "results").exists()
@@ -987,7 +987,7 @@ def test_rig_audit_refuses_a_crafted_config_json_in_one_line(tmp_path, case):
     model.mkdir()
     MODEL_CONFIGS[case](model / "config.json")
     env = {"RIG_RESULTS_DIR": str(tmp_path / "results"), "RIG_STATE_DIR": str(tmp_path / "state")}
-    result = rig_cli("audit", "llama8b-h200", "--model-dir", str(model), env=env, timeout=60)  # a hang fails here
+    result = rig_main("audit", "llama8b-h200", "--model-dir", str(model), env=env, timeout=60)  # a hang fails here
     assert result.returncode == 2, (result.returncode, result.stdout[-500:], result.stderr[-500:])
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert "config.json" in result.stderr and "fix:" in result.stderr and not (tmp_path / "results").exists()
@@ -999,7 +999,7 @@ def test_rig_audit_reads_a_real_checkpoint_config(tmp_path):
     (model / "config.json").write_text(json.dumps({"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
                                                    "num_key_value_heads": 8, "vocab_size": 128256, "torch_dtype": "bfloat16",
                                                    "rope_scaling": {"factor": 8.0}}))
-    result = rig_cli("audit", "llama8b-h200", "--model-dir", str(model), "--json", timeout=60)
+    result = rig_main("audit", "llama8b-h200", "--model-dir", str(model), "--json", timeout=60)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)[0]["dims_source"] == str(model / "config.json")
 

@@ -7,20 +7,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, aiperf_row, synthetic_run
+from conftest import aiperf_row, rig_main, synthetic_run
 
 from rig.compare.arms import parse_arm
 from rig.compare.model import COMPARE_SCHEMA, BootEntry, ComparePlan, RunResult
 
 
 def rig(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess:
-    env = {**os.environ, "RIG_RESULTS_DIR": str(cwd / "results"), "RIG_STATE_DIR": str(cwd / "state")}
-    return subprocess.run([sys.executable, "-m", "rig", *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return rig_main(*args, env={"RIG_RESULTS_DIR": str(cwd / "results"), "RIG_STATE_DIR": str(cwd / "state")}, timeout=timeout)
 
 
 def _records(run: Path) -> Path:

@@ -96,6 +96,7 @@ class NativeDriver:
         refuse_if_port_taken(resolved, port)
         overlay = dict(overlay or {})
         record = new_boot(resolved, self.name, overlay, port)  # claims the recipe's state file
+        held = kernel.HeldSignals()  # from the spawn until the server's pid is recorded, a Ctrl-C waits
         try:  # until the server runs, any failure (or Ctrl-C) marks the boot failed and releases the claim
             model = self.model_path(resolved)
             env, key_args = self.environment(resolved, overlay, record, cold_caches, unset)
@@ -105,11 +106,13 @@ class NativeDriver:
             write_text_atomic(Path(record.boot_dir) / "command.txt",
                               "".join(f"{k}={v} " for k, v in shown.items()) + " ".join(argv) + "\n")
             with open(record.log_path, "ab") as log:  # the child holds its own descriptor
+                held.hold()
                 process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                            env=env, cwd=REPO_ROOT, start_new_session=True)
         except BaseException as error:
             record.status, record.error = "failed", str(error) or type(error).__name__
             forget(record)
+            held.release()
             if isinstance(error, OSError):  # the program could not start: a failed boot, not a crash of rig
                 raise BootFailed(f"{record.ref}: the server could not start ({error}); log: {record.log_path}") from None
             raise
@@ -121,9 +124,11 @@ class NativeDriver:
                 record.pid_start_ticks, record.kernel_boot_time = started.start_ticks, started.kernel_boot
             write_text_atomic(Path(record.boot_dir) / "server.pid", f"{process.pid}\n")
             remember(record)
+            held.release()  # a signal held since the spawn is delivered here, and stops the server below
         except BaseException as error:
             record.status, record.error = "failed", f"interrupted while starting ({str(error) or type(error).__name__})"
             self.down(record)
+            held.release()
             raise
         return await_healthy(self, record, serving, progress, resolved.recipe.engine.name)
 

@@ -12,8 +12,12 @@ leader has exited still belongs to the boot that started it.
 from __future__ import annotations
 
 import os
+import signal
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from types import FrameType
+from typing import Any, Literal
 
 BOOT_ID_ENV = "RIG_BOOT_ID"
 PROC = "/proc"
@@ -145,3 +149,38 @@ def listeners(host: str, port: int) -> list[int | None]:
     reached = {host, "0.0.0.0", "::", f"::ffff:{host}"}  # noqa: S104 - addresses a listener may hold; nothing binds here
     return [c.pid for c in psutil.net_connections(kind="tcp")
             if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.laddr.ip in reached]
+
+
+class HeldSignals:
+    """Holds Ctrl-C, SIGTERM and SIGHUP while a child is spawned and its pid recorded, then
+    delivers the first one held to the handler that was in place.
+
+    A signal that lands inside `subprocess.Popen` after the fork, or before the caller stored the
+    returned process, raises there: the child runs on, in a session of its own that the terminal's
+    Ctrl-C and `timeout`'s relay never reach, and no pid names it, so nothing stops it. The process's
+    signal mask is not used: a child inherits the mask, and the server must take SIGTERM. Outside the
+    main thread no handler can run, so nothing needs holding there."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.held: list[int] = []
+        self._previous: dict[int, signal.Handlers | Callable[[int, FrameType | None], Any] | int | None] = {}
+
+    def _hold(self, signum: int, frame: FrameType | None) -> None:
+        self.held.append(signum)
+
+    def hold(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.SIGNALS:
+                previous = signal.getsignal(signum)
+                if previous not in (signal.SIG_IGN, None):  # an ignored signal stays ignored (nohup)
+                    self._previous[signum] = signal.signal(signum, self._hold)
+
+    def release(self) -> None:
+        """Put the handlers back, then deliver the first signal held (its handler may raise here)."""
+        previous, self._previous = self._previous, {}
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if self.held and self.held[0] in previous:
+            signal.raise_signal(self.held[0])

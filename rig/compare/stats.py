@@ -41,7 +41,6 @@ from typing import Any
 
 import numpy as np
 from pydantic import Field
-from scipy import stats as scipy_stats
 
 from rig.typed import Typed
 
@@ -86,6 +85,8 @@ def target_met(widest_precision_pct: float | None, target_pct: float) -> bool:
 
 @lru_cache(maxsize=4096)
 def t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
+    from scipy import stats as scipy_stats  # here, not at import: the CLI's parser imports this module (~0.5 s)
+
     return float(scipy_stats.t.ppf(0.5 + confidence / 2, df))
 
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from conftest import rig_cli
+from conftest import rig_main
 
 from rig_adapters.registry import BY_NAME, Target
 from rig_adapters.targets import check_target, verdict
@@ -40,7 +40,7 @@ def test_verdict_refuses_on_an_older_sglang_signature():
 
 
 def test_matrix_for_every_recipe():
-    result = rig_cli("adapters", "check")
+    result = rig_main("adapters", "check")
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
     expect = {
@@ -115,7 +115,7 @@ def _check_mutated(tmp_path, pinned_wheels, sglang_mutations=None, flashinfer_mu
     _mini_wheel(sglang, engines / "sglang-0.5.23" / sglang.name, [FP8_UTILS, FP8, LINEAR], sglang_mutations or {})
     _mini_wheel(flashinfer, engines / "flashinfer_python-0.7.2" / flashinfer.name, [GEMM_BASE, FI_UTILS],
                 flashinfer_mutations or {})
-    return rig_cli("adapters", "check", "mia-tp4", env={"RIG_CACHE_DIR": str(tmp_path / "cache")})
+    return rig_main("adapters", "check", "mia-tp4", env={"RIG_CACHE_DIR": str(tmp_path / "cache")})
 
 
 def _row(result, adapter: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import rig_cli
+from conftest import rig_main
 
 from rig.audit.check import check_experts, check_gemm, constraints
 from rig.audit.command import audit_variant, recipe_dims
@@ -22,7 +22,7 @@ def test_mia_tp4_reports_the_k576_shape_with_its_fix():
     cutlass = [v for r in report.gemms if r.layer == "shared_experts.down_proj" for v in r.verdicts
                if v.backend == "flashinfer-cutlass-mxfp8-sm12x"]
     assert cutlass[0].accepted  # stock SGLang accepts K=576 on cutlass: the slow path, not a failure
-    result = rig_cli("audit", "mia-tp4")
+    result = rig_main("audit", "mia-tp4")
     assert result.returncode == 0 and "+11.1% work" in result.stdout and "shared_pad_k" in result.stdout
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, rig_cli
+from conftest import REPO, rig_main
 
 from rig.deploy.recipe import all_recipe_paths, load, parse_recipe
 from rig.errors import RigError
@@ -15,7 +15,7 @@ from rig.errors import RigError
 def test_every_recipe_validates():
     names = {parse_recipe(p).name for p in all_recipe_paths()}
     assert {"tiny-cpu", "mia-tp4", "glm52-tp6"} <= names
-    result = rig_cli("validate")
+    result = rig_main("validate")
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -75,7 +75,7 @@ def test_bad_recipe_is_one_clear_line(tmp_path, case):
 
 def test_cli_reports_bad_recipe_without_traceback(tmp_path):
     path = _mutate(tmp_path, "mia-tp4", _set("image.tag", "latest"))
-    result = rig_cli("validate", str(path))
+    result = rig_main("validate", str(path))
     assert result.returncode == 1
     assert "Traceback" not in result.stdout + result.stderr
     lines = [line for line in result.stdout.splitlines() if line.startswith("FAIL")]
@@ -87,7 +87,7 @@ def test_broken_yaml_and_missing_file(tmp_path):
     broken.write_text("name: [unclosed\n")
     with pytest.raises(RigError, match="not valid YAML"):
         parse_recipe(broken)
-    result = rig_cli("up", "no-such-recipe")
+    result = rig_main("up", "no-such-recipe")
     assert result.returncode == 2 and "no such recipe" in result.stderr and "Traceback" not in result.stderr
 
 
@@ -97,5 +97,5 @@ def test_unpinned_recipe_validates_but_build_refuses(tmp_path):
         data["image"]["unpinned"] = True
     path = _mutate(tmp_path, "mia-tp4", change)
     assert parse_recipe(path).image.unpinned
-    result = rig_cli("validate", str(path))
+    result = rig_main("validate", str(path))
     assert result.returncode == 0 and "UNPINNED" in result.stdout

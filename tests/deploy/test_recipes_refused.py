@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, rig_cli, set_field
+from conftest import REPO, rig_cli, rig_main, set_field
 
 from rig.deploy.recipe import parse_recipe
 from rig.errors import RigError
@@ -111,12 +111,12 @@ def test_validate_and_render_refuse_every_crafted_recipe_and_write_nothing(tmp_p
         folder = tmp_path / case.replace(" ", "-")
         folder.mkdir()
         paths.append(str(_write(folder, base, change)))
-    validate = rig_cli("validate", *paths)
+    validate = rig_cli("validate", *paths)  # the process: its exit code, and no traceback
     assert validate.returncode == 1 and "Traceback" not in validate.stdout + validate.stderr
     fails = [line for line in validate.stdout.splitlines() if line.startswith("FAIL")]
     assert len(fails) == len(CRAFTED), validate.stdout
-    for path in paths:
-        render = rig_cli("render", path)
+    for path in paths:  # the same CLI in this process: a crash would raise here
+        render = rig_main("render", path)
         assert render.returncode == 2, render.stdout + render.stderr
         assert len(render.stderr.strip().splitlines()) == 1 and "Traceback" not in render.stderr
         assert render.stdout == ""
@@ -152,7 +152,7 @@ def test_yaml_level_hostility(tmp_path):
         path = tmp_path / case.replace(" ", "-") / "tiny-cpu.yaml"
         path.parent.mkdir()
         path.write_bytes(data)
-        result = rig_cli("validate", str(path))
+        result = rig_main("validate", str(path))
         assert result.returncode == 1, (case, result.stdout, result.stderr)
         assert "Traceback" not in result.stdout + result.stderr, case
         lines = result.stdout.strip().splitlines()
@@ -160,16 +160,16 @@ def test_yaml_level_hostility(tmp_path):
     directory = tmp_path / "a-dir.yaml"
     directory.mkdir()
     for command in (("validate", str(directory)), ("render", str(directory))):
-        result = rig_cli(*command)
+        result = rig_main(*command)
         output = result.stdout + result.stderr
         assert result.returncode in (1, 2) and "Traceback" not in output and "is a directory" in output, output
         assert len(output.strip().splitlines()) == 1
 
 
 def test_recipe_and_cli_env_keys_are_identifiers():
-    result = rig_cli("up", "tiny-cpu", "--env", "BAD-KEY=1")
+    result = rig_main("up", "tiny-cpu", "--env", "BAD-KEY=1")
     assert result.returncode == 2 and "--env" in result.stderr and "Traceback" not in result.stderr
-    result = rig_cli("up", "tiny-cpu", "--port", "0")
+    result = rig_main("up", "tiny-cpu", "--port", "0")
     assert result.returncode == 2 and "--port" in result.stderr
 
 
@@ -245,13 +245,13 @@ def test_transformers_refuses_a_key_it_cannot_take(tmp_path):
 
 def test_sglang_recipe_cannot_take_the_config_flag(tmp_path):
     path = _write(tmp_path, "mia-tp4", lambda d: d["server_args"].extend(["--config", "/x.yaml"]))
-    result = rig_cli("render", str(path))
+    result = rig_main("render", str(path))
     assert result.returncode == 2 and "--config" in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
 def test_a_recipe_name_never_walks_out_of_recipes():
     for command in (("up", "../../etc/passwd"), ("validate", "x/../tiny-cpu"), ("render", "../recipes/tiny-cpu")):
-        result = rig_cli(*command)
+        result = rig_main(*command)
         output = result.stdout + result.stderr
         # validate reports it as one more FAIL line (exit 1, like a recipe that does not parse); the others refuse (exit 2)
         assert result.returncode == (1 if command[0] == "validate" else 2), output

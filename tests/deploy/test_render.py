@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import yaml
-from conftest import COMPOSE_ENV, REPO, compose_binary, rig_cli, tool
+from conftest import COMPOSE_ENV, REPO, compose_binary, rig_main, tool
 
 from rig.deploy.pins import LAB_REGISTRY
 from rig.deploy.recipe import all_recipe_paths, parse_recipe
@@ -21,7 +21,7 @@ K8S_FILES = sorted((REPO / "k8s").glob("*.yaml"))
 
 
 def test_rendered_files_are_fresh():
-    result = rig_cli("render", "--check")
+    result = rig_main("render", "--check")
     assert result.returncode == 0, result.stdout + result.stderr
     expected = {p for r in all_recipe_paths() for p in rendered_files(parse_recipe(r))}
     assert set(COMPOSE_FILES) | set(DOCKERFILES) | set(K8S_FILES) == expected
@@ -131,7 +131,7 @@ def test_glm_compose_serving_shape():
 
 
 def test_build_without_engine_is_one_line():
-    result = rig_cli("build", "tiny-cpu", env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    result = rig_main("build", "tiny-cpu", env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
     assert result.returncode == 2
     assert "no Docker engine" in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
@@ -139,7 +139,7 @@ def test_build_without_engine_is_one_line():
 
 
 def test_up_of_a_docker_recipe_without_engine_is_one_line():
-    result = rig_cli("up", "mia-tp4", env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    result = rig_main("up", "mia-tp4", env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
     assert result.returncode == 2 and "no Docker engine" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
 
@@ -165,6 +165,6 @@ def test_pin_writes_digests_into_the_recipe(tmp_path):
 
 
 def test_pin_without_registry_access_is_one_line():
-    result = rig_cli("pin", "tiny-cpu", env={"DOCKER_CONFIG": "/nonexistent", "HTTPS_PROXY": "http://127.0.0.1:9"})
+    result = rig_main("pin", "tiny-cpu", env={"DOCKER_CONFIG": "/nonexistent", "HTTPS_PROXY": "http://127.0.0.1:9"})
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "rig pin" in result.stderr

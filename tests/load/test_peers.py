@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import free_port, rig_cli
+from conftest import free_port, rig_main
 from test_loadtest_metrics import PROMPTS, FixedPrompts, scenario, start_timed_server
 
 from rig.boot.record import BootRecord
@@ -164,7 +164,7 @@ def test_an_imported_aiperf_run_joins_a_comparison(measured, tmp_path):
     run, _ = measured
     out = _comparison(tmp_path)
     export_run(run, "aiperf", tmp_path / "peer")
-    result = rig_cli("import", str(tmp_path / "peer" / "profile_export.jsonl"), "--compare", str(out), "--arm", "before",
+    result = rig_main("import", str(tmp_path / "peer" / "profile_export.jsonl"), "--compare", str(out), "--arm", "before",
                      "--block", "2", env={"RIG_RESULTS_DIR": str(tmp_path / "results")})  # the run goes inside the comparison
     assert result.returncode == 0, result.stdout + result.stderr
     analysis = json.loads((out / "compare.json").read_text())
@@ -224,7 +224,7 @@ def test_a_bad_aiperf_file_is_refused_in_one_line(text, field, tmp_path):
 def test_export_cli_writes_both_formats(measured, tmp_path):
     run, _ = measured
     for fmt, names in (("vllm", ["vllm-result.json"]), ("aiperf", ["profile_export.jsonl", "profile_export_aiperf.json"])):
-        result = rig_cli("export", str(run), "--format", fmt, "--out", str(tmp_path / fmt))
+        result = rig_main("export", str(run), "--format", fmt, "--out", str(tmp_path / fmt))
         assert result.returncode == 0, result.stderr
         assert sorted(p.name for p in (tmp_path / fmt).iterdir()) == sorted(names)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, rig_cli
+from conftest import REPO, rig_main
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -295,7 +295,7 @@ def test_the_cli_refuses_a_bad_scenario_before_booting_or_writing(tmp_path):
                  ["loadtest", "tiny-cpu", "--scenario", "../../etc/passwd"],
                  ["sweep", "tiny-cpu", "--scenario", str(bad), "--concurrency", "1,2"],
                  ["compare", "tiny-cpu", "--arm", "a:RIG_TOKEN_DELAY_MS=0", "--arm", "b:RIG_TOKEN_DELAY_MS=1", "--scenario", str(bad)]):
-        result = rig_cli(*args, env=env, timeout=120)
+        result = rig_main(*args, env=env, timeout=120)
         assert result.returncode == 2, (args, result.stdout[-500:], result.stderr[-1500:])
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("rig: "), result.stderr

@@ -122,6 +122,10 @@ class LagProfile:
 
     def short(self) -> ShortDelays:
         """R1: the window's samples under the monitor's period."""
+        return self._short
+
+    @functools.cached_property
+    def _short(self) -> ShortDelays:  # read for every figure and request: computed once per profile
         array = np.asarray(self.samples_s)
         short = array[array <= LAG_PERIOD_S]
         return ShortDelays(float(short.mean()) if short.size else 0.0, float(short.std()) if short.size > 1 else LAG_PERIOD_S,

@@ -4,6 +4,7 @@ a short delay (R1), a long stretch that reached it (R2) and its wait in its loop
 
 from __future__ import annotations
 
+import bisect
 import math
 
 import numpy as np
@@ -36,13 +37,19 @@ def duration_sum_bound(spans: list[tuple[float, float, float]], profile: LagProf
     return Bound(moved_s / (total_s - moved_s) if moved_s < total_s else UNBOUNDED, (*terms, Term("R4", "durations_s", total_s)))
 
 
-def late_sample_count(times: list[tuple[float, float]], level: DelayLevel, profile: LagProfile) -> int:
-    """R5: how many samples may be later than L: the short stretches' share beyond L at its binomial
-    99.9th percentile (a sample is two times), plus every sample a long stretch later than L reached."""
-    n = len(times)
+def sample_lates_s(times: list[tuple[float, float]], profile: LagProfile) -> list[float]:
+    """R5: how late a long stretch may have made each sample (the later of its two times), sorted;
+    the same at every level L, so it is read once per figure."""
+    return sorted(max(profile.late_s(a), profile.late_s(b)) for a, b in times) if profile.stretches else []
+
+
+def late_sample_count(n: int, lates_s: list[float], level: DelayLevel) -> int:
+    """R5: how many of n samples may be later than L: the short stretches' share beyond L at its
+    binomial 99.9th percentile (a sample is two times), plus every sample a long stretch later than L
+    reached (`lates_s`: sample_lates_s)."""
     share = min(1.0, SAMPLE_EVENTS * level.beyond_share)
     short = int(binom.ppf(LATE_SAMPLES_QUANTILE, n, share)) if share > 0 else 0
-    reached = sum(1 for a, b in times if max(profile.late_s(a), profile.late_s(b)) > level.level_s) if profile.stretches else 0
+    reached = len(lates_s) - bisect.bisect_right(lates_s, level.level_s)
     return min(n, short + reached)
 
 
@@ -57,8 +64,9 @@ def quantile_bound(samples: list[float], times: list[tuple[float, float]], waits
     array, slack_s = np.asarray(samples), np.asarray(waits_s)
     mid = float(np.percentile(array, 100 * quantile))
     best: Bound | None = None
+    lates_s = sample_lates_s(times, profile)
     for level in profile.levels():
-        late_share = late_sample_count(times, level, profile) / len(samples)
+        late_share = late_sample_count(len(times), lates_s, level) / len(samples)
         if late_share > 0 and (quantile - late_share < 0 or quantile + late_share > 1):
             continue  # as many samples may be late as lie on one side of the quantile
         moved = per_sample * (level.level_s + slack_s)
