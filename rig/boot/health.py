@@ -117,7 +117,7 @@ def await_healthy(driver: BootDriver, record: BootRecord, serving: Any, progress
         foreign = getattr(driver, "foreign_listener", None)  # the native driver's; a container's port is published by its engine
         wait_healthy(record, serving.health, serving.boot_timeout_s, lambda: driver.alive(record), progress,
                      (lambda: foreign(record)) if foreign is not None else (lambda: None))
-    except (BootFailed, KeyboardInterrupt) as error:  # SIGTERM/SIGHUP arrive as KeyboardInterrupt (rig/cli.py)
+    except (BootFailed, KeyboardInterrupt) as error:  # SIGTERM/SIGHUP arrive as KeyboardInterrupt (rig/cli/signals.py)
         record.status, record.error = "failed", str(error) or type(error).__name__
         driver.down(record)
         raise

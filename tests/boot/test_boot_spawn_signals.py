@@ -16,7 +16,7 @@ from conftest import free_port
 from rig.boot import driver_for, native
 from rig.boot.process import HeldSignals, group_alive
 from rig.boot.state import current_boot
-from rig.cli import Terminated, _terminate
+from rig.cli.signals import Terminated, _terminate
 from rig.deploy.recipe import load
 
 SERVER = [sys.executable, "-c", "import time; time.sleep(600)"]
