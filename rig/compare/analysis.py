@@ -15,8 +15,7 @@ from rig.compare.model import COMPARE_SCHEMA, ComparePlan
 from rig.compare.percentiles import min_count, percentile_label
 from rig.compare.quality import Encode, QualityReport
 from rig.compare.stats import Comparison, SampleSupport
-from rig.load.figures import Figure, LatencyFigure
-from rig.load.summary import HEADLINE
+from rig.load.figures import USER_DECODE, Figure, LatencyFigure
 from rig.typed import Typed, Versioned
 
 ArmBoots = dict[str, dict[int, list[float]]]  # arm -> ABBA block -> the boot's usable figures
@@ -24,7 +23,7 @@ GOODPUT = "goodput_req_s"
 GOODPUT_WORDS = ("higher (better)", "lower (worse)")
 STEP_FIGURE = "ms_per_token"
 STEP_UNIT = "ms per token"
-PER_USER_RATE = HEADLINE["decode"].unit  # a headline in this unit also reads as time per token: 1000 / rate
+PER_USER_RATE = USER_DECODE.unit  # a headline in this unit also reads as time per token: 1000 / rate
 
 
 @dataclass

@@ -27,7 +27,7 @@ from rig.compare.design import MAX_PAIRS
 from rig.compare.figures import figure_boots
 from rig.compare.model import BootEntry, ComparePlan
 from rig.compare.stats import CONFIDENCE, MIN_PAIRS, Comparison, compare_boots
-from rig.load.figures import HEADLINE, Figure
+from rig.load.figures import HEADLINE, USER_DECODE, Figure
 from rig.load.scenarios import load_scenario
 from rig.typed import Typed, Versioned
 
@@ -66,7 +66,7 @@ class UntilDecided(Typed):
                 f"{100 * self.alpha:.0f}% false verdicts, and the interval at the stop covers the change at least "
                 f"{100 - 100 * self.alpha:.0f}% of the time)")
 
-    def judge(self, baseline: dict[int, list[float]], arm: dict[int, list[float]], figure: Figure = HEADLINE["decode"],
+    def judge(self, baseline: dict[int, list[float]], arm: dict[int, list[float]], figure: Figure = USER_DECODE,
               names: tuple[str, str] = ("baseline", "arm")) -> Comparison:
         """One headline's comparison at a look (compare_boots' arguments), at the rule's confidence."""
         return compare_boots(baseline, arm, figure.name, figure.higher_is_better, confidence=self.confidence, unit=figure.unit,

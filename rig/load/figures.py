@@ -17,7 +17,7 @@ from enum import Enum, auto
 from typing import TYPE_CHECKING, Literal, get_args
 
 if TYPE_CHECKING:
-    from rig.load.scenarios import Kind
+    from rig.load.kinds import Kind
     from rig.load.summary import Metrics
 
 # The per-request values a figure is computed from: a LatencySamples field for a percentile, or

@@ -41,6 +41,7 @@ from rig.load.bounds import (
 )
 from rig.load.datasets import read_conversations, read_trace
 from rig.load.inputs import display, read_yaml
+from rig.load.kinds import KINDS, Kind
 from rig.load.workload import OutputLengthSpec, TraceLengths, UniformLengths
 from rig.paths import REPO_ROOT
 from rig.typed import Spec, first_problem, misspelled
@@ -90,9 +91,6 @@ class Conversation(Spec):
     file: StrictStr | None = Field(None, min_length=1, max_length=512)  # ShareGPT-style; None: generated
 
 
-Kind = Literal["decode", "prefill", "concurrency", "open_loop", "trace", "multi_turn"]
-CLOSED_KINDS = ("decode", "prefill", "concurrency")
-ARRIVAL_KINDS = ("open_loop", "trace")
 
 
 # On a CPU server the client shares a few cores with the server, whose forward passes deschedule it
@@ -135,21 +133,23 @@ class Scenario(Spec):
 
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:
-        sections = {"arrivals": "open_loop", "trace": "trace", "conversation": "multi_turn"}
-        for section, kind in sections.items():
-            present = getattr(self, section) is not None
-            if present and self.kind != kind:
-                raise ValueError(f"`{section}` belongs to kind {kind}, this scenario is {self.kind}")
-            if not present and self.kind == kind:
-                raise ValueError(f"kind {kind} needs a `{section}` section")
-        if self.kind == "multi_turn" and self.endpoint != "chat":
-            raise ValueError("multi_turn sends a conversation: it needs endpoint chat")
+        for kind in KINDS.values():
+            if kind.section is None:
+                continue
+            present = getattr(self, kind.section) is not None
+            if present and self.kind != kind.name:
+                raise ValueError(f"`{kind.section}` belongs to kind {kind.name}, this scenario is {self.kind}")
+            if not present and self.kind == kind.name:
+                raise ValueError(f"kind {kind.name} needs a `{kind.section}` section")
+        own = KINDS[self.kind]
+        if own.endpoint is not None and self.endpoint != own.endpoint:
+            raise ValueError(f"kind {self.kind} needs endpoint {own.endpoint}")
         if self.prefix is not None and self.prefix.shared_tokens >= self.prompt_tokens:
             raise ValueError(f"prefix.shared_tokens ({self.prefix.shared_tokens}) leaves no room in prompt_tokens ({self.prompt_tokens})")
         lengths = self.output_lengths
         if isinstance(lengths, UniformLengths) and lengths.max > self.max_tokens:
             raise ValueError(f"output_lengths.max ({lengths.max}) is above max_tokens ({self.max_tokens}), which caps every request")
-        if isinstance(lengths, TraceLengths) and not (self.kind == "trace" or (self.conversation and self.conversation.file)):
+        if isinstance(lengths, TraceLengths) and not (own.replays or (self.conversation and self.conversation.file)):
             raise ValueError("output_lengths `trace` takes each request's length from a trace or a conversation file; this scenario has none")
         if self.arrivals is not None and self.arrivals.requests is None and self.arrivals.rate * self.duration_s > MAX_ARRIVALS:
             raise ValueError(f"rate x duration_s = {self.arrivals.rate * self.duration_s:.0f} arrivals is more than {MAX_ARRIVALS}")

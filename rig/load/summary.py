@@ -18,7 +18,7 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, model_validator
 
 from rig.atomic import write_text_atomic
-from rig.load.figures import HEADLINE
+from rig.load.figures import HEADLINE, USER_DECODE
 from rig.load.provenance import ImportedFrom, Provenance, ScenarioRun
 from rig.load.wire import LAG_PROBE_SLEEP, LagProbe
 from rig.observe.gpu import GpuSummary
@@ -307,7 +307,7 @@ class RunSummary(Versioned):
                 why = "no completed request in the window"
             else:
                 why = f"none of the {requests.completed} completed request(s) in the window carries the timing it is computed from"
-                why += ": two or more streamed tokens with their arrival times" if self.kind == "decode" else ""
+                why += ": two or more streamed tokens with their arrival times" if HEADLINE[self.kind] is USER_DECODE else ""
             out.append(f"no {HEADLINE[self.kind].name} ({why})")
         return out
 

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import IO
 
 from rig.atomic import write_text_atomic
-from rig.load.scenarios import ARRIVAL_KINDS, LOADTESTS, Scenario
+from rig.load.kinds import KINDS
+from rig.load.scenarios import LOADTESTS, Scenario
 from rig.load.wire import CONFIG_FILE, RIG_PARENT_ENV, LoadConfig
 
 LOCUSTFILE = LOADTESTS / "locustfile.py"
 # The locustfile's user class for each kind of scenario (closed loops: LLMUser).
-USER_CLASS = {"open_loop": "ArrivalUser", "trace": "ArrivalUser", "multi_turn": "ConversationUser"}
 EPOCH_LEAD_S = 0.5  # the locustfile starts a schedule this long after spawning completes
 STOP_GRACE_S = 30.0  # Locust's shutdown at 3000 users: its users stop, then the records and statistics are written
 WATCH_S = 2.0  # how often a run asks the scheduler whether it ended the boot's job
@@ -75,7 +75,7 @@ class LocustRun:
         ends earlier, as soon as the last request is done)."""
         scenario = self.scenario
         spawn = scenario.pool / (scenario.spawn_rate or scenario.pool)
-        if scenario.kind in ARRIVAL_KINDS:
+        if KINDS[scenario.kind].arrival_driven:
             drain = (scenario.arrivals or scenario.trace).drain_s  # type: ignore[union-attr]
             return spawn + EPOCH_LEAD_S + self.schedule_s + drain
         return spawn + max(scenario.ramp_s, self.settle_s) + scenario.duration_s  # the settle time includes the ramp
@@ -83,7 +83,7 @@ class LocustRun:
     def start(self) -> None:
         run_time = f"{max(1, math.ceil(self.run_time_s() - 1e-9))}s"  # Locust takes whole seconds: never less than planned
         common = ["-u", str(self.scenario.pool), "-r", str(self.scenario.spawn_rate or self.scenario.pool),
-                  "-t", run_time, "-H", self.base_url, USER_CLASS.get(self.scenario.kind, "LLMUser")]
+                  "-t", run_time, "-H", self.base_url, KINDS[self.scenario.kind].user_class]
         log = open(self.out_dir / "locust.log", "ab")  # noqa: SIM115 - shared by the child processes
         if not self.distributed:
             self._spawn(_locust() + common, log)

@@ -28,6 +28,7 @@ from rig.errors import RigError
 from rig.load.arrivals import arrival_problems, arrival_stats, arrival_window
 from rig.load.client_error import client_bounds
 from rig.load.figures import HEADLINE
+from rig.load.kinds import KINDS
 from rig.load.metrics import (
     client_lag,
     client_verdict,
@@ -40,11 +41,11 @@ from rig.load.metrics import (
 from rig.load.prompts import TokenCounter, build_prompts
 from rig.load.provenance import ClientSetup, Provenance, ScenarioRun
 from rig.load.records import read_records
-from rig.load.scenarios import ARRIVAL_KINDS, Scenario
+from rig.load.scenarios import Scenario
 from rig.load.summary import RunSummary
 from rig.load.wire import ArrivalSchedule, ConversationScript, LoadConfig, Prompt, TraceReplay
 from rig.load.workload import gamma_schedule
-from rig.loadrun.locust_run import USER_CLASS, LocustRun, default_workers
+from rig.loadrun.locust_run import LocustRun, default_workers
 from rig.loadrun.writeup import (
     GPU_SAMPLES,
     SERVER_METRICS,
@@ -137,7 +138,7 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
     label = f"{scenario.seed}/{out_dir.parent.name}/{out_dir.name}"
     run = LocustRun(scenario, record.base_url, out_dir, workers or default_workers(), remote_workers, master_bind, settle_s,
                     slurm_workers)
-    if scenario.kind in ARRIVAL_KINDS and run.processes_sending > scenario.pool:
+    if KINDS[scenario.kind].arrival_driven and run.processes_sending > scenario.pool:
         raise RigError(f"loadtests/scenarios/{scenario.name}.yaml", "users", f"{scenario.pool} user(s) for {run.processes_sending} "
                        "Locust processes: each process sends its share of the arrivals and needs a user to send them",
                        f"raise users to at least {run.processes_sending}, or run fewer --workers")
@@ -175,8 +176,8 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
         events = read_window_events(out_dir)
         if "stopping" in events:
             events["stopping"] = responsive_end(raw_clients, events["stopping"])
-        if scenario.kind in ARRIVAL_KINDS:
-            window = arrival_window(records, events, offsets[-1], scenario.ramp_s, replay=scenario.kind == "trace")
+        if KINDS[scenario.kind].arrival_driven:
+            window = arrival_window(records, events, offsets[-1], scenario.ramp_s, replay=KINDS[scenario.kind].replays)
         else:
             window = steady_window(records, events, scenario.ramp_s, scenario.pool)
         clients = [client_lag(client, window) for client in raw_clients]
@@ -184,7 +185,7 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
         metrics.output_lengths = output_length_stats(records, window)
         bounds = client_bounds(records, window, raw_clients, scenario.client_error_limit, read_dispatcher(out_dir), workload.think_time_s)
         verdict = client_verdict(clients, bounds, HEADLINE[scenario.kind].name)
-        if scenario.kind in ARRIVAL_KINDS:
+        if KINDS[scenario.kind].arrival_driven:
             arrivals = scenario.arrivals
             metrics.arrivals = arrival_stats(records, window, offsets, events.get("arrivals_start"),
                                              arrivals.rate if arrivals else None, arrivals.burstiness if arrivals else None,
@@ -192,10 +193,10 @@ def run_scenario(target: LoadTarget, scenario: Scenario, out_dir: Path, workers:
             late = arrival_problems(metrics.arrivals)
             verdict.valid, verdict.reasons = bool(verdict.valid) and not late, verdict.reasons + late
             verdict.every_figure += late
-        if scenario.kind == "multi_turn":
+        if KINDS[scenario.kind].conversations:
             metrics.conversation = turn_stats(records, window)
         summary = RunSummary(
-            scenario=ScenarioRun.of(scenario, settle_s, nonce is not None or scenario.kind == "trace", workload.trace),
+            scenario=ScenarioRun.of(scenario, settle_s, nonce is not None or KINDS[scenario.kind].replays, workload.trace),
             warmup=warmup, interrupted=interrupted or run.ended is not None, provenance=provenance(target, run, counter),
             metrics=metrics, client=verdict, clients=clients,
             observations=observe(out_dir, records, window, metrics, timeline_title(scenario.name, record.ref, record.boot_id),
@@ -249,7 +250,7 @@ def provenance(target: LoadTarget, run: LocustRun, counter: TokenCounter) -> Pro
         host=host_facts(),
         client=ClientSetup(processes=run.workers + (1 if run.distributed else 0), workers=run.workers,
                            remote_workers=run.remote_workers, distributed=run.distributed, users=run.scenario.pool,
-                           user_class=USER_CLASS.get(run.scenario.kind, "LLMUser"),
+                           user_class=KINDS[run.scenario.kind].user_class,
                            spawn_rate=run.scenario.spawn_rate or run.scenario.pool, http_user="locust HttpUser (requests)",
                            tokenizer=counter.source),
         time=time.time(),

@@ -21,10 +21,11 @@ from rig.errors import RigError
 from rig.exits import Exit
 from rig.load.figures import SWEEP, Figure
 from rig.load.goodput import SLO_KEYS, Goodput, goodput, parse_slos
+from rig.load.kinds import KINDS
 from rig.load.prompts import TokenCounter
 from rig.load.records import read_records
 from rig.load.report import UNBOUND_LEGEND, UNBOUND_MARK
-from rig.load.scenarios import ARRIVAL_KINDS, MAX_RATE, MAX_USERS, Scenario
+from rig.load.scenarios import MAX_RATE, MAX_USERS, Scenario
 from rig.load.summary import RunSummary
 from rig.loadrun.runner import LoadTarget, results_root, run_scenario
 from rig.loadrun.session import acquire_target, default_small, note_run, scenarios_for, settle_estimate, warmup_pending
@@ -281,10 +282,10 @@ def sweep(ref: str | None, scenario_ref: str, rates: str | None, concurrency: st
     loads = parse_loads(rates or concurrency or "", "--rates" if by_rate else "--concurrency", integer=not by_rate)
     slos = parse_slos(slos_text)
     base = scenarios_for([scenario_ref], False, duration_s)[0]  # validated before anything boots or is written
-    if by_rate and base.kind != "open_loop":
+    if by_rate and not KINDS[base.kind].sweeps_rate:
         raise RigError("command line", "--rates", f"scenario {base.name} is {base.kind}: a rate needs an open_loop scenario",
                        "sweep --concurrency, or pick an open_loop scenario (e.g. open-loop)")
-    if not by_rate and base.kind in ARRIVAL_KINDS:
+    if not by_rate and KINDS[base.kind].arrival_driven:
         raise RigError("command line", "--concurrency", f"scenario {base.name} is {base.kind}: its load is its arrivals",
                        "sweep --rates, or pick a closed-loop scenario")
     for load in loads:

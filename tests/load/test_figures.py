@@ -33,7 +33,7 @@ REGISTRY = REPO / "rig" / "load" / "figures.py"
 
 
 def test_every_kind_of_scenario_has_one_headline():
-    from rig.load.scenarios import Kind
+    from rig.load.kinds import Kind
 
     assert set(HEADLINE) == set(get_args(Kind))
     for figure in FIGURES.values():
