@@ -57,7 +57,7 @@ def cmd_unpack(args: argparse.Namespace) -> int:
 
     into = Path(args.into) if args.into else paths.results_dir()
     manifest = unpack(Path(args.pack), into, replace=args.replace)
-    print(f"unpacked {manifest['id']} into {into}: rig compare --resume carries on from it")
+    print(f"unpacked {manifest['id']} into {into}: rig compare --resume or rig tune --resume carries on from it")
     return Exit.OK
 
 
@@ -103,6 +103,6 @@ COMMANDS = [
             PACK_EXAMPLES, _pack_arguments),
     Command("unpack", cmd_unpack, "put a pack's results directory in place, checked",
             "Check every part of a pack by sha256, join them and put the results directory in place in one rename "
-            "(default: RIG_RESULTS_DIR); then rig compare --resume carries on from it.",
+            "(default: RIG_RESULTS_DIR); then rig compare --resume or rig tune --resume carries on from it.",
             PACK_EXAMPLES, _unpack_arguments),
 ]
