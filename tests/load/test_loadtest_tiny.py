@@ -131,7 +131,7 @@ def test_interrupt_writes_the_summary_of_what_was_measured(tiny, monkeypatch, tm
 
     original_wait = LocustRun.wait
 
-    def interrupted(self, progress=True):
+    def interrupted(self, progress=True, ended=None):
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline and not list(self.out_dir.glob("records-*.jsonl")):
             time.sleep(0.1)
