@@ -1,8 +1,8 @@
 """rig's command line, the parts every subcommand shares: the parser that answers a usage error in
 one line, the grammars of its argument values (a number, a URL or a glob is refused by argparse
 itself: exit 2, one line), the option groups several commands take, and `Command`, the declaration
-of one subcommand (rig.cli.COMMANDS lists them). Standard library and rig.load.bounds only: `rig
---help` stays cheap."""
+of one subcommand (rig.cli.COMMANDS lists them). Standard library, rig.load.bounds and rig.compare.design only:
+`rig --help` stays cheap."""
 
 from __future__ import annotations
 
@@ -112,6 +112,22 @@ def size_and_workers(parser: argparse.ArgumentParser) -> None:
                       help="full sizes (default for GPU recipes)")
     parser.add_argument("--workers", type=count(1, MAX_WORKERS),
                         help="Locust worker processes for distributed scenarios (default: cores - 1)")
+
+
+def boot_port(parser: argparse.ArgumentParser) -> None:
+    """--port: where the boots a command starts listen. Never part of a saved plan, so a resumed
+    comparison or race may take another."""
+    parser.add_argument("--port", type=count(1, 65535), help="the port every boot this command starts listens on "
+                        "(default: the recipe's serving.port); not part of a saved plan, so a resumed run may take another")
+
+
+def window(parser: argparse.ArgumentParser) -> None:
+    """--duration: every measured window, in the scenarios' own bounds (window_seconds)."""
+    from rig.compare.design import DEFAULT_ROUND_S
+
+    parser.add_argument("--duration", type=window_seconds, help="every measured window, seconds, at least: the window "
+                        "opens at the steady state, which may come before the time planned for it (default: each "
+                        f"scenario's own; a round of rig compare or rig tune at full sizes: {DEFAULT_ROUND_S:g})")
 
 
 def verbose(parser: argparse.ArgumentParser) -> None:

@@ -65,6 +65,39 @@ def test_small_full_and_workers_read_the_same_in_every_command_that_runs_load(co
         parse([command, *required, "--workers", "0"])
 
 
+SHARED = {"--small": "size_and_workers", "--full": "size_and_workers", "--workers": "size_and_workers",
+          "--port": "boot_port", "--duration": "window"}
+
+
+def test_shared_options_are_declared_once_in_cli_args():
+    """--small/--full, --workers, --port and --duration are declared in rig.cli_args alone: a command
+    takes them as an option group (Command.shared), so their grammar and help are one text."""
+    import ast
+
+    declared: dict[str, list[str]] = {}
+    for path in sorted((REPO / "rig").rglob("*.py")):
+        if path.parent.name == "testing":  # the test servers' own command lines, not rig's
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
+                for arg in node.args:
+                    if isinstance(arg, ast.Constant) and arg.value in SHARED:
+                        declared.setdefault(arg.value, []).append(str(path.relative_to(REPO)))
+    assert declared == {option: ["rig/cli_args.py"] for option in SHARED}
+
+
+@pytest.mark.parametrize("option", sorted({"--port", "--duration"}))
+def test_port_and_duration_read_the_same_in_every_command_that_takes_them(option):
+    found = {prog: action for prog, parser in SUBCOMMANDS for action in parser._actions if option in action.option_strings}
+    assert len(found) >= 4, found.keys()
+    assert len({(action.help, action.type.__qualname__, action.dest) for action in found.values()}) == 1, found.keys()
+    good, bad = ("8400", "0") if option == "--port" else ("12.5", "0.1")
+    for prog, action in found.items():
+        assert action.type(good) == (8400 if option == "--port" else 12.5), prog
+        with pytest.raises(argparse.ArgumentTypeError):
+            action.type(bad)
+
+
 def test_a_new_command_is_one_registration(monkeypatch, capsys):
     def hello(p: argparse.ArgumentParser) -> None:
         p.add_argument("name", help="who to greet")

@@ -9,13 +9,14 @@ from rig.cli_args import (
     Command,
     LoadOptions,
     amount,
+    boot_port,
     count,
     fingerprint_glob,
     keep_text,
     no_keep_text,
     size_and_workers,
     verbose,
-    window_seconds,
+    window,
 )
 
 if TYPE_CHECKING:  # imported when the command runs: `rig --help` stays cheap
@@ -48,7 +49,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _compare_arguments(p: argparse.ArgumentParser) -> None:
-    from rig.compare.design import DEFAULT_BOOTS, DEFAULT_ROUND_S, DEFAULT_ROUNDS, MAX_PAIRS
+    from rig.compare.design import DEFAULT_BOOTS, DEFAULT_ROUNDS, MAX_PAIRS
 
     p.add_argument("recipe", help="a recipe name (variants are arms: --arm NAME:@variant)")
     p.add_argument("--arm", action="append", required=True, help="NAME:KEY=VALUE[,..] | NAME:@variant | NAME:image=TAG; "
@@ -66,22 +67,14 @@ def _compare_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--accept-fingerprint", type=fingerprint_glob, action="append", help="a host fingerprint field allowed "
                    "to differ between boots (glob, e.g. 'gpus.*.power_limit_w'); any other condition difference voids the comparison")
     p.add_argument("--scenario", action="append", help="scenario name (repeatable; default prose-c1)")
-    p.add_argument("--duration", type=window_seconds, help="every round's measurement window, seconds (default: "
-                   f"{DEFAULT_ROUND_S:g} at full sizes, each scenario's own at small sizes)")
     p.add_argument("--resume", help="a results/compare/<timestamp> directory to continue")
     p.add_argument("--cold-caches", action="store_true", help="boot every engine with empty compile/kernel caches of "
                    "its own (boot times then compare like with like; the user's caches are not touched)")
     p.add_argument("--no-burn-in", action="store_true", help="skip the boot-state control: no burn-in boot first, no "
                    "second boot of a measured boot that compiled; states are still recorded and a difference still voids")
     no_keep_text(p)
-    p.add_argument("--port", type=count(1, 65535), help="the port every boot listens on (default: the recipe's "
-                   "serving.port); not part of the plan, so a resumed comparison may take another")
     p.add_argument("--driver", choices=["native", "compose", "slurm"], help="the driver every boot uses (default: the "
                    "recipe's own; part of the plan)")
-
-
-def _demo_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--port", type=count(1, 65535), help="where the demo's boots listen (default: tiny-cpu's port)")
 
 
 COMMANDS = [
@@ -92,11 +85,11 @@ COMMANDS = [
             ("rig compare tiny-cpu --arm off:RIG_TOKEN_DELAY_MS=0 --arm on:RIG_TOKEN_DELAY_MS=4",
              "rig compare tiny-cpu --arm off:RIG_TOKEN_DELAY_MS=0 --arm on:RIG_TOKEN_DELAY_MS=4 --target 5 --max-boots 8",
              "rig compare tiny-cpu --arm off:RIG_TOKEN_DELAY_MS=0 --arm on:RIG_TOKEN_DELAY_MS=4 --resume results/compare/<timestamp>"),
-            _compare_arguments, shared=(size_and_workers,)),
+            _compare_arguments, shared=(size_and_workers, window, boot_port)),
     Command("demo", cmd_demo, "boot tiny-cpu, stream a chat, load test, compare until decided, shut down",
             "rig's job end to end on this machine in a few minutes: boot tiny-cpu, stream a chat, run a load test, then "
             "compare token_delay off vs on, whose answer is known (slower), adding boot pairs until the verdict is "
             "decided (3 to 12 pairs). The first and last lines after the run are the verdict; exit 7 when the machine "
             "was too busy to decide.",
-            ("rig demo", "rig demo --port 8400 --verbose"), _demo_arguments, shared=(verbose,)),
+            ("rig demo", "rig demo --port 8400 --verbose"), shared=(boot_port, verbose)),
 ]

@@ -6,7 +6,9 @@ import argparse
 
 from rig.cli_args import (
     Command,
+    LoadOptions,
     amount,
+    boot_port,
     count,
     identity,
     keep_text,
@@ -14,7 +16,7 @@ from rig.cli_args import (
     size_and_workers,
     url,
     verbose,
-    window_seconds,
+    window,
 )
 from rig.errors import RigError
 from rig.exits import Exit
@@ -27,7 +29,7 @@ def cmd_loadtest(args: argparse.Namespace) -> int:
     if args.slurm_workers and args.remote_workers:
         raise RigError("command line", "--slurm-workers", "and --remote-workers both name the remote workers",
                        "pass one: --slurm-workers N starts them as a Slurm job, --remote-workers N waits for yours")
-    return loadtest(args.recipe, args.scenario, args.small, args.workers, args.duration, args.slurm_workers or args.remote_workers,
+    return loadtest(args.recipe, args.scenario, LoadOptions.of(args), args.duration, args.slurm_workers or args.remote_workers,
                     args.master_bind, url=args.url, model=args.model, boot_id=args.boot_id, flush_cache=args.flush_cache,
                     port=args.port, verbose=args.verbose, slurm_workers=bool(args.slurm_workers))
 
@@ -35,7 +37,7 @@ def cmd_loadtest(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from rig.loadrun.sweep import sweep
 
-    return sweep(args.recipe, args.scenario, args.rates, args.concurrency, args.goodput, args.slo_share, args.small, args.workers,
+    return sweep(args.recipe, args.scenario, args.rates, args.concurrency, args.goodput, args.slo_share, LoadOptions.of(args),
                  args.duration, url=args.url, model=args.model)
 
 
@@ -73,21 +75,13 @@ def _served_elsewhere(p: argparse.ArgumentParser, what: str) -> None:
                    help="with --url: the served model name (default: the first in /v1/models)")
 
 
-def _window_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--duration", type=window_seconds, help="override every scenario's measurement window, seconds (at "
-                   "least: the window opens at the steady state, which may come before the time planned for it)")
-
-
 def _loadtest_arguments(p: argparse.ArgumentParser) -> None:
     _served_elsewhere(p, "measure")
     p.add_argument("--boot-id", type=identity("boot identity"),
                    help="with --url: the server's boot identity, when rig cannot read it from the server")
     p.add_argument("--flush-cache", action="store_true", help="empty the engine's prefix cache before each run")
-    p.add_argument("--port", type=count(1, 65535),
-                   help="where the boot listens when loadtest starts the recipe (default: the recipe's port)")
     p.add_argument("--scenario", action="append", help="scenario name (repeatable); default: prose-c1, code-c1 and c3000, "
                    "where a run the client cannot measure on this machine is named as skipped instead of failing")
-    _window_argument(p)
     p.add_argument("--remote-workers", type=count(0, 4096), default=0,
                    help="distributed scenarios also wait for this many Locust workers on other client machines")
     p.add_argument("--slurm-workers", type=count(0, 4096), default=0, help="distributed scenarios also start this many "
@@ -107,7 +101,6 @@ def _sweep_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--goodput", help="SLOs a request must meet, e.g. ttft<=2s,tpot<=50ms (vLLM's --goodput)")
     p.add_argument("--slo-share", type=amount(0, 1), default=0.9,
                    help="share of requests that must meet the SLOs at the knee (default 0.9)")
-    _window_argument(p)
 
 
 def _export_arguments(p: argparse.ArgumentParser) -> None:
@@ -132,13 +125,13 @@ COMMANDS = [
             "leads with which runs may be used; the brief table follows; summary.md holds every column and note.",
             ("rig loadtest tiny-cpu", "rig loadtest tiny-cpu --scenario c3000 --duration 30",
              "rig loadtest --url http://127.0.0.1:8000 --scenario prose-c1"),
-            _loadtest_arguments, shared=(size_and_workers, verbose)),
+            _loadtest_arguments, shared=(size_and_workers, window, boot_port, verbose)),
     Command("sweep", cmd_sweep, "one scenario at a series of loads: throughput, goodput and latency vs load, and the knee",
             "Run one scenario at each load in turn on one boot and find the knee: the highest load whose requests still "
             "meet the SLOs (--goodput) in the share asked for.",
             ("rig sweep tiny-cpu --scenario prose-c1 --concurrency 1,2,4",
              "rig sweep tiny-cpu --scenario open-loop --rates 1,2,4 --goodput ttft<=2s,tpot<=50ms"),
-            _sweep_arguments, shared=(size_and_workers,)),
+            _sweep_arguments, shared=(size_and_workers, window)),
     Command("export", cmd_export, "a run directory as vLLM's result JSON or AIPerf's profile export, for their dashboards",
             "Write a rig run in another tool's format, so its dashboards can read it.",
             ("rig export results/tiny-cpu/<timestamp>/prose-c1 --format vllm",), _export_arguments),

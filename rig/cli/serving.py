@@ -8,6 +8,7 @@ import sys
 
 from rig.cli_args import (
     Command,
+    boot_port,
     count,
     recipe_argument,
 )
@@ -214,7 +215,6 @@ def cmd_chat(args: argparse.Namespace) -> int:
 def _up_arguments(p: argparse.ArgumentParser) -> None:
     recipe_argument(p)
     p.add_argument("--env", action="append", help="extra environment for the server, KEY=VALUE (repeatable)")
-    p.add_argument("--port", type=count(1, 65535), help="the port the server listens on (default: the recipe's serving.port)")
     p.add_argument("--driver", choices=["native", "compose", "slurm"],
                    help="native: the server as processes of this host; compose: the recipe's image with Docker Compose; "
                         "slurm: a Slurm job, the engine started with srun on its nodes (default: the recipe's own driver)")
@@ -241,7 +241,7 @@ COMMANDS = [
     Command("up", cmd_up, "boot a recipe (name[:variant]) and wait until healthy",
             "Boot the recipe's server (its own processes, or its image with Docker Compose), wait until it is healthy, "
             "then check that its adapters armed as the recipe asks.",
-            ("rig up tiny-cpu", "rig up tiny-cpu --env RIG_TOKEN_DELAY_MS=4 --port 8400"), _up_arguments),
+            ("rig up tiny-cpu", "rig up tiny-cpu --env RIG_TOKEN_DELAY_MS=4 --port 8400"), _up_arguments, shared=(boot_port,)),
     Command("down", cmd_down, "stop a booted recipe",
             "Stop the recipe's server and remove its state; its boot log stays. Nothing up is not an error.",
             ("rig down tiny-cpu",), _down_arguments),

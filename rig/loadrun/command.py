@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rig.atomic import write_text_atomic
+from rig.cli_args import LoadOptions
 from rig.exits import Exit
 from rig.load.client_error import share_text
 from rig.load.figures import HEADLINE
@@ -50,7 +51,7 @@ def verdict(measured: list[RunSummary], skipped: dict[str, str]) -> str:
     return "loadtest: " + "; ".join(parts)
 
 
-def loadtest(ref: str | None, names: list[str] | None, small: bool | None, workers: int | None, duration_s: float | None = None,
+def loadtest(ref: str | None, names: list[str] | None, load: LoadOptions, duration_s: float | None = None,
              remote_workers: int = 0, master_bind: str = "127.0.0.1", url: str | None = None, model: str | None = None,
              boot_id: str | None = None, flush_cache: bool = False, port: int | None = None, verbose: bool = False,
              slurm_workers: bool = False) -> int:
@@ -65,11 +66,11 @@ def loadtest(ref: str | None, names: list[str] | None, small: bool | None, worke
     target, driver = acquire_target(ref, url, model, boot_id, port)
     record, resolved = target.record, target.resolved
     root = results_root(record.recipe)
-    small = default_small(resolved) if small is None else small
+    small = load.sized(default_small(resolved))
     interrupted = False
     summaries: list[RunSummary] = []
     try:
-        summaries = run_scenarios(target, names, small, workers, root, duration_s=duration_s,
+        summaries = run_scenarios(target, names, small, load.workers, root, duration_s=duration_s,
                                   remote_workers=remote_workers, master_bind=master_bind, flush_cache=flush_cache,
                                   slurm_workers=slurm_workers)
     except Interrupted as stop:

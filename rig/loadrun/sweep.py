@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import Field
 
 from rig.atomic import write_text_atomic
+from rig.cli_args import LoadOptions
 from rig.errors import RigError
 from rig.exits import Exit
 from rig.load.figures import SWEEP, Figure
@@ -272,7 +273,7 @@ def write_sweep(out: Path, rows: list[SweepPoint], unit: str, slos: dict[str, fl
 
 
 def sweep(ref: str | None, scenario_ref: str, rates: str | None, concurrency: str | None, slos_text: str | None,
-          share: float, small: bool | None, workers: int | None, duration_s: float | None = None, url: str | None = None,
+          share: float, load_options: LoadOptions, duration_s: float | None = None, url: str | None = None,
           model: str | None = None, progress: bool = True) -> int:
     if (rates is None) == (concurrency is None):
         raise RigError("command line", "--rates/--concurrency", "give exactly one of them", "e.g. --rates 1,2,4 or --concurrency 1,4,16")
@@ -291,15 +292,14 @@ def sweep(ref: str | None, scenario_ref: str, rates: str | None, concurrency: st
     for load in loads:
         point_scenario(base, load, by_rate)  # every point within the scenario's bounds, checked up front
     target, driver = acquire_target(ref, url, model)
-    small = default_small(target.resolved) if small is None else small
-    scenario = scenarios_for([scenario_ref], small, duration_s)[0]
+    scenario = scenarios_for([scenario_ref], load_options.sized(default_small(target.resolved)), duration_s)[0]
     unit = "request rate (req/s)" if by_rate else "concurrency (users)"
     out = results_root(target.record.recipe) / f"sweep-{scenario.name}"
     title = f"rig sweep {target.record.ref} {scenario.name} (boot {target.boot_id})"
     rows: list[SweepPoint] = []
     complete = False
     try:
-        rows, complete = _measure(target, scenario, loads, by_rate, slos, out, workers, progress, unit, share, title)
+        rows, complete = _measure(target, scenario, loads, by_rate, slos, out, load_options.workers, progress, unit, share, title)
     except SweepInterrupted as stop:
         rows = stop.rows
     finally:

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from rig import paths
-from rig.cli_args import Command, LoadOptions, amount, count, size_and_workers, window_seconds
+from rig.cli_args import Command, LoadOptions, amount, boot_port, count, size_and_workers, window
 from rig.errors import Invalid, NotFound, RigError
 from rig.exits import Exit
 
@@ -160,8 +160,6 @@ def _tune_arguments(p: argparse.ArgumentParser) -> None:
                    f"(default {DEFAULT_MARGIN_PCT}%%): stop once every survivor is within it of the best")
     p.add_argument("--rounds", type=count(1, MAX_PAIRS), default=DEFAULT_ROUNDS,
                    help=f"measured load rounds per boot (default {DEFAULT_ROUNDS})")
-    p.add_argument("--duration", type=window_seconds, help="every round's measurement window, seconds (default: "
-                   "rig compare's at full sizes, the scenario's own at small sizes)")
     p.add_argument("--goodput", metavar="SLOS", help="race on goodput (completed requests/s that met every SLO) "
                    "instead of the headline: ttft:500,tpot:50 in ms (vLLM's --goodput keys ttft, tpot, e2el) or "
                    "ttft<=500ms,tpot<=50ms; a request within the client's bound of a limit counts as missing it")
@@ -170,12 +168,11 @@ def _tune_arguments(p: argparse.ArgumentParser) -> None:
                    "results/tune/); with --out naming a directory that holds no race yet, start it there, so every "
                    "packed step of a host that may vanish runs the same command")
     p.add_argument("--no-burn-in", action="store_true", help="skip the boot-state control (no burn-in boots)")
-    p.add_argument("--port", type=count(1, 65535), help="the port every boot listens on (default: the recipe's)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines, only the result")
     p.add_argument("-v", "--verbose", action="store_true", help="each boot's and each load run's own progress too")
 
 
 COMMANDS = [
     Command("tune", tune, "race configurations across boots; name the fastest with stated certainty",
-            DESCRIPTION, EXAMPLES, _tune_arguments, shared=(size_and_workers,)),
+            DESCRIPTION, EXAMPLES, _tune_arguments, shared=(size_and_workers, window, boot_port)),
 ]

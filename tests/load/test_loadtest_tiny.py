@@ -91,11 +91,12 @@ def test_the_default_series_passes_where_it_can_and_names_what_this_machine_cann
     whose only problem is the client (on a busy 2-core box, c3000's 8 users can move the client's
     timing past its limit) is named as skipped with its bound and fails nothing; any other problem,
     or nothing measured at all, still exits 4. The answer is the first and the last line."""
+    from rig.cli_args import LoadOptions
     from rig.exits import Exit
     from rig.load.summary import RunSummary
     from rig.loadrun.command import client_only, loadtest
 
-    code = loadtest("tiny-cpu", None, True, None, duration_s=3.0)
+    code = loadtest("tiny-cpu", None, LoadOptions(small=True), duration_s=3.0)
     out = capsys.readouterr().out
     answers = [line for line in out.splitlines() if line.startswith("loadtest: ")]
     assert len(answers) == 2 and answers[0] == answers[1] and out.rstrip().endswith(answers[0]), out[-3000:]
