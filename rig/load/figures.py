@@ -5,7 +5,8 @@ A figure is one `Figure` below, registered in `FIGURES` as it is declared. Every
 view of the registry: each scenario kind's headline (`HEADLINE`), the latency percentiles a
 comparison pools (`LATENCY`), the client bounds (rig.load.client_error builds one per figure from
 `client_rule` and `pooled_rule`, rules of docs/client-error.md), summary.md's columns, a sweep's
-columns and a tune's latency constraints. A consumer names a figure through the constants here,
+columns, a tune's latency constraints and the peer exports (`PEER_SERIES`, `Figure.peer_keys`).
+A consumer names a figure through the constants here,
 never by a string of its own (tests/load/test_figures.py holds that), so adding a figure touches
 this file alone. The per-request values themselves are defined in rig.load.request_metrics.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum, auto
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING, Literal, NamedTuple, get_args
 
 if TYPE_CHECKING:
     from rig.load.kinds import Kind
@@ -42,6 +43,28 @@ class Boots(Enum):
     ROUND_MEAN = auto()  # the mean of the rounds' figures
     POOLED = auto()  # one percentile of every round's requests pooled (rig.compare.percentiles)
     NOT_COMPARED = auto()  # reported by a load test or a sweep only
+
+
+class PeerSeries(NamedTuple):
+    """A per-request quantity as the peers' files name it (rig.load.peers writes them)."""
+
+    vllm: str  # vllm bench serve's result keys: mean_<name>_ms, median_<name>_ms, std_<name>_ms, p<q>_<name>_ms
+    aiperf: str | None  # AIPerf's per-request metric and its block in profile_export_aiperf.json (None: not one)
+    rigs_own: bool  # the peer's per-request values are rig's own samples; False: the peer's definition differs
+
+
+# The series both peers report, by the samples they come from. vLLM's TPOT (and AIPerf's
+# inter_token_latency, the same quantity) is (latency - ttft) / (output tokens - 1) on the server's
+# token count; rig's is decode time over the tokens after the first chunk: the two agree when every
+# chunk carries one token.
+PEER_SERIES: dict[Samples, PeerSeries] = {
+    "ttft": PeerSeries("ttft", "time_to_first_token", rigs_own=True),
+    "tpot": PeerSeries("tpot", "inter_token_latency", rigs_own=False),
+    "itl": PeerSeries("itl", None, rigs_own=True),
+    "e2e": PeerSeries("e2el", "request_latency", rigs_own=True),
+}
+# The percentiles of AIPerf's aggregate blocks (its schema's, whatever rig's figures are).
+AIPERF_PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
 
 
 FIGURES: dict[str, Figure] = {}  # by name, in declaration order
@@ -80,6 +103,18 @@ class Figure:
         if self.stat is not None:
             value = getattr(value, self.stat)
         return None if value is None else self.scale * float(value)
+
+    def peer_keys(self) -> dict[str, str]:
+        """Where each peer's export reports this figure's statistic of the same series: vLLM's result
+        key and AIPerf's `metric.pNN` (empty: no peer reports it)."""
+        series = PEER_SERIES.get(self.samples) if self.samples is not None else None
+        if series is None or self.quantile is None:
+            return {}
+        percent = round(100 * self.quantile, 6)
+        keys = {"vllm": f"median_{series.vllm}_ms" if percent == 50 else f"p{percent:g}_{series.vllm}_ms"}
+        if series.aiperf is not None and percent in AIPERF_PERCENTILES:
+            keys["aiperf"] = f"{series.aiperf}.p{percent:g}"
+        return keys
 
 
 LatencyFigure = Figure  # the type of a latency percentile: a Figure whose statistic is PERCENTILE
@@ -131,3 +166,9 @@ SWEEP = tuple(sorted((figure for figure in FIGURES.values() if figure.sweep_form
 BY_COLUMN = {figure.column: figure for figure in FIGURES.values() if figure.column is not None}
 # Latency percentiles a scenario whose requests return one token cannot measure: there is no second token.
 NEEDS_TWO_TOKENS = frozenset(figure.name for figure in LATENCY if figure.samples in ("itl", "tpot"))
+# The percentiles vLLM's export writes of each series beside its mean, median and std, as
+# `vllm bench serve --metric-percentiles` would: those of the registry's figures of that series.
+VLLM_PERCENTILES: dict[Samples, tuple[float, ...]] = {
+    samples: tuple(sorted({round(100 * f.quantile, 6) for f in FIGURES.values()
+                           if f.samples == samples and f.quantile is not None and f.quantile != 0.5}))
+    for samples in PEER_SERIES}

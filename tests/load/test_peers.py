@@ -110,6 +110,30 @@ def test_aiperf_export_reads_back_with_aiperfs_fields(measured, tmp_path):
         assert metrics["output_sequence_length"]["value"] == 21 and len(metrics["inter_chunk_latency"]["value"]) == 20
 
 
+def test_the_peer_exports_are_views_of_the_figure_registry(measured, tmp_path):
+    """Every figure a peer reports is written where Figure.peer_keys says, with rig's own value
+    where the peer's series is rig's own samples; vLLM's TPOT by vLLM's definition, which is rig's
+    here, since every chunk of the timed server carries one token."""
+    from rig.load.figures import FIGURES, PEER_SERIES
+
+    run, summary = measured
+    vllm = load_vllm(export_run(run, "vllm", tmp_path / "vllm")[0])
+    export_run(run, "aiperf", tmp_path / "aiperf")
+    _, aggregate = load_aiperf(tmp_path / "aiperf")
+    reported = [figure for figure in FIGURES.values() if figure.peer_keys()]
+    assert {figure.samples for figure in reported} == set(PEER_SERIES)
+    for figure in reported:
+        ours = figure.read(summary.metrics)
+        keys = figure.peer_keys()
+        assert vllm[keys["vllm"]] == pytest.approx(ours, rel=1e-9), figure.name
+        if "aiperf" in keys:
+            metric, stat = keys["aiperf"].split(".")
+            assert aggregate[metric][stat] == pytest.approx(ours, rel=1e-9), figure.name
+    for series in PEER_SERIES.values():  # every series both peers write, under the peers' names
+        assert all(f"{stat}_{series.vllm}_ms" in vllm for stat in ("mean", "median", "std", "p99"))
+        assert series.aiperf is None or aggregate[series.aiperf]["unit"] == "ms"
+
+
 @pytest.mark.parametrize("fmt", ["vllm", "aiperf"])
 def test_import_of_an_export_gives_the_same_request_figures(measured, tmp_path, fmt):
     run, summary = measured

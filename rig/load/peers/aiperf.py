@@ -14,6 +14,7 @@ import numpy as np
 from pydantic import Field, StrictBool, StrictInt, StrictStr, ValidationError, ValidationInfo, field_validator
 
 from rig.errors import Damaged, Invalid, RigError
+from rig.load.figures import AIPERF_PERCENTILES, PEER_SERIES
 from rig.load.peers.common import NS, Peer, PeerRequest, plausible
 from rig.load.records import RequestRecord
 from rig.load.request_metrics import Done, run_tokens_per_chunk
@@ -47,13 +48,13 @@ def aiperf_records(summary: RunSummary, records: list[RequestRecord]) -> list[di
             d = PeerRequest.of(view)
             ms = 1000.0
             metrics = {"input_sequence_length": _metric(d.input, "tokens"),
-                       "time_to_first_token": _metric(d.ttft * ms, "ms"),
-                       "request_latency": _metric(d.latency * ms, "ms"),
                        "output_token_count": _metric(d.output, "tokens"),
                        "output_sequence_length": _metric(d.output, "tokens"),
                        "inter_chunk_latency": _metric([g * ms for g in d.itl], "ms")}
+            for samples, value in (("ttft", d.ttft), ("e2e", d.latency), ("tpot", d.tpot)):
+                if value is not None:  # the registry's series under AIPerf's names
+                    metrics[str(PEER_SERIES[samples].aiperf)] = _metric(value * ms, "ms")
             if d.tpot is not None:
-                metrics["inter_token_latency"] = _metric(d.tpot * ms, "ms")
                 metrics["output_token_throughput_per_user"] = _metric(1.0 / d.tpot if d.tpot > 0 else None, "tokens/sec/user")
             out.append({"metadata": metadata, "metrics": metrics, "error": None})
         else:
@@ -67,7 +68,7 @@ def _aggregate(values: list[float], unit: str) -> dict[str, Any]:
     if not len(array):
         return {"unit": unit}
     block: dict[str, Any] = {"unit": unit, "avg": float(array.mean()), "min": float(array.min()), "max": float(array.max())}
-    block.update({f"p{p}": float(np.percentile(array, p)) for p in (1, 5, 10, 25, 50, 75, 90, 95, 99)})
+    block.update({f"p{p}": float(np.percentile(array, p)) for p in AIPERF_PERCENTILES})
     block.update(std=float(array.std(ddof=1)) if len(array) > 1 else 0.0, count=len(array), sum=float(array.sum()))
     return block
 
@@ -82,9 +83,7 @@ def aiperf_aggregate(summary: RunSummary, rows: list[dict[str, Any]], window: Wi
     return {"schema_version": AIPERF_SCHEMA, "aiperf_version": None, "benchmark_id": summary.provenance.boot_id,
             "start_time": dt.datetime.fromtimestamp(window.start, dt.UTC).isoformat(),
             "end_time": dt.datetime.fromtimestamp(window.end, dt.UTC).isoformat(), "was_cancelled": summary.interrupted,
-            "request_latency": _aggregate(values("request_latency"), "ms"),
-            "time_to_first_token": _aggregate(values("time_to_first_token"), "ms"),
-            "inter_token_latency": _aggregate(values("inter_token_latency"), "ms"),
+            **{peer.aiperf: _aggregate(values(peer.aiperf), "ms") for peer in PEER_SERIES.values() if peer.aiperf},
             "output_sequence_length": _aggregate(osl, "tokens"),
             "input_sequence_length": _aggregate(values("input_sequence_length"), "tokens"),
             "request_throughput": {"unit": "requests/sec", "avg": len(good) / window.seconds},
@@ -173,7 +172,7 @@ def read_aiperf(data: bytes, where: str) -> tuple[list[RequestRecord], float | N
             value = metrics.get(name)
             return float(value.value) if value is not None and isinstance(value.value, (int, float)) else None
 
-        ttft = number_of("time_to_first_token")
+        ttft = number_of(str(PEER_SERIES["ttft"].aiperf))
         if row.error is not None or meta.was_cancelled or ttft is None:
             record.error = "cut_by_window" if meta.was_cancelled else f"peer_{(row.error.type if row.error else None) or 'error'}"
             record.error_detail = (row.error.message if row.error else None) or None
@@ -184,7 +183,7 @@ def read_aiperf(data: bytes, where: str) -> tuple[list[RequestRecord], float | N
             record.chunks = [first]
             for gap in chunk_gaps:
                 record.chunks.append(record.chunks[-1] + gap)
-            latency = number_of("request_latency")
+            latency = number_of(str(PEER_SERIES["e2e"].aiperf))
             record.t_first, record.t_last = first, record.chunks[-1] if chunk_gaps or latency is None else start + latency / 1000
             record.t_end = (meta.request_end_ns / NS) if meta.request_end_ns else record.t_last
             output = number_of("output_sequence_length") or number_of("output_token_count")

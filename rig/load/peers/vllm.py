@@ -16,6 +16,7 @@ import numpy as np
 from pydantic import Field, StrictStr, ValidationError
 
 from rig.errors import Invalid, RigError
+from rig.load.figures import PEER_SERIES, VLLM_PERCENTILES
 from rig.load.peers.common import Peer, PeerRequest, plausible
 from rig.load.records import RequestRecord
 from rig.load.request_metrics import Done, run_tokens_per_chunk
@@ -27,7 +28,7 @@ VLLM_FILE = "vllm-result.json"
 FIX = "pass the file vllm bench serve wrote, unchanged"
 
 
-def _stats_ms(values: list[float], percentiles: tuple[float, ...] = (99,)) -> dict[str, float]:
+def _stats_ms(values: list[float], percentiles: tuple[float, ...]) -> dict[str, float]:
     array = np.asarray(values or [0.0], dtype=float) * 1000
     out = {"mean": float(array.mean()), "median": float(np.median(array)), "std": float(array.std())}
     out.update({f"p{p:g}": float(np.percentile(array, p)) for p in percentiles})
@@ -86,10 +87,11 @@ def vllm_result(summary: RunSummary, records: list[RequestRecord], window: Windo
         "rig_recipe": summary.provenance.recipe, "rig_window_s": [window.start, window.end],
         "rig_usable": not summary.problems(), "rig_problems": summary.problems(),
     }
-    for name, values in (("ttft", [d.ttft for d in done]), ("tpot", [d.tpot for d in done if d.tpot is not None]),
-                         ("itl", [g for d in done for g in d.itl]), ("e2el", [d.latency for d in done])):
-        for stat, value in _stats_ms(values).items():
-            result[f"{stat}_{name}_ms"] = value
+    series = {"ttft": [d.ttft for d in done], "tpot": [d.tpot for d in done if d.tpot is not None],
+              "itl": [g for d in done for g in d.itl], "e2e": [d.latency for d in done]}
+    for samples, peer in PEER_SERIES.items():  # the registry's series, with its figures' percentiles
+        for stat, value in _stats_ms(series[samples], VLLM_PERCENTILES[samples]).items():
+            result[f"{stat}_{peer.vllm}_ms"] = value
     return result
 
 
