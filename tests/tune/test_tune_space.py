@@ -27,6 +27,24 @@ def test_the_example_space_crosses_its_axes_and_puts_the_baseline_first():
     assert idle.server_args == ["--model-timeout", "600"] and idle.env == {"RIG_TOKEN_DELAY_MS": "1"}
 
 
+SHIPPED = sorted((REPO / "recipes" / "spaces").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_every_shipped_space_resolves_with_the_command_it_shows(path):
+    """Each shipped space says in its header how it is raced (`rig tune RECIPE --space ...`): that
+    command's candidates resolve against the recipe and the engine's argument grammar."""
+    import shlex
+
+    lines = [line.strip("# ").strip() for line in path.read_text().splitlines() if "rig tune " in line]
+    assert lines, f"{path.name}: no `rig tune` line in its header"
+    words = shlex.split(lines[0])
+    option = dict(zip(words, words[1:]))
+    assert option["--space"] == f"recipes/spaces/{path.name}"
+    space = load_space(path, words[2], option["--scenario"], option.get("--baseline"))
+    assert len(space.candidates) >= 2 and (option.get("--baseline") in (None, space.candidates[0].name))
+
+
 @pytest.mark.parametrize("text,field", [
     ("variants: [nope]\nenv: {a: {X: '1'}, b: {X: '2'}}\n", "variants.nope"),
     ("env: {a: {RIG_TOKEN_DELAY_MS: '1'}}\n", "(top level)"),  # one candidate
