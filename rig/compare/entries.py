@@ -18,9 +18,11 @@ from rig.compare.trust import confined, held_to_plan
 from rig.errors import Damaged, NotFound, RigError
 from rig.load.wire import BootMarker
 
+RUNS = "runs"  # a comparison's (and a race's) load runs: runs/<NN-arm>/attempt-<k>/round-<j>/<scenario>
+
 
 def attempt_dir(out: Path, index: int, arm: Arm) -> tuple[int, Path]:
-    root = out / "runs" / f"{index:02d}-{arm.name}"
+    root = out / RUNS / f"{index:02d}-{arm.name}"
     attempt = 1 + sum(1 for p in root.glob("attempt-*") if p.is_dir()) if root.exists() else 1
     return attempt, root / f"attempt-{attempt}"
 

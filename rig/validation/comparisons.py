@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rig.compare.analysis import STEP_FIGURE, STEP_UNIT, Analysis, AnalysisInputs, ArmBoots
+from rig.compare.entries import RUNS
 from rig.compare.figures import figure_boots, per_token_boots
 from rig.compare.model import ENTRY_MAX_BYTES, BootEntry, ComparePlan
 from rig.compare.report import analyze
@@ -145,7 +146,7 @@ class CutComparisonKind(Kind):
                 stem = marker_path.name.removesuffix(IN_PROGRESS)
                 index = int(stem.split("-", 1)[0])
                 block, arm = plan.boot_sequence[index]
-                rounds = directory / "runs" / stem / f"attempt-{marker.attempt}"
+                rounds = directory / RUNS / stem / f"attempt-{marker.attempt}"
                 summaries = [RunSummary.read(d) for d in sorted(rounds.glob(f"round-*/{scenario}"))]
                 figures = [value for s in summaries if not s.problems() and (value := s.headline()) is not None]
                 if figures:

@@ -7,8 +7,10 @@ the stop are decided again, and rig.tune.result.analyze gives the ranked table. 
 tune.json the race wrote are held to the replay too ("as written"): a race directory edited after
 the fact recomputes to figures of its own, and says its files differ.
 
-A goodput race reads its figures from its load runs' records (rig.tune.goodput), which this kind
-does not carry: it is refused in one line.
+A goodput race reads each round's figure from that round's records (rig.tune.goodput), so its
+evidence carries runs/ too (records-*.jsonl of every measured round, as rig tune wrote them). A
+round's directory is named as the racing host wrote it (<race>/runs/...): it is read below the
+evidence's own runs/, never anywhere else, and a round whose records are missing is damaged evidence.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ import json
 import math
 from pathlib import Path
 
+from rig.compare.entries import RUNS
 from rig.compare.model import ENTRY_MAX_BYTES, BootEntry
-from rig.errors import Damaged, Invalid
+from rig.compare.trust import inside
+from rig.errors import Damaged
 from rig.strict_yaml import load_json_file
 from rig.tune.plan import RacePlan
 from rig.tune.result import RaceResult, Row, analyze, headline
@@ -52,23 +56,40 @@ class ReplayRacer(Racer):
         return done
 
 
-def read_boots(directory: Path) -> dict[tuple[int, str, bool], BootEntry]:
-    """Every finished boot entry of the race, by (position, candidate, burn-in)."""
+def in_evidence(entry: BootEntry, path: Path, directory: Path) -> BootEntry:
+    """`entry` with each round's run directory taken below the evidence's runs/ (a goodput race's)."""
+    rounds = []
+    for number, by_scenario in enumerate(entry.rounds):
+        moved = {}
+        for name, result in by_scenario.items():
+            _, marker, below = result.dir.rpartition(f"/{RUNS}/")
+            target = directory / RUNS / below
+            if not marker or not below or ".." in Path(below).parts or not inside(str(target), directory / RUNS) \
+                    or not target.is_dir():
+                raise Damaged(str(path), f"rounds.{number}.{name}.dir", f"{result.dir[:200]!r} is not a load run of the "
+                              "evidence's runs/", "pack runs/ with every measured round's records, as rig tune wrote them")
+            moved[name] = result.model_copy(update={"dir": str(target)})
+        rounds.append(moved)
+    return entry.model_copy(update={"rounds": rounds})
+
+
+def read_boots(directory: Path, goodput: bool = False) -> dict[tuple[int, str, bool], BootEntry]:
+    """Every finished boot entry of the race, by (position, candidate, burn-in); a goodput race's
+    with its rounds read from the evidence's runs/."""
     stored = {}
     for path in sorted((directory / "boots").glob("*.json")):
         if path.name.endswith(IN_PROGRESS):
             continue
         entry = BootEntry.read(path)
+        if goodput and entry.measured:
+            entry = in_evidence(entry, path, directory)
         stored[(entry.index, entry.arm, path.name.endswith(".burn-in.json"))] = entry
     return stored
 
 
 def replay(directory: Path) -> tuple[RacePlan, RaceState, RaceResult]:
     plan = RacePlan.read(directory)
-    if plan.slos:
-        raise Invalid(str(directory / "race.json"), "slos", "a goodput race's figures are read from its load runs' records",
-                      "recompute it with rig tune --resume on its whole directory")
-    state = ReplayRacer(plan, directory, read_boots(directory)).run()
+    state = ReplayRacer(plan, directory, read_boots(directory, goodput=bool(plan.slos))).run()
     return plan, state, analyze(plan, state)
 
 

@@ -149,6 +149,53 @@ def test_a_race_on_goodput_drops_the_slower_candidates_and_says_how_goodput_was_
     assert text.startswith(f"tune: {result.winner} wins")
 
 
+def _goodput_race(out: Path) -> RacePlan:
+    space = load_space(SPACE, "tiny-cpu", "prose-c1", "base-d0", goodput="ttft:1000,e2el:2000")
+    plan = RacePlan(recipe="tiny-cpu", scenario="prose-c1", space=str(SPACE), candidates=space.candidates, baseline_given=True,
+                    constraints=space.constraints, objective=OBJECTIVE, slos=space.slos, higher_is_better=True, max_rounds=4,
+                    max_boots=32, margin_pct=0.3, alpha=0.05, rounds=1, small=True, duration_s=20.0)
+    plan.write(out)
+    write(out, plan, GoodputRacer(plan, out, progress=False, steps=False, port=None).run())
+    return plan
+
+
+def test_a_goodput_race_recomputes_from_evidence_that_carries_its_runs(tmp_path):
+    """Packed as evidence (boots, race.json, looks.json, tune.json and runs/ with the records) and
+    unpacked elsewhere, the race replays to the figures it wrote: every round read below the
+    evidence's runs/, whatever path the racing host wrote."""
+    import shutil
+    import tarfile
+
+    from rig.validation.evidence import unpack
+    from rig.validation.races import RaceKind
+
+    _goodput_race(tmp_path / "raced")
+    archive = tmp_path / "race.tar.xz"
+    with tarfile.open(archive, "w:xz") as tar:
+        tar.add(tmp_path / "raced", arcname=".")
+    shutil.rmtree(tmp_path / "raced")  # the racing host is gone: only the evidence is left
+    unpack(archive, tmp_path / "evidence", "race.tar.xz")
+    figures = RaceKind().compute(tmp_path / "evidence")
+    saved = json.loads((tmp_path / "evidence" / "tune.json").read_text())
+    assert figures["winner"] == saved["winner"] and figures["winner"].endswith("-d0")
+    assert figures["tune.json as written"] == figures["looks.json as written"] == "the replay's"
+
+
+@pytest.mark.parametrize("elsewhere", ["/etc", "{race}/runs/../boots", "{race}/runs/99-none"])
+def test_a_goodput_round_outside_the_evidences_runs_is_damaged_evidence(tmp_path, elsewhere):
+    from rig.errors import Damaged
+    from rig.validation.races import RaceKind
+
+    _goodput_race(tmp_path)
+    path = sorted((tmp_path / "boots").glob("*.json"))[0]
+    data = json.loads(path.read_text())
+    data["rounds"][0]["prose-c1"]["dir"] = elsewhere.format(race=tmp_path)
+    path.write_text(json.dumps(data))
+    with pytest.raises(Damaged) as refused:
+        RaceKind().compute(tmp_path)
+    assert refused.value.where == str(path) and refused.value.field == "rounds.0.prose-c1.dir" and refused.value.fix
+
+
 def test_a_round_whose_records_are_gone_is_refused_not_read_as_meeting_nothing(tmp_path):
     from rig.errors import NotFound
 
