@@ -158,7 +158,9 @@ def shadowing(site: Path, replaces: dict) -> list[str]:
         if ours is None or ours.version != replaced["version"]:
             found = ours.version if ours else "nothing"
             raise Refused(f"{site}: {name} {replaced['version']} expected, {found} installed; fix: install into an empty site")
-        host = next(iter(metadata.distributions(name=name, path=sys.path)), None)
+        # The host's own: its path less the site (a caller may have put the site on PYTHONPATH already).
+        path = [entry for entry in sys.path if not (entry and Path(entry).resolve() == site.resolve())]
+        host = next(iter(metadata.distributions(name=name, path=path)), None)
         lines.append(f"{name} {replaced['version']} shadows this host's {host.version if host else '(none installed)'} "
                      f"on PYTHONPATH={site} alone: {replaced['why']}")
     return lines

@@ -87,11 +87,16 @@ def _host_with_demo_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return host
 
 
-def test_the_installed_site_shadows_the_host_version_on_its_path_and_says_so(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("site_on_path", [False, True], ids=["plain", "site-on-pythonpath"])
+def test_the_installed_site_shadows_the_host_version_on_its_path_and_says_so(tmp_path, monkeypatch, capsys, site_on_path):
+    """The host's version is named, also when the installer itself runs with the site first on its
+    path (benchmarks/gpu-host/step.sh exports PYTHONPATH=SITE before it installs)."""
     host = _host_with_demo_2(tmp_path, monkeypatch)
     replaces = {"demo-pkg": {"version": "1.0", "host": "2.0", "why": WHY}}
     make_bundle(tmp_path, [_demo(tmp_path / "src", "1.0")], SIZE, name="engine-1.0", replaces_host=replaces)
     site = tmp_path / "site"
+    if site_on_path:
+        monkeypatch.syspath_prepend(str(site))
     assert hostside.install(sorted((tmp_path / "out").iterdir()), tmp_path / "stage", site) == 0
     assert f"demo-pkg 1.0 shadows this host's 2.0 on PYTHONPATH={site} alone: {WHY}" in capsys.readouterr().out
     imported = subprocess.run([sys.executable, "-c", "import demo_pkg; print(demo_pkg.VERSION)"], capture_output=True,
