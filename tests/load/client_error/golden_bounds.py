@@ -33,7 +33,7 @@ from rig.validation.evidence import unpack  # noqa: E402
 
 GOLDEN = HERE / "golden_bounds.json"
 # The committed load runs whose raw records rig's validation recomputes (validation/<claim>/*.tar.xz).
-EVIDENCE_RUNS = ("vllm-bundle-fa3-c1/fa3-run.tar.xz", "vllm-bundle-fa3-c1/triton-run.tar.xz",
+EVIDENCE_RUNS = ("sglang-bundle-c1/run.tar.xz", "vllm-bundle-fa3-c1/fa3-run.tar.xz", "vllm-bundle-fa3-c1/triton-run.tar.xz",
                  "vllm-c3000-frontends4/first-run.tar.xz", "vllm-c3000-frontends4/second-run.tar.xz")
 LARGE_RUNS = {"vllm-c3000-frontends4/first-run.tar.xz", "vllm-c3000-frontends4/second-run.tar.xz"}  # 3000 users: ~30 s each
 RELATIVE = 1e-12
