@@ -50,7 +50,6 @@ class PeerSeries(NamedTuple):
 
     vllm: str  # vllm bench serve's result keys: mean_<name>_ms, median_<name>_ms, std_<name>_ms, p<q>_<name>_ms
     aiperf: str | None  # AIPerf's per-request metric and its block in profile_export_aiperf.json (None: not one)
-    rigs_own: bool  # the peer's per-request values are rig's own samples; False: the peer's definition differs
 
 
 # The series both peers report, by the samples they come from. vLLM's TPOT (and AIPerf's
@@ -58,10 +57,10 @@ class PeerSeries(NamedTuple):
 # token count; rig's is decode time over the tokens after the first chunk: the two agree when every
 # chunk carries one token.
 PEER_SERIES: dict[Samples, PeerSeries] = {
-    "ttft": PeerSeries("ttft", "time_to_first_token", rigs_own=True),
-    "tpot": PeerSeries("tpot", "inter_token_latency", rigs_own=False),
-    "itl": PeerSeries("itl", None, rigs_own=True),
-    "e2e": PeerSeries("e2el", "request_latency", rigs_own=True),
+    "ttft": PeerSeries("ttft", "time_to_first_token"),
+    "tpot": PeerSeries("tpot", "inter_token_latency"),
+    "itl": PeerSeries("itl", None),
+    "e2e": PeerSeries("e2el", "request_latency"),
 }
 # The percentiles of AIPerf's aggregate blocks (its schema's, whatever rig's figures are).
 AIPERF_PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
