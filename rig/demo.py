@@ -141,5 +141,6 @@ def details(analysis: Analysis, decision: Decision, seconds: float) -> list[str]
             agrees = "agrees with it" if effect.covered else "does NOT agree with it"
             lines.append(f"known effect: {effect.adapter} slept {effect.per_token_ms:+.2f} ms per token; the comparison's "
                          f"per-token interval [{effect.interval_ms[0]:+.2f}, {effect.interval_ms[1]:+.2f}] ms {agrees}"
-                         + (f" within {100 * effect.tolerance:g}%" if effect.tolerance else ""))
+                         + (f" from {100 * effect.tolerance:g}% below to {100 * effect.tolerance_above:g}% above"
+                            if effect.tolerance else ""))
     return lines

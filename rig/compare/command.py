@@ -20,7 +20,7 @@ from rig.compare.output import write_report
 from rig.compare.report import Analysis, analyze
 from rig.compare.run import compare_root, run_compare
 from rig.compare.sequential import Decision, UntilDecided
-from rig.compare.stats import MIN_PAIRS_FOR_TARGET
+from rig.compare.stats import MIN_PAIRS, MIN_PAIRS_FOR_TARGET
 from rig.deploy.recipe import load, split_ref
 from rig.engines import ENGINES, Engine
 from rig.errors import Invalid, NotFound, RigError
@@ -128,6 +128,9 @@ def compare(request: CompareRequest, progress: bool = True, until: UntilDecided 
             if arm.overlay() == other.overlay() and arm.variant == other.variant:
                 print(f"compare: arms {arm.name} and {other.name} boot the same server (an A/A check: there is no "
                       "change for it to find; its verdicts are false ones)", file=sys.stderr)
+    if boots < MIN_PAIRS and target_pct is None and resume is None:  # legitimate as a quick look, never as a verdict
+        print(f"compare: --boots {boots} gives no interval ({MIN_PAIRS} pairs are the fewest that do; {DEFAULT_BOOTS} is "
+              "the default): this run shows what each boot reads, not whether the change is real", file=sys.stderr)
     resolved = load(name)
     if target_pct is not None:
         boots = max(boots, MIN_PAIRS_FOR_TARGET)  # Stein's first stage
@@ -142,6 +145,7 @@ def compare(request: CompareRequest, progress: bool = True, until: UntilDecided 
                            burn_in_first=request.burn_in and _state_unknowable(ENGINES[resolved.recipe.engine.name]),
                            max_boots=min(MAX_PAIRS, max_boots or 2 * boots) if target_pct is not None else None,
                            first_stage=boots if target_pct is not None else None,
+                           headline_confidence=until.confidence if until is not None else None,
                            slos=parse_slos(request.goodput), accept_fingerprint=list(accept_fingerprint), cold_caches=request.cold_caches,
                            driver=request.driver)
     except ValidationError as error:

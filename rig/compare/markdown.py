@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rig.boot.record import CacheState
 from rig.compare.effects import KnownEffect
+from rig.compare.model import ComparePlan
 from rig.compare.percentiles import min_count
 from rig.compare.quality import quality_line
 from rig.compare.report import Analysis
@@ -105,6 +106,16 @@ def known_effect_line(effect: KnownEffect) -> str:
             f"token ({effect.statistic}, {effect.boots} boot(s)); {held}")
 
 
+def _headline_level(plan: ComparePlan, headlines: int) -> str:
+    """At what confidence each headline interval is read, and what that holds."""
+    if plan.headline_confidence is None:
+        return (f"{100 * CONFIDENCE:.0f}% for each of the {headlines} headline comparison(s) (each, with nothing changed, "
+                f"prints a verdict {100 - 100 * CONFIDENCE:.0f}% of the time)")
+    return (f"{100 * plan.confidence:.4g}% for each of the {headlines} headline comparison(s): the level a stopping rule "
+            "spent on each of its looks (until-decided.json), so the interval at the stop still covers the change at least "
+            f"{100 * CONFIDENCE:.0f}% of the time")
+
+
 def _header(analysis: Analysis) -> list[str]:
     plan = analysis.plan
     arms = [a.name for a in plan.arms]
@@ -115,8 +126,7 @@ def _header(analysis: Analysis) -> list[str]:
              f"{plan.boots} boot pair(s) (ABBA), {plan.rounds} rounds per boot, each scenario's first run after every boot "
              f"discarded; {analysis.boots.used} of {planned} boots measured (a boot whose rounds were all left out pairs "
              "with none: each line below names its pairs). Headline: paired t interval on the boot-pair log "
-             f"ratios (the boot is the unit of replication), {100 * CONFIDENCE:.0f}% for each of the {headlines} headline "
-             f"comparison(s) (each, with nothing changed, prints a verdict {100 - 100 * CONFIDENCE:.0f}% of the time). "
+             f"ratios (the boot is the unit of replication), {_headline_level(plan, headlines)}. "
              "Secondary figures (latency percentiles"
              + (", goodput as a paired difference in req/s" if plan.slos else "")
              + f"): {family.size} interval(s), each at {100 * family.confidence:.4g}% (Bonferroni: with nothing changed, any "

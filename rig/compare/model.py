@@ -19,6 +19,7 @@ from rig.compare.arms import Arm, boot_order
 from rig.compare.coherence import BootCoherence
 from rig.compare.design import MAX_ARMS, MAX_PAIRS, MAX_SCENARIOS
 from rig.compare.percentiles import LatencyHistogram
+from rig.compare.stats import CONFIDENCE
 from rig.load.bounds import MAX_DURATION_S, MAX_WORKERS
 from rig.load.goodput import SLO_KEYS, Goodput
 from rig.observe.fingerprint import Fingerprint
@@ -51,6 +52,10 @@ class ComparePlan(Versioned):
     max_boots: int | None = None
     first_stage: int | None = None  # --target: pairs of Stein's first stage (they alone estimate the sd)
     planned_pairs: int | None = None  # --target: the pairs the first stage's sd asks for, capped at max_boots
+    # Each headline interval's confidence: None is the fixed design's 95%. A stopping rule
+    # (rig.compare.sequential) sets its per-look level, because an interval read at a data-chosen
+    # stop covers the change only at the level the rule spent on each look.
+    headline_confidence: float | None = None
     slos: dict[str, float] | None = None  # goodput SLOs in seconds: ttft, tpot, e2e (vLLM's --goodput)
     accept_fingerprint: list[str] = Field(default_factory=list)  # fingerprint fields allowed to differ (globs)
     cold_caches: bool = False  # every boot starts with empty compile/kernel caches of its own
@@ -93,6 +98,8 @@ class ComparePlan(Versioned):
                              ("first_stage", self.first_stage), ("planned_pairs", self.planned_pairs)):
             if value is not None and not 1 <= value <= MAX_PAIRS:
                 raise ValueError(f"{field} {value} is outside 1..{MAX_PAIRS}")
+        if self.headline_confidence is not None and not 0.5 <= self.headline_confidence < 1:
+            raise ValueError(f"headline confidence {self.headline_confidence} is not in [0.5, 1)")
         if self.target_pct is not None and not 0 < self.target_pct <= 100:
             raise ValueError(f"target {self.target_pct}% is not a precision in (0, 100]")
         # (0, max]: a plan written before rig.load.bounds.MIN_DURATION_S still resumes; a new one is held to it by the CLI
@@ -103,6 +110,11 @@ class ComparePlan(Versioned):
         for key, limit in (self.slos or {}).items():  # --goodput's grammar (rig.load.goodput.parse_slos)
             if key not in SLO_KEYS or not 0 < limit <= MAX_DURATION_S:  # NaN fails the comparison too
                 raise ValueError(f"SLO {key[:40]!r} <= {limit} s is not one of {', '.join(SLO_KEYS)} with a positive limit")
+
+    @property
+    def confidence(self) -> float:
+        """Each headline interval's confidence (see headline_confidence)."""
+        return self.headline_confidence if self.headline_confidence is not None else CONFIDENCE
 
     def order(self) -> list[tuple[int, Arm]]:
         """The burn-in boot (if any), the first ABBA block, the control (if any), then the other

@@ -113,7 +113,7 @@ def draw(analysis: Analysis) -> Any:
         right.grid(axis="x", color="0.9", lw=0.6)
         right.set_yticks(range(len(rows)), [label for label, _, _ in rows], fontsize=7)
         right.set_ylim(len(rows) - 0.5, -0.5)
-        right.set_xlabel(f"change, % of {arms[0]}\n(headline 95%, others {100 * analysis.family.confidence:.4g}% each)")
+        right.set_xlabel(f"change, % of {arms[0]}\n(headline {100 * analysis.plan.confidence:.4g}%, others {100 * analysis.family.confidence:.4g}% each)")
         handles = [Line2D([], [], color=colours[arm], marker="o", label=f"{arm} vs {arms[0]}: the change and its interval")
                    for arm in arms[1:]]
         handles += [Patch(color="0.87", label=NOISE_LEGEND), Line2D([], [], color="k", lw=0.8, label="0: no change")]

@@ -2,7 +2,8 @@
 and block figures.py. Its text is markdown.py (one function per section), its plot plot.py; output
 identity lives in identity.py, boot conditions in conditions.py.
 
-Which figures a report judges, and at what confidence: each comparison's headline at its own 95%;
+Which figures a report judges, and at what confidence: each comparison's headline at its own 95%
+(a stopping rule's per-look level where one decided when to stop: ComparePlan.headline_confidence);
 every other verdict the report prints (latency percentiles, goodput) in one family, Bonferroni-
 simultaneous at 95% (rig.compare.stats). Latency percentiles come from each boot's requests pooled
 over its usable rounds, with the count behind each, and are refused where the count cannot support
@@ -43,7 +44,6 @@ from rig.compare.model import BootEntry, ComparePlan
 from rig.compare.percentiles import DIFFERENCE_RESOLUTION
 from rig.compare.quality import Encode, analyze_quality
 from rig.compare.stats import (
-    CONFIDENCE,
     DEFAULT_TARGET_PCT,
     DIFFERENCE,
     FAMILY_ALPHA,
@@ -119,7 +119,7 @@ def scenario_result(plan: ComparePlan, figures: ScenarioFigures, family: Seconda
     target, first = _target(plan)
     headline = figures.headline
     vs = {arm: compare_boots(figures.headline_boots.get(baseline, {}), figures.headline_boots.get(arm, {}), headline.name,
-                             headline.higher_is_better, target, CONFIDENCE, first, unit=headline.unit, names=(baseline, arm))
+                             headline.higher_is_better, target, plan.confidence, first, unit=headline.unit, names=(baseline, arm))
           for arm in arms[1:]}
     latency: dict[str, dict[str, Comparison]] = {}
     for percentile in figures.latency:
@@ -151,7 +151,7 @@ def scenario_result(plan: ComparePlan, figures: ScenarioFigures, family: Seconda
     if headline.unit == PER_USER_RATE:
         per_token_ms = per_token_boots(figures.headline_boots)
         per_token = {arm: _no_verdict(compare_boots(per_token_ms.get(baseline, {}), per_token_ms.get(arm, {}), STEP_FIGURE,
-                                                    False, target, CONFIDENCE, first, scale=DIFFERENCE, unit=STEP_UNIT,
+                                                    False, target, plan.confidence, first, scale=DIFFERENCE, unit=STEP_UNIT,
                                                     names=(baseline, arm)))
                      for arm in arms[1:]}
     return ScenarioResult(kind=figures.kind, unit=headline.unit, headline=headline.name, vs=vs,
@@ -168,7 +168,7 @@ def headline_comparisons(plan: ComparePlan, entries: list[BootEntry], kinds: dic
         headline = HEADLINE[(kinds or {}).get(name) or load_scenario(name).kind]
         boots = figure_boots(entries, name, headline.name)
         out += [compare_boots(boots.get(arms[0], {}), boots.get(arm, {}), headline.name, headline.higher_is_better, target,
-                              CONFIDENCE, first)
+                              plan.confidence, first)
                 for arm in arms[1:]]
     return out
 

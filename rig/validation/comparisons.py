@@ -84,7 +84,7 @@ def analysis_figures(analysis: Analysis) -> dict[str, str]:
         interval = f" [{micro_or_milli(own[0])}, {micro_or_milli(own[1])}]" if own else ""
         held = ("reaches it" if effect.covered else "does NOT reach it") if effect.at_least else \
             ("agrees" if effect.covered else "does NOT agree")
-        held += f" within {100 * effect.tolerance:g}%" if effect.tolerance else ""
+        held += f" from {100 * effect.tolerance:g}% below to {100 * effect.tolerance_above:g}% above" if effect.tolerance else ""
         out[named("known effect", effect.scenario, effect.arm, single)] = f"{micro_or_milli(effect.per_token_ms)}{interval}, {held}"
     if analysis.boot_state is not None:
         for boot in analysis.boot_state.burn_in:
