@@ -24,11 +24,22 @@ if TYPE_CHECKING:  # imported when the command runs: `rig --help` stays cheap
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
     from rig.compare.command import compare, exit_status
+    from rig.compare.sequential import Decision, UntilDecided
+    from rig.errors import Invalid
 
     keep_text(args)
-    _, analysis = compare(compare_request(args))
-    return exit_status(analysis)
+    until = None
+    if args.until_decided is not None:
+        try:
+            until = UntilDecided(first=args.boots, most=args.until_decided)
+        except ValidationError as error:
+            raise Invalid("command line", "--until-decided", str(error.errors()[0]["msg"]).removeprefix("Value error, "),
+                          "e.g. --boots 3 --until-decided 8: looks after 3, 4, ... 8 pairs") from None
+    out, analysis = compare(compare_request(args), until=until)
+    return exit_status(analysis, Decision.read(out) if until is not None else None)
 
 
 def compare_request(args: argparse.Namespace) -> CompareRequest:
@@ -50,6 +61,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _compare_arguments(p: argparse.ArgumentParser) -> None:
     from rig.compare.design import DEFAULT_BOOTS, DEFAULT_ROUNDS, MAX_PAIRS
+    from rig.compare.sequential import FIRST_LOOK
+    from rig.load.goodput import SLO_FORMAT
 
     p.add_argument("recipe", help="a recipe name (variants are arms: --arm NAME:@variant)")
     p.add_argument("--arm", action="append", required=True, help="NAME:KEY=VALUE[,..] | NAME:@variant | NAME:image=TAG; "
@@ -63,7 +76,11 @@ def _compare_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", type=amount(0, 100), help="keep adding boot pairs until every headline 95%% interval is "
                    "within +-TARGET percent (e.g. 1), up to --max-boots")
     p.add_argument("--max-boots", type=count(1, MAX_PAIRS), help="with --target: the most boot pairs to run (default: twice --boots)")
-    p.add_argument("--goodput", help="SLOs for goodput, e.g. ttft<=2s,tpot<=50ms (vLLM's --goodput)")
+    p.add_argument("--until-decided", type=count(FIRST_LOOK, MAX_PAIRS), metavar="MOST", help="add boot pairs one at a "
+                   "time after --boots (3 or more) until every headline interval excludes 0, up to MOST pairs; each look's "
+                   "interval is Bonferroni over the looks, so the false-verdict rate stays 5%% (exit 7 when MOST pairs "
+                   "leave it undecided; `rig demo` runs this rule)")
+    p.add_argument("--goodput", help=f"SLOs for goodput: {SLO_FORMAT}")
     p.add_argument("--accept-fingerprint", type=fingerprint_glob, action="append", help="a host fingerprint field allowed "
                    "to differ between boots (glob, e.g. 'gpus.*.power_limit_w'); any other condition difference voids the comparison")
     p.add_argument("--scenario", action="append", help="scenario name (repeatable; default prose-c1)")
@@ -84,6 +101,7 @@ COMMANDS = [
             "conditions and the boot-state control beside it. compare.md, compare.json and compare.png hold the report.",
             ("rig compare tiny-cpu --arm off:RIG_TOKEN_DELAY_MS=0 --arm on:RIG_TOKEN_DELAY_MS=4",
              "rig compare tiny-cpu --arm off:RIG_TOKEN_DELAY_MS=0 --arm on:RIG_TOKEN_DELAY_MS=4 --target 5 --max-boots 8",
+             "rig compare tiny-cpu --arm off:RIG_TOKEN_DELAY_MS=0 --arm on:RIG_TOKEN_DELAY_MS=4 --boots 3 --until-decided 8",
              "rig compare tiny-cpu --arm off:RIG_TOKEN_DELAY_MS=0 --arm on:RIG_TOKEN_DELAY_MS=4 --resume results/compare/<timestamp>"),
             _compare_arguments, shared=(size_and_workers, window, boot_port)),
     Command("demo", cmd_demo, "boot tiny-cpu, stream a chat, load test, compare until decided, shut down",

@@ -167,3 +167,50 @@ def test_no_change_runs_every_pair_the_rule_allows_and_says_undecided(tmp_path, 
     analysis = analyze(plan, entries)
     assert exit_status(analysis, decision) == Exit.UNDECIDED and exit_status(analysis) == Exit.OK
     assert (tmp_path / DECISION_FILE).exists()
+
+
+def test_the_report_reads_the_headline_at_the_rules_level_not_at_a_fixed_designs_95_percent(tmp_path, monkeypatch):
+    """A stop the data chose covers the change only at the level the rule spent on each look: the
+    report's headline interval (compare.md, compare.json, compare.png) is the deciding look's, wider
+    than a fixed design's 95% over the same pairs."""
+    from rig.compare.markdown import markdown
+    from rig.compare.report import analyze
+
+    _fake_boots(monkeypatch, lambda index, arm: (100.0 if arm == "off" else 60.0) * (1 + 0.04 * ((index * 7) % 5 - 2) / 2))
+    rule = UntilDecided(first=3, most=8)
+    plan = _plan(rule.first).model_copy(update={"headline_confidence": rule.confidence})
+    plan, entries = compare_run.run_compare(plan, tmp_path, progress=False, until=rule)
+    look = Decision.read(tmp_path).last.comparisons[0]
+    reported = analyze(plan, entries).scenarios["prose-c1"].vs["on"]
+    assert reported.confidence == pytest.approx(rule.confidence) and reported.ci == pytest.approx(look.ci)
+    fixed = analyze(plan.model_copy(update={"headline_confidence": None}), entries).scenarios["prose-c1"].vs["on"]
+    assert fixed.ci[0] > reported.ci[0] and fixed.ci[1] < reported.ci[1]
+    assert f"{100 * rule.confidence:.4g}% for each of the 1 headline" in markdown(analyze(plan, entries))
+    assert ComparePlan.read(tmp_path).headline_confidence == pytest.approx(rule.confidence)
+
+
+def test_rig_compare_runs_the_rule_with_until_decided_and_exits_7_when_it_stays_open(monkeypatch, results_dir):
+    """`rig compare --boots 3 --until-decided 4`: looks after 3 and 4 pairs; with nothing changed the
+    rule runs both and exits 7 (the demo's code for the same answer), its looks in until-decided.json."""
+    from conftest import free_port
+
+    from rig.cli import main
+    from rig.exits import Exit
+
+    _fake_boots(monkeypatch, lambda index, arm: 100.0 + (3.0 if (index // 2) % 2 else -3.0) * (1 if arm == "on" else -1))
+    code = main(["compare", "tiny-cpu", "--arm", "off:RIG_TOKEN_DELAY_MS=0", "--arm", "on:RIG_TOKEN_DELAY_MS=0",
+                 "--boots", "3", "--until-decided", "4", "--rounds", "1", "--small", "--port", str(free_port())])
+    assert code == Exit.UNDECIDED
+    (out,) = (path.parent for path in (results_dir / "compare").glob(f"*/{DECISION_FILE}"))
+    decision = Decision.read(out)
+    assert [look.pairs_run for look in decision.looks] == [3, 4] and decision.exhausted
+    assert ComparePlan.read(out).headline_confidence == pytest.approx(UntilDecided(first=3, most=4).confidence)
+
+
+@pytest.mark.parametrize("boots,most", [("2", "8"), ("5", "4")])
+def test_a_rule_whose_looks_cannot_run_is_refused_before_anything_boots(boots, most, capsys):
+    from rig.cli import main
+
+    assert main(["compare", "tiny-cpu", "--arm", "a:RIG_TOKEN_DELAY_MS=0", "--arm", "b:RIG_TOKEN_DELAY_MS=1",
+                 "--boots", boots, "--until-decided", most]) == 2
+    assert "--until-decided" in capsys.readouterr().err
