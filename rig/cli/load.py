@@ -92,13 +92,15 @@ def _loadtest_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _sweep_arguments(p: argparse.ArgumentParser) -> None:
+    from rig.load.goodput import SLO_FORMAT
+
     _served_elsewhere(p, "sweep")
     p.add_argument("--scenario", required=True,
                    help="scenario name or .yaml file (open_loop for --rates, a closed loop for --concurrency)")
     load = p.add_mutually_exclusive_group(required=True)
     load.add_argument("--rates", help="request rates (req/s) of an open_loop scenario, e.g. 1,2,4,8")
     load.add_argument("--concurrency", help="users of a closed-loop or multi-turn scenario, e.g. 1,4,16,64")
-    p.add_argument("--goodput", help="SLOs a request must meet, e.g. ttft<=2s,tpot<=50ms (vLLM's --goodput)")
+    p.add_argument("--goodput", help=f"SLOs a request must meet: {SLO_FORMAT}")
     p.add_argument("--slo-share", type=amount(0, 1), default=0.9,
                    help="share of requests that must meet the SLOs at the knee (default 0.9)")
 

@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import math
+import re
 
-from rig.errors import RigError
+from rig.errors import Invalid
 from rig.load.records import RequestRecord
 from rig.load.request_metrics import PER_REQUEST, done_in_window
 from rig.load.summary import RunSummary
@@ -13,27 +14,48 @@ from rig.typed import Typed
 
 SLO_KEYS = {"ttft": "time to first token", "tpot": "time per output token", "e2e": "end-to-end latency"}
 # Every SLO key names a per-request figure of rig.load.request_metrics (tests/test_layering.py checks it).
+
+# The names vLLM's `--goodput` takes: its e2el is rig's e2e.
+SLO_ALIASES = {"ttft": "ttft", "tpot": "tpot", "e2e": "e2e", "e2el": "e2e"}
+SLO_FORMAT = "ttft<=2s,tpot<=50ms, or vLLM's ttft:2000,tpot:50 (milliseconds; keys ttft, tpot, e2e or e2el)"
 _UNITS = {"ms": 0.001, "s": 1.0}
+_PLAIN = re.compile(r"[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?|\.[0-9]+([eE][+-]?[0-9]+)?")
 
 
-def parse_slos(text: str | None) -> dict[str, float] | None:
-    """'ttft<=2s,tpot<=50ms' -> {'ttft': 2.0, 'tpot': 0.05} (seconds)."""
+def _limit(part: str) -> tuple[str, float | None]:
+    """(key as written, limit in seconds or None) of `ttft<=2s` (a unit required) or `ttft:2000` (ms)."""
+    if "<=" in part:
+        key, _, limit = part.partition("<=")
+        limit = limit.strip()
+        unit = next((u for u in ("ms", "s") if limit.endswith(u)), None)
+        number, scale = (limit[: -len(unit)].strip(), _UNITS[unit]) if unit else ("", 0.0)
+    else:
+        key, colon, number = part.partition(":")
+        scale = _UNITS["ms"] if colon else 0.0
+    if not _PLAIN.fullmatch(number) or not scale:
+        return key.strip(), None
+    value = float(number) * scale
+    return key.strip(), value if math.isfinite(value) and value > 0 else None
+
+
+def parse_slos(text: str | None, where: str = "command line", field: str = "--goodput") -> dict[str, float] | None:
+    """'ttft<=2s,tpot<=50ms', or vLLM's 'ttft:2000 tpot:50' (milliseconds; commas or spaces) ->
+    {'ttft': 2.0, 'tpot': 0.05} in seconds by rig's keys. One line per problem."""
     if not text:
         return None
-    slos = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, sep, limit = part.partition("<=")
-        unit = next((u for u in ("ms", "s") if limit.endswith(u)), None)
-        try:
-            value = float(limit[: -len(unit)]) * _UNITS[unit] if unit else None
-        except ValueError:
-            value = None
-        if not sep or key.strip() not in SLO_KEYS or value is None or not math.isfinite(value) or value <= 0:
-            raise RigError("command line", "--goodput", f"{part!r} is not KEY<=LIMIT with a unit",
-                           f"write e.g. ttft<=2s,tpot<=50ms (keys: {', '.join(SLO_KEYS)})")
-        if key.strip() in slos:
-            raise RigError("command line", "--goodput", f"{key.strip()} is given twice", f"keep one {key.strip()}<=LIMIT")
-        slos[key.strip()] = value
+    slos: dict[str, float] = {}
+    parts = text.split(",") if "<=" in text else re.split(r"[,\s]+", text)
+    for part in filter(None, (p.strip() for p in parts)):
+        key, value = _limit(part)
+        name = SLO_ALIASES.get(key)
+        if name is None or value is None:
+            raise Invalid(where, field, f"{part[:40]!r} is not KEY<=LIMIT with a unit or KEY:MILLISECONDS",
+                           f"write e.g. {SLO_FORMAT}")
+        if name in slos:
+            raise Invalid(where, field, f"{name} is given twice", f"keep one {name} limit")
+        slos[name] = value
+    if not slos:
+        raise Invalid(where, field, "names no SLO", f"write e.g. {SLO_FORMAT}")
     return slos
 
 

@@ -141,6 +141,7 @@ def tune(args: argparse.Namespace) -> int:
 
 def _tune_arguments(p: argparse.ArgumentParser) -> None:
     from rig.compare.design import DEFAULT_ROUNDS, MAX_PAIRS
+    from rig.load.goodput import SLO_FORMAT
     from rig.tune.rule import DEFAULT_MARGIN_PCT, DEFAULT_MAX_ROUNDS
 
     p.add_argument("recipe", help="a recipe name (its variants are an axis of the space)")
@@ -161,8 +162,7 @@ def _tune_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=count(1, MAX_PAIRS), default=DEFAULT_ROUNDS,
                    help=f"measured load rounds per boot (default {DEFAULT_ROUNDS})")
     p.add_argument("--goodput", metavar="SLOS", help="race on goodput (completed requests/s that met every SLO) "
-                   "instead of the headline: ttft:500,tpot:50 in ms (vLLM's --goodput keys ttft, tpot, e2el) or "
-                   "ttft<=500ms,tpot<=50ms; a request within the client's bound of a limit counts as missing it")
+                   f"instead of the headline: {SLO_FORMAT}; a request within the client's bound of a limit counts as missing it")
     p.add_argument("--out", help="the race's directory (default: results/tune/<timestamp>)")
     p.add_argument("--resume", action="store_true", help="go on with the race in --out (default: the newest under "
                    "results/tune/); with --out naming a directory that holds no race yet, start it there, so every "

@@ -19,7 +19,6 @@ enters as half a request over its window (a continuity correction), below any ro
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 
 import numpy as np
@@ -29,27 +28,25 @@ from rig.errors import Invalid, NotFound
 from rig.load.bounds import MAX_DURATION_S
 from rig.load.client_error import UNBOUNDED
 from rig.load.figures import FIGURES
-from rig.load.goodput import parse_slos
+from rig.load.goodput import SLO_ALIASES, parse_slos
 from rig.load.records import read_records
 from rig.load.request_metrics import PER_REQUEST, done_in_window
 from rig.load.scenarios import Scenario
 from rig.typed import Typed
 
 OBJECTIVE = "goodput_req_s"
-# vLLM's names for the SLO keys (its e2el is rig's e2e); values in milliseconds, as vLLM takes them.
-ALIASES = {"ttft": "ttft", "tpot": "tpot", "e2e": "e2e", "e2el": "e2e"}
 # The percentile figures whose client bounds give each quantity's margin (RunResult.client_bounds).
 BOUND_FIGURES = {samples: tuple((figure.name, float(figure.quantile)) for figure in FIGURES.values()
                                  if figure.samples == samples and figure.quantile in (0.50, 0.99))
                  for samples in ("ttft", "tpot", "e2e")}
-FORMAT = "ttft:500,tpot:50 (milliseconds, vLLM's --goodput keys ttft, tpot, e2el) or ttft<=500ms,tpot<=50ms"
-_PAIR = re.compile(r"([a-z0-9]+):([0-9.eE+-]+)")
+
+MAPPING_EXAMPLE = "write e.g. goodput: {ttft: 500, tpot: 50} (milliseconds; keys ttft, tpot, e2e or e2el)"
 
 
 def _limit_s(value: object, where: str, field: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
             or not 0 < value <= 1000 * MAX_DURATION_S:
-        raise Invalid(where, field, f"{value!r} is not a positive limit in milliseconds", f"write e.g. {FORMAT}")
+        raise Invalid(where, field, f"{value!r} is not a positive limit in milliseconds", MAPPING_EXAMPLE)
     return float(value) / 1000
 
 
@@ -57,37 +54,21 @@ def slos_from_mapping(raw: dict[str, object], where: str, field: str) -> dict[st
     """A space's `goodput: {ttft: 500, tpot: 50}` (milliseconds) -> SLOs in seconds by rig's keys."""
     out: dict[str, float] = {}
     for key, value in raw.items():
-        name = ALIASES.get(str(key))
+        name = SLO_ALIASES.get(str(key))
         if name is None:
             raise Invalid(where, f"{field}.{str(key)[:40]}", "is not an SLO the client measures per request",
-                          f"use {', '.join(ALIASES)} (milliseconds)")
+                          f"use {', '.join(SLO_ALIASES)} (milliseconds)")
         if name in out:
             raise Invalid(where, f"{field}.{key}", f"{name} is given twice", f"keep one {name} limit")
         out[name] = _limit_s(value, where, f"{field}.{key}")
     if not out:
-        raise Invalid(where, field, "names no SLO", f"write e.g. {FORMAT}")
+        raise Invalid(where, field, "names no SLO", MAPPING_EXAMPLE)
     return out
 
 
 def parse_goodput(text: str, where: str = "command line", field: str = "--goodput") -> dict[str, float]:
-    """`--goodput ttft:500,tpot:50` (vLLM's form, milliseconds; spaces work as commas) or rig
-    compare's `ttft<=500ms,tpot<=50ms` -> SLOs in seconds."""
-    if "<=" in text:
-        return parse_slos(text) or {}
-    pairs: dict[str, object] = {}
-    for part in filter(None, re.split(r"[,\s]+", text.strip())):
-        found = _PAIR.fullmatch(part)
-        if found is None:
-            raise Invalid(where, field, f"{part[:40]!r} is not KEY:MILLISECONDS", f"write e.g. {FORMAT}")
-        key, number = found.groups()
-        try:
-            value: object = float(number)
-        except ValueError:
-            value = number
-        if key in pairs:
-            raise Invalid(where, field, f"{key} is given twice", f"keep one {key}:MILLISECONDS")
-        pairs[key] = value
-    return slos_from_mapping(pairs, where, field)
+    """`--goodput`, read as `rig compare` reads it (rig.load.goodput.parse_slos): SLOs in seconds."""
+    return parse_slos(text, where, field) or {}
 
 
 def check_measurable(slos: dict[str, float], scenario: Scenario, where: str, field: str) -> None:

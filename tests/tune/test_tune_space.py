@@ -141,5 +141,18 @@ def test_tune_help_shows_the_space_format(capsys):
     with pytest.raises(SystemExit):
         main(["tune", "--help"])
     shown = " ".join(capsys.readouterr().out.split())
-    for part in ("server_args:", "env:", "constraints:", "goodput:", "--goodput", "ttft:500,tpot:50"):
+    for part in ("server_args:", "env:", "constraints:", "goodput:", "--goodput", "ttft:2000,tpot:50", "ttft<=2s", "e2el"):
         assert part in shown, part
+
+
+@pytest.mark.parametrize("text,fix", [
+    ("envs: {a: {X: '1'}, b: {X: '2'}}\n", "did you mean env:?"),
+    ("server_arg: {a: [], b: [--enforce-eager]}\n", "did you mean server_args:?"),
+    ("env: {a: {RIG_TOKEN_DELAY_MS: 0}, b: {RIG_TOKEN_DELAY_MS: '1'}}\n", 'quote it: "0"'),
+    ("env: {a: {X: true}, b: {X: '1'}}\n", 'quote it: "true"'),
+    ("whatever: 1\n", "the keys are variants, server_args, env, constraints, goodput"),
+])
+def test_a_space_written_the_natural_wrong_way_gets_the_fix_that_undoes_it(tmp_path, text, fix):
+    with pytest.raises(RigError) as refused:
+        load_space(_space(tmp_path, text), "tiny-cpu", "prose-c1")
+    assert refused.value.fix.startswith(fix), refused.value.fix
