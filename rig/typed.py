@@ -115,6 +115,25 @@ def misspelled(error: ValidationError) -> tuple[tuple[Any, ...], str, str] | Non
     return None
 
 
+def written_fix(error: ValidationError, model: type[BaseModel]) -> str | None:
+    """The fix of a hand-written file's first problem, where its kind names one: an unknown top-level
+    key close to one of `model`'s fields (`envs:` for `env:`), or a bare YAML number or boolean where
+    text is wanted (`RIG_X: 0`, which YAML reads as an int, for `RIG_X: "0"`). None: no such fix."""
+    import difflib
+
+    first = error.errors()[0]
+    loc, kind, value = first["loc"], first["type"], first.get("input")
+    if kind == "extra_forbidden" and len(loc) == 1:
+        fields = [f.alias or name for name, f in model.model_fields.items()]
+        close = difflib.get_close_matches(str(loc[0]), fields, n=1, cutoff=0.6)
+        return f"did you mean {close[0]}:?" if close else f"the keys are {', '.join(fields)}"
+    if kind == "string_type" and isinstance(value, bool | int | float):
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        read_as = "a boolean" if isinstance(value, bool) else "a number"
+        return f'quote it: "{text}" (YAML reads a bare {text} as {read_as}; this field takes text)'
+    return None
+
+
 STORED = {"stored": True}
 
 

@@ -20,7 +20,7 @@ _OWNED_FLAG_FIXES = (  # (word in the flag, where the recipe says it instead)
     ("api-key", "the API key comes from RIG_API_KEY in the environment only"),
     ("config", "write the settings as server_args (a config file would replace what rig sets)"),
     ("served-model-name", "set serving.served_model_name"),
-    ("host", "set serving.bind"), ("uds", "set serving.bind"), ("port", "set serving.port (or rig up --port)"),
+    ("host", "set serving.bind"), ("uds", "set serving.bind"), ("port", "set serving.port (or --port of rig up, compare or tune)"),
     ("model", "set model.path"),
 )
 

@@ -195,9 +195,13 @@ def winner_variant(plan: RacePlan, winner: str, why: str) -> tuple[str, str]:
     today = f"today:{baseline.arm().spec.partition(':')[2]}" if not baseline.server_args and (baseline.variant or baseline.env) else (
         f"today:@{recipe.default_variant}" if recipe.default_variant else "today:(the recipe)")
     command = f"rig compare {plan.recipe} --arm {today} --arm tuned:@{name} --scenario {plan.scenario}"
-    text = (f"# {winner}, the winner of `rig tune` on {plan.scenario} ({why}).\n"
-            f"# Add it under variants: in recipes/{plan.recipe}.yaml, then check it against today's settings:\n"
-            f"#   {command}\n" + yaml.safe_dump({name: body}, sort_keys=False, width=1000))
+    if winner == baseline.name:  # comparing today's settings with themselves would be an A/A check, not a test
+        then = ("# It is the baseline, what you run today: keep today's settings. The variant below is them, written out.\n")
+    else:
+        then = (f"# Add it under variants: in recipes/{plan.recipe}.yaml, then check it against today's settings:\n"
+                f"#   {command}\n")
+    text = (f"# {winner}, the winner of `rig tune` on {plan.scenario} ({why}).\n" + then
+            + yaml.safe_dump({name: body}, sort_keys=False, width=1000))
     return name, text
 
 

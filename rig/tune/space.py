@@ -37,7 +37,7 @@ from rig.errors import Invalid, RigError
 from rig.load.figures import HEADLINE, LATENCY, NEEDS_TWO_TOKENS, USER_DECODE
 from rig.load.scenarios import Scenario, load_scenario
 from rig.strict_yaml import load_yaml_file
-from rig.typed import Typed, first_problem
+from rig.typed import Typed, first_problem, written_fix
 
 SPACE_MAX_BYTES = 64 << 10
 LATENCY_BOUNDS = {figure.name: figure for figure in LATENCY}
@@ -111,8 +111,11 @@ def _with_server_args(resolved: Resolved, name: str, extra: list[str], where: st
         field, problem = first_problem(error)
         raise Invalid(where, f"candidate {name}: {field}", problem, "fix that server argument set") from None
     except RigError as error:
-        raise Invalid(where, f"candidate {name}: {error.field.removeprefix(f'variants.{synthetic}.')}", error.problem,
-                      error.fix) from None
+        field = error.field.removeprefix(f"variants.{synthetic}.")
+        own = len(fields["server_args"]) - len(extra)  # the variant's own arguments come first
+        if (index := field.removeprefix("server_args.")).isdigit() and int(index) >= own:
+            field = f"server_args.{name}.{int(index) - own}"  # the space's own list, as the user wrote it
+        raise Invalid(where, f"candidate {name}: {field}", error.problem, error.fix) from None
     return overlaid.variant(synthetic)
 
 
@@ -206,7 +209,7 @@ def load_space(path: Path, recipe: str, scenario: str, baseline: str | None = No
         written = SpaceFile.model_validate(raw)
     except ValidationError as error:
         field, problem = first_problem(error)
-        raise _refuse(where, field, problem, "see `rig tune --help` for the space format") from None
+        raise _refuse(where, field, problem, written_fix(error, SpaceFile) or "see `rig tune --help` for the space format") from None
     recipe_file = load(recipe).recipe
     for variant in written.variants:
         if variant not in recipe_file.variants:

@@ -149,3 +149,15 @@ def test_boots_with_no_usable_figure_are_named_beside_the_table():
     gaps = {"d0": {2: [10.5]}, "d1": {0: [9.0], 1: [-1.0], 2: [9.2]}}
     note = missing_cells_note(gaps, boots)
     assert note is not None and note.startswith("3 of 6 measured boots gave no usable figure (d0 2, d1 1)")
+
+
+def test_a_baseline_that_wins_is_kept_without_a_compare_line_against_itself():
+    """A `rig compare` of today's settings against themselves is an A/A check: winner.yaml says to
+    keep them instead."""
+    from rig.tune.result import winner_variant
+
+    plan = _plan()
+    _, won = winner_variant(plan, plan.candidates[0].name, "one candidate remains")
+    _, lost = winner_variant(plan, plan.candidates[1].name, "one candidate remains")
+    assert "keep today's settings" in won and "rig compare" not in won
+    assert "rig compare tiny-cpu --arm today:" in lost and "keep today's settings" not in lost
