@@ -27,6 +27,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from rig.compare.command import compare, exit_status
+    from rig.compare.output import answer
     from rig.compare.sequential import Decision, UntilDecided
     from rig.errors import Invalid
 
@@ -38,7 +39,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         except ValidationError as error:
             raise Invalid("command line", "--until-decided", str(error.errors()[0]["msg"]).removeprefix("Value error, "),
                           "e.g. --boots 3 --until-decided 8: looks after 3, 4, ... 8 pairs") from None
-    out, analysis = compare(compare_request(args), until=until)
+    out, analysis = compare(compare_request(args), until=until, show_report=args.verbose)
+    if not args.verbose:  # the report's text is in compare.md; the answer leads
+        print("\n".join(answer(analysis)))
+        print(f"report: {out}/compare.md (every figure, latency, identity, conditions), compare.json, compare.png")
     return exit_status(analysis, Decision.read(out) if until is not None else None)
 
 
@@ -103,7 +107,7 @@ COMMANDS = [
              "rig compare tiny-cpu --arm off:RIG_TOKEN_DELAY_MS=0 --arm on:RIG_TOKEN_DELAY_MS=4 --target 5 --max-boots 8",
              "rig compare tiny-cpu --arm off:RIG_TOKEN_DELAY_MS=0 --arm on:RIG_TOKEN_DELAY_MS=4 --boots 3 --until-decided 8",
              "rig compare tiny-cpu --arm off:RIG_TOKEN_DELAY_MS=0 --arm on:RIG_TOKEN_DELAY_MS=4 --resume results/compare/<timestamp>"),
-            _compare_arguments, shared=(size_and_workers, window, boot_port)),
+            _compare_arguments, shared=(size_and_workers, window, boot_port, verbose)),
     Command("demo", cmd_demo, "boot tiny-cpu, stream a chat, load test, compare until decided, shut down",
             "rig's job end to end on this machine in a few minutes: boot tiny-cpu, stream a chat, run a load test, then "
             "compare token_delay off vs on, whose answer is known (slower), adding boot pairs until the verdict is "

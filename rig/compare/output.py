@@ -9,6 +9,7 @@ from rig.atomic import write_text_atomic
 from rig.compare.markdown import markdown
 from rig.compare.plot import plot
 from rig.compare.report import Analysis
+from rig.compare.sequential import interval_text
 
 
 def write_report(out: Path, analysis: Analysis) -> str:
@@ -19,3 +20,26 @@ def write_report(out: Path, analysis: Analysis) -> str:
         f"== only in {arm} ==\n" + "\n".join(lines) for arm, lines in analysis.boot_log_diff.items()) + "\n")
     plot(analysis, out / "compare.png")
     return text
+
+
+def answer(analysis: Analysis) -> list[str]:
+    """What `rig compare` prints: the verdict of every headline, one line each (or why no verdict
+    stands), and greedy identity. Everything else is in compare.md."""
+    lines = []
+    if analysis.void:
+        lines.append(f"compare: VOID: {analysis.void}")
+    elif analysis.no_data:
+        lines.append("compare: NO DATA: no boot pair had a usable headline in both arms (compare.md says why each round "
+                     "was left out)")
+    baseline = analysis.plan.arms[0].name
+    for scenario, result in analysis.scenarios.items():
+        for arm, c in result.vs.items():
+            interval = f"{100 * c.confidence:.4g}% interval" if c.ci is not None else "no interval"
+            lines.append(f"compare: {scenario} {arm} vs {baseline}: {c.verdict}: {interval_text(c)} {result.unit} "
+                         f"({c.pairs} boot pair(s), {interval})")
+    greedy = analysis.greedy
+    if greedy.prompts:
+        n = len(greedy.prompts)
+        lines.append(f"compare: greedy outputs: {greedy.status}; identical across arms for "
+                     f"{sum(greedy.identical_across_arms.values())}/{n} prompts")
+    return lines

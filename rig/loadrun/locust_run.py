@@ -22,6 +22,7 @@ LOCUSTFILE = LOADTESTS / "locustfile.py"
 # The locustfile's user class for each kind of scenario (closed loops: LLMUser).
 EPOCH_LEAD_S = 0.5  # the locustfile starts a schedule this long after spawning completes
 STOP_GRACE_S = 30.0  # Locust's shutdown at 3000 users: its users stop, then the records and statistics are written
+LOGGED_EVERY_S = 30.0  # how often the progress line is printed where stderr is not a terminal (a log)
 WATCH_S = 2.0  # how often a run asks the scheduler whether it ended the boot's job
 
 
@@ -57,6 +58,7 @@ class LocustRun:
                     RIG_PARENT_ENV: str(os.getpid())}
         self.processes: list[subprocess.Popen] = []
         self._seen: dict[Path, tuple[int, int]] = {}
+        self._logged_at = float("-inf")  # the last progress line printed to a log (LOGGED_EVERY_S)
         self.ended: str | None = None  # why the run stopped early: the scheduler ended the boot's job
 
     @property
@@ -145,8 +147,11 @@ class LocustRun:
             done += self._seen[path][1]
         line = (f"{self.scenario.name}: {done} requests done, {self.scenario.pool} users, {self.run_time_s():.0f}s planned "
                 f"(at least {self.scenario.duration_s:g}s measured, from the steady state on)")
-        end = "" if sys.stderr.isatty() else "\n"
-        print(("\r" if sys.stderr.isatty() else "") + line, end=end, file=sys.stderr)
+        if sys.stderr.isatty():  # one line, rewritten in place
+            print("\r" + line, end="", file=sys.stderr)
+        elif time.monotonic() - self._logged_at >= LOGGED_EVERY_S:  # a log file: a line now and then, not a flood
+            self._logged_at = time.monotonic()
+            print(line, file=sys.stderr)
 
     def stop(self) -> None:
         """SIGTERM (Locust's own shutdown: its quitting handlers write what the run has), then kill.

@@ -652,3 +652,18 @@ def test_a_boot_sd_clamped_at_zero_does_not_read_as_identical_boots():
     c = compare_boots({0: [100.0, 110.0], 1: [104.0, 98.0]}, {0: [90.0, 95.0], 1: [91.0, 93.0]}, unit="tok/s")
     line = comparison_line(SCENARIO, "a -> b", c.model_copy(update={"noise": noise}))
     assert "boot sd ~0 (the boots differed no more than their rounds' noise explains)" in line and "boot sd 0%" not in line
+
+
+def test_rig_compares_answer_is_each_headlines_verdict_in_one_line_and_the_void_first():
+    from rig.compare.output import answer
+
+    entries = [entry(i, i // 2, arm, [value, value + 1.0, value - 1.0])
+               for i, (arm, value) in enumerate([("a", 100.0), ("b", 80.0), ("b", 81.0), ("a", 99.0), ("a", 101.0), ("b", 79.0)])]
+    analysis = analyze(plan_for(3), entries)
+    c = analysis.scenarios[SCENARIO].vs["b"]
+    lines = answer(analysis)
+    assert lines[0] == (f"compare: {SCENARIO} b vs a: {c.verdict}: {c.delta:+.2f}% [{c.ci[0]:+.2f}%, {c.ci[1]:+.2f}%] "
+                        f"{analysis.scenarios[SCENARIO].unit} (3 boot pair(s), 95% interval)")
+    assert c.verdict == "slower" and len(lines) == 1  # no greedy prompts in these entries
+    void = analysis.model_copy(update={"void": "the boots ran under different conditions (x)"})
+    assert answer(void)[0] == "compare: VOID: the boots ran under different conditions (x)"
