@@ -81,7 +81,8 @@ def draw(analysis: Analysis) -> Any:
             values = [v for v in boot.rounds.get(name, []) if v is not None]
             colour = "0.6" if boot.control else colours.get(boot.arm, "0.4")
             if values:
-                left.bar(x, float(np.mean(values)), color=colour, alpha=0.35, width=0.7)
+                # a line, not a bar: the axis is zoomed to the boots' range, where a bar's length would mislead
+                left.hlines(float(np.mean(values)), x - 0.35, x + 0.35, color=colour, linewidth=2.5, zorder=2)
                 left.scatter([x] * len(values), values, color=colour, s=18, zorder=3)
             if boot.voided:
                 left.text(x, 0.04, "voided", rotation=90, ha="center", va="bottom", fontsize=8, color="red",
@@ -90,7 +91,7 @@ def draw(analysis: Analysis) -> Any:
         left.set_xticks(range(len(labels)), labels, fontsize=7)
         left.set_xlabel("boots in time order (index, arm)")
         left.set_ylabel(result.unit)
-        left.set_title(f"{name}: rounds (points) and boot means (bars)")
+        left.set_title(f"{name}: rounds (points) and boot means (lines)")
         means = [v for arm_boots in result.boots.values() for vs in arm_boots.values() for v in vs]
         if means:
             low, high = min(means), max(means)

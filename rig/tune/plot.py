@@ -24,7 +24,7 @@ def plot(plan: RacePlan, state: RaceState, path: Path) -> None:
     step = 0.8 / max(1, len(state.looks))
     colors = plt.get_cmap("viridis")
     for look_index, made in enumerate(state.looks):
-        color = colors(look_index / max(1, len(state.looks) - 1))
+        color = colors(0.8 * look_index / max(1, len(state.looks) - 1))  # viridis' last fifth is yellow: unreadable on white
         label = f"after round {made.round + 1} (best: {made.best})"
         axis.plot(0, names.index(made.best) + look_index * step - 0.4, "*", color=color, markersize=8)  # the look's reference
         for standing in made.standings:
