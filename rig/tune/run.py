@@ -14,6 +14,7 @@ the baseline opens the race.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,6 +77,17 @@ def _seconds(entry: BootEntry) -> float:
     return sum(entry.phases_s.values())
 
 
+def time_left(measured_s: list[float], boots_left: int) -> str:
+    """The most the race can still take, from the measured boots this process ran: their median wall
+    time times the boots left if no candidate leaves (a burn-in is a one-off and is not counted).
+    Printed with every boot's progress line, never stored."""
+    if not measured_s or boots_left <= 0:
+        return ""
+    median = statistics.median(measured_s)
+    return (f"; at most about {max(1, round(median * boots_left / 60))} min left ({boots_left} boot(s) if no candidate "
+            f"leaves, at the median {median:.0f} s so far)")
+
+
 class Racer:
     """Boots positions of one race in order, reading back those already finished."""
 
@@ -86,6 +98,8 @@ class Racer:
         self.arm_of = {arm.name: arm for arm in self.compare_plan.arms}
         self.keeps_compiling = False  # a boot compiled again right after its burn-in: the caches do not persist
         self.state = RaceState(survivors=[c.name for c in plan.candidates])
+        self.measured_s: list[float] = []  # wall time of each measured boot this process ran (time_left)
+        self.left = ""  # time_left's text for the next boot's progress line
 
     def boot(self, index: int, block: int, name: str, label: str) -> BootEntry:
         arm, state = self.arm_of[name], self.state
@@ -100,7 +114,7 @@ class Racer:
         leftover = stop_leftover(self.out, index, arm, self.plan.recipe)
         if self.progress:
             print(f"tune: boot {index + 1} ({label}): {name} ({self.plan.by_name()[name].describe()})"
-                  + (f" ({leftover})" if leftover else ""), flush=True)
+                  + (f" ({leftover})" if leftover else "") + self.left, flush=True)
         redo = self.plan.boot_state_control and not burn_in and first is None and not self.keeps_compiling
         try:
             entry = run_boot(self.compare_plan, index, block, arm, self.out, self.progress and self.steps, burn_in=burn_in,
@@ -119,6 +133,7 @@ class Racer:
         entry.write(self.out)
         state.entries.append(entry)
         state.seconds += _seconds(entry)
+        self.measured_s.append(_seconds(entry))
         return entry
 
     def budget_stop(self, round_index: int) -> str | None:
@@ -141,6 +156,9 @@ class Racer:
         while (stop := self.budget_stop(round_index)) is None:
             order = round_order(state.survivors, round_index)
             for position, name in enumerate(order):
+                left = min(len(order) - position + len(state.survivors) * (plan.max_rounds - round_index - 1),
+                           plan.max_boots - state.positions - position)
+                self.left = time_left(self.measured_s, left)
                 self.boot(index, round_index, name, f"round {round_index + 1}, {position + 1}/{len(order)}")
                 index += 1
             state.positions += len(order)

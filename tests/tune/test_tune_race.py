@@ -161,3 +161,10 @@ def test_a_baseline_that_wins_is_kept_without_a_compare_line_against_itself():
     _, lost = winner_variant(plan, plan.candidates[1].name, "one candidate remains")
     assert "keep today's settings" in won and "rig compare" not in won
     assert "rig compare tiny-cpu --arm today:" in lost and "keep today's settings" not in lost
+
+
+def test_the_time_left_is_the_most_the_race_can_take_from_the_boots_measured_so_far():
+    from rig.tune.run import time_left
+
+    assert time_left([], 5) == "" and time_left([60.0], 0) == ""
+    assert time_left([50.0, 70.0, 400.0], 6).startswith("; at most about 7 min left (6 boot(s) if no candidate leaves")
