@@ -111,3 +111,15 @@ def test_a_new_command_is_one_registration(monkeypatch, capsys):
     assert main(["hello", "world"]) == 3 and capsys.readouterr().out == "hello world\n"
     help_text = dict(walk(build_parser()))["rig hello"].format_help()
     assert "Print a greeting." in help_text and "who to greet" in help_text and "rig hello world" in help_text
+
+
+@pytest.mark.parametrize("word,fix", [
+    ("tun", "did you mean tune?"),
+    ("compre", "did you mean compare?"),
+    ("validation", "claims are recomputed by `python -m rig.validation`"),
+    ("zzz", "see `rig --help`"),
+])
+def test_a_word_that_names_no_command_gets_the_command_it_is_close_to(word, fix, capsys):
+    assert main([word, "tiny-cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"is not a rig command; fix: {fix}" in err

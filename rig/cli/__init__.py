@@ -7,7 +7,7 @@ import sys
 
 from rig.cli import compare, engine, load, recipes, serving
 from rig.cli.signals import handle_termination, hold_interrupts, received, stopped_by_signal
-from rig.cli_args import OneLineParser, add_command
+from rig.cli_args import Command, OneLineParser, add_command
 from rig.errors import RigError, StepFailed
 from rig.exits import Exit, help_text
 
@@ -19,12 +19,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="rig", description=__doc__, epilog=help_text(),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="COMMAND")
+
+    for command in walk_commands():
+        add_command(sub, command)
+    return parser
+
+
+def walk_commands() -> list[Command]:
+    """Every `rig` command, in the order `rig --help` lists them."""
     from rig.hosts.command import COMMANDS as HOST_COMMANDS
     from rig.tune.command import COMMANDS as TUNE_COMMANDS
 
-    for command in COMMANDS + HOST_COMMANDS + TUNE_COMMANDS:
-        add_command(sub, command)
-    return parser
+    return COMMANDS + HOST_COMMANDS + TUNE_COMMANDS
 
 
 def installation_problem() -> str | None:
@@ -42,8 +48,34 @@ def installation_problem() -> str | None:
     return None
 
 
+# What a user may type for a job that is not a `rig` command: where that job lives.
+ELSEWHERE = {
+    "validation": "claims are recomputed by `python -m rig.validation` (make evidence); `rig validate` checks recipes",
+    "evidence": "claims are recomputed by `python -m rig.validation` (make evidence)",
+    "test": "the tests run with `make test` (make test-fast: unit tests only)",
+}
+
+
+def unknown_command(argv: list[str], names: list[str]) -> str | None:
+    """One line for a first word that names no command: the command it is close to, or where its
+    job lives. None when it is a command or an option (argparse reads those)."""
+    import difflib
+
+    if not argv or argv[0].startswith("-") or argv[0] in names:
+        return None
+    word = argv[0]
+    if word in ELSEWHERE:
+        return f"{word} is not a rig command; fix: {ELSEWHERE[word]}"
+    close = difflib.get_close_matches(word, names, n=1, cutoff=0.6)
+    return f"{word[:40]!r} is not a rig command; fix: " + (f"did you mean {close[0]}?" if close else "see `rig --help`")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    if problem := unknown_command(words, [c.name for c in walk_commands()]):
+        print(f"rig: {problem}", file=sys.stderr)
+        return Exit.BAD_INPUT
     args = parser.parse_args(argv)
     received.clear()
     handle_termination()

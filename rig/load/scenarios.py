@@ -233,15 +233,19 @@ def scenario_path(ref: str) -> Path:
     """A scenario name (loadtests/scenarios/NAME.yaml) or the path of a user's .yaml file."""
     if ref.endswith((".yaml", ".yml")):
         return Path(ref)
+    import difflib
+
+    names = scenario_names()
+    close = difflib.get_close_matches(ref.replace("_", "-"), names, n=1, cutoff=0.6)
+    known = f"{', '.join(names)}, or the path of a .yaml file"
+    fix = f"did you mean {close[0]}? (the others: {known})" if close else f"use one of {known}"
     try:
         grammar.load_name(ref)
     except ValueError:
-        raise RigError("command line", "--scenario", f"{ref!r} is not a scenario name",
-                       f"use one of {', '.join(scenario_names())}, or the path of a .yaml file") from None
+        raise RigError("command line", "--scenario", f"{ref[:60]!r} is not a scenario name", fix) from None
     path = SCENARIO_DIR / f"{ref}.yaml"
     if not path.exists():
-        raise RigError("command line", "--scenario", f"no scenario {ref!r}",
-                       f"use one of {', '.join(scenario_names())}, or the path of a .yaml file")
+        raise RigError("command line", "--scenario", f"no scenario {ref!r}", fix)
     return path
 
 

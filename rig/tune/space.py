@@ -36,6 +36,7 @@ from rig.deploy.recipe_model import Variant
 from rig.errors import Invalid, RigError
 from rig.load.figures import HEADLINE, LATENCY, NEEDS_TWO_TOKENS, USER_DECODE
 from rig.load.scenarios import Scenario, load_scenario
+from rig.paths import REPO_ROOT
 from rig.strict_yaml import load_yaml_file
 from rig.typed import Typed, first_problem, written_fix
 
@@ -202,7 +203,10 @@ def load_space(path: Path, recipe: str, scenario: str, baseline: str | None = No
 
     where = str(path)
     sized = load_scenario(scenario).scaled(small)
-    raw = load_yaml_file(path, SPACE_MAX_BYTES, where)
+    shipped = REPO_ROOT / "recipes" / "spaces" / path.name
+    missing = ("no such file", f"did you mean {shipped.relative_to(REPO_ROOT)}?" if shipped.is_file() and not path.exists()
+               else "check the path (rig's own spaces are in recipes/spaces/)")
+    raw = load_yaml_file(path, SPACE_MAX_BYTES, where, missing)
     if not isinstance(raw, dict):
         raise _refuse(where, "(top level)", "is not a mapping", "write variants:, server_args:, env: and constraints: keys")
     try:

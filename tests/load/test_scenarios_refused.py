@@ -157,6 +157,13 @@ def test_scenario_references_on_the_command_line_are_names_or_yaml_paths():
         assert raised.value.where == "command line" and raised.value.field == "--scenario"
 
 
+@pytest.mark.parametrize("ref", ["prose_c1", "prose-c2", "decode_c32"])
+def test_a_misspelled_scenario_name_gets_the_name_it_is_close_to(ref):
+    with pytest.raises(RigError) as raised:
+        load_scenario(ref)
+    assert raised.value.fix.startswith(f"did you mean {ref[:5].replace('_', '-')}")
+
+
 def _trace(tmp_path: Path, rows: list, raw: str | None = None, block: int = 16) -> Path:
     (tmp_path / "rows.jsonl").write_text(raw if raw is not None else "".join(json.dumps(r) + "\n" for r in rows))
     scenario = {**TRACE, "name": "mine", "trace": {"file": "rows.jsonl", "block_tokens": block}}

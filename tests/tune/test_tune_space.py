@@ -156,3 +156,10 @@ def test_a_space_written_the_natural_wrong_way_gets_the_fix_that_undoes_it(tmp_p
     with pytest.raises(RigError) as refused:
         load_space(_space(tmp_path, text), "tiny-cpu", "prose-c1")
     assert refused.value.fix.startswith(fix), refused.value.fix
+
+
+def test_a_shipped_space_named_without_its_folder_is_pointed_at(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RigError) as refused:
+        load_space(Path("tiny-cpu-first-race.yaml"), "tiny-cpu", "prose-c1")
+    assert refused.value.fix == "did you mean recipes/spaces/tiny-cpu-first-race.yaml?"
