@@ -170,8 +170,10 @@ def headline(result: RaceResult) -> str:
 def table(result: RaceResult) -> str:
     lines = [f"| rank | candidate | {result.objective} | vs {result.winner} | boots | status | quality |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
+    shown = [abs(row.figure) for row in result.rows if row.figure]
+    decimals = max(0, 3 - math.floor(math.log10(min(shown)))) if shown else 0  # one column, one precision: 4 digits of the least
     for row in result.rows:
-        figure = "-" if row.figure is None else f"{row.figure:.4g}"
+        figure = "-" if row.figure is None else f"{row.figure:.{decimals}f}"
         lines.append(f"| {row.rank} | {row.candidate} | {figure} | {_interval(row, result.winner)} | {row.boots} | {row.status} | {row.quality} |")
     return "\n".join(lines)
 
