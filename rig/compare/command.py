@@ -37,6 +37,22 @@ def _state_unknowable(engine: Engine) -> bool:
     return bool(engine.compile_caches) and engine.compile_log is None
 
 
+def _arm_example(recipe: str) -> str:
+    """Two arms this recipe takes: one of its adapters' gates off and on, else two of its variants."""
+    try:
+        found = load(recipe).recipe
+    except RigError:
+        found = None
+    uses = [use for v in (found.variants.values() if found else []) for use in v.adapters or []]
+    gate = next((key for use in (found.adapters if found else []) + uses for key in use.gates), None)
+    if gate:
+        return f"e.g. --arm before:{gate}=0 --arm after:{gate}=1"
+    variants = sorted(found.variants) if found else []
+    if len(variants) >= 2:
+        return f"e.g. --arm before:@{variants[0]} --arm after:@{variants[1]}"
+    return "e.g. --arm before:KEY=0 --arm after:KEY=1 (KEY: an adapter's gate; `rig adapters list` names them)"
+
+
 def exit_status(analysis: Analysis, decision: Decision | None = None) -> Exit:
     """What a comparison's answer exits with (rig compare, rig demo); `decision`: the stopping rule's
     looks, when the comparison ran under one (undecided after its most pairs: UNDECIDED)."""
@@ -98,8 +114,7 @@ def compare(request: CompareRequest, progress: bool = True, until: UntilDecided 
         load_scenario(ref)  # refused in one line before anything is written
     arms = [parse_arm(spec) for spec in arm_specs]
     if len(arms) < 2 or len({a.name for a in arms}) != len(arms):
-        raise RigError("command line", "--arm", "a comparison needs at least two arms with distinct names",
-                       "e.g. --arm before:DSV41_SHARED_PAD_K=0 --arm after:DSV41_SHARED_PAD_K=1")
+        raise RigError("command line", "--arm", "a comparison needs at least two arms with distinct names", _arm_example(name))
     if boots < 1 or rounds < 1:
         raise RigError("command line", "--boots/--rounds", "need at least one boot per arm and one round per boot",
                        f"e.g. --boots {DEFAULT_BOOTS} --rounds {DEFAULT_ROUNDS}")
