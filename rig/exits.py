@@ -16,7 +16,7 @@ class Exit(IntEnum):
     UNUSABLE = 4  # `rig loadtest`: a measured run is not usable; `rig compare`: no usable boot pair; `rig sweep --goodput`: no load met the SLOs
     BLIND_CONTROL = 5  # `rig compare --control`: the control arm did not change greedy output
     VOID = 6  # `rig compare`: the boots ran under different conditions; no verdict stands
-    UNDECIDED = 7  # `rig demo`: its stopping rule ran out of pairs; `rig tune`: a budget ended the race with candidates not told apart
+    UNDECIDED = 7  # `rig demo`, `rig compare --until-decided`: the rule ran out of pairs; `rig tune`: a budget ended it undecided
     INTERRUPTED = 130  # Ctrl-C (what was measured is kept)
 
 
@@ -36,7 +36,8 @@ MEANINGS = {
     Exit.BLIND_CONTROL: "compare --control: the control arm did not change greedy output (the check cannot discriminate)",
     Exit.VOID: "compare (and demo): the boots ran under different conditions (fingerprints); no verdict stands",
     Exit.UNDECIDED: "demo: every pair its stopping rule allows ran and the interval still spans 0: this machine is too busy "
-                    "to resolve the known slowdown (run it again when it is quieter); tune: a budget (rounds, boots, "
+                    "to resolve the known slowdown (run it again when it is quieter); compare --until-decided: every pair "
+                    "its rule allows ran and a headline interval still spans 0; tune: a budget (rounds, boots, "
                     "minutes) ended the race with candidates not told apart (tune.md names them)",
     Exit.INTERRUPTED: "interrupted (Ctrl-C); what was measured is kept",
 }

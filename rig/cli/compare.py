@@ -24,9 +24,8 @@ if TYPE_CHECKING:  # imported when the command runs: `rig --help` stays cheap
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from pydantic import ValidationError
-
     from rig.compare.command import compare, exit_status
+    from rig.compare.design import DEFAULT_BOOTS, FIRST_LOOK
     from rig.compare.output import answer
     from rig.compare.sequential import Decision, UntilDecided
     from rig.errors import Invalid
@@ -34,16 +33,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     keep_text(args)
     until = None
     if args.until_decided is not None:
-        try:
-            until = UntilDecided(first=args.boots, most=args.until_decided)
-        except ValidationError as error:
-            raise Invalid("command line", "--until-decided", str(error.errors()[0]["msg"]).removeprefix("Value error, "),
-                          "e.g. --boots 3 --until-decided 8: looks after 3, 4, ... 8 pairs") from None
+        if not FIRST_LOOK <= args.boots <= args.until_decided:
+            raise Invalid("command line", "--until-decided", f"--boots {args.boots} is the first look and --until-decided "
+                          f"{args.until_decided} the last: need {FIRST_LOOK} <= --boots <= --until-decided (--boots "
+                          f"defaults to {DEFAULT_BOOTS})", "e.g. --boots 3 --until-decided 8: looks after 3, 4, ... 8 pairs")
+        until = UntilDecided(first=args.boots, most=args.until_decided)
     out, analysis = compare(compare_request(args), until=until, show_report=args.verbose)
     if not args.verbose:  # the report's text is in compare.md; the answer leads
         print("\n".join(answer(analysis)))
         print(f"report: {out}/compare.md (every figure, latency, identity, conditions), compare.json, compare.png")
-    return exit_status(analysis, Decision.read(out) if until is not None else None)
+    return exit_status(analysis, Decision.read(out) if analysis.plan.stopping_rule is not None else None)  # a resume's too
 
 
 def compare_request(args: argparse.Namespace) -> CompareRequest:
@@ -64,8 +63,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _compare_arguments(p: argparse.ArgumentParser) -> None:
-    from rig.compare.design import DEFAULT_BOOTS, DEFAULT_ROUNDS, MAX_PAIRS
-    from rig.compare.sequential import FIRST_LOOK
+    from rig.compare.design import DEFAULT_BOOTS, DEFAULT_ROUNDS, FIRST_LOOK, MAX_PAIRS
     from rig.load.goodput import SLO_FORMAT
 
     p.add_argument("recipe", help="a recipe name (variants are arms: --arm NAME:@variant)")

@@ -26,7 +26,7 @@ from rig.engines import ENGINES, Engine
 from rig.errors import Invalid, NotFound, RigError
 from rig.exits import Exit
 from rig.load.goodput import parse_slos
-from rig.load.scenarios import load_scenario, scenario_names
+from rig.load.scenarios import load_scenario, scenario_fix, scenario_names
 from rig.loadrun.session import default_small
 from rig.typed import first_problem
 
@@ -35,6 +35,22 @@ def _state_unknowable(engine: Engine) -> bool:
     """An engine that keeps compile caches but whose log does not say whether a boot compiled: its
     comparisons open with a burn-in boot. One with no caches (transformers serve) has no such state."""
     return bool(engine.compile_caches) and engine.compile_log is None
+
+
+def _saved_rule(out: Path, given: UntilDecided | None) -> UntilDecided | None:
+    """A resumed comparison's stopping rule: its plan's, which a resume carries on (a plan does not
+    change on resume, so a different --until-decided is refused)."""
+    rule = ComparePlan.read(out).stopping_rule
+    if rule is None:
+        if given is not None:
+            raise RigError("command line", "--until-decided", f"{out} was planned without a stopping rule, and a plan does "
+                           "not change on resume", "drop --until-decided, or start a new comparison")
+        return None
+    saved = UntilDecided(first=rule[0], most=rule[1])
+    if given is not None and (given.first, given.most) != rule:
+        raise RigError("command line", "--until-decided", f"{out} was planned with --boots {rule[0]} --until-decided "
+                       f"{rule[1]}, and a plan does not change on resume", "drop --until-decided: the resume carries the rule on")
+    return saved
 
 
 def _arm_example(recipe: str) -> str:
@@ -109,8 +125,8 @@ def compare(request: CompareRequest, progress: bool = True, until: UntilDecided 
             raise RigError("command line", "--scenario", f"{ref!r} is a file: a comparison names its scenarios, so its "
                            "report can be re-read and resumed later", "copy the file into loadtests/scenarios/ and pass its name")
         if ref not in scenario_names():  # load_scenario's fix would offer a file, which a comparison refuses above
-            raise RigError("command line", "--scenario", f"no scenario {ref!r}",
-                           f"use one of {', '.join(scenario_names())} (a file of yours: copy it into loadtests/scenarios/)")
+            raise RigError("command line", "--scenario", f"no scenario {ref[:60]!r}",
+                           scenario_fix(ref, "or a file of yours copied into loadtests/scenarios/"))
         load_scenario(ref)  # refused in one line before anything is written
     arms = [parse_arm(spec) for spec in arm_specs]
     if len(arms) < 2 or len({a.name for a in arms}) != len(arms):
@@ -125,14 +141,15 @@ def compare(request: CompareRequest, progress: bool = True, until: UntilDecided 
         if problem:
             raise RigError("command line", "--accept-fingerprint", problem,
                            "name a field from the report's void line (e.g. gpus.*.power_limit_w)")
-    if until is not None and (target_pct is not None or resume is not None):
-        raise RigError("command line", "--target", "a comparison stops either at a precision (--target) or at a decision, "
-                       "not both, and a stopping rule's looks start with a new comparison", "drop --target and --resume")
+    if until is not None and target_pct is not None:
+        raise RigError("command line", "--until-decided", "a comparison stops either at a precision (--target) or at a "
+                       "decision (--until-decided), not both", "drop one of them")
     if until is not None:
         boots = until.first
     if max_boots is not None and target_pct is None:
         raise RigError("command line", "--max-boots", "bounds the pairs --target adds, and no --target is given",
-                       "add --target PCT, or drop --max-boots (--boots sets a fixed design)")
+                       "add --target PCT, or drop --max-boots (--boots sets a fixed design; --until-decided MOST bounds "
+                       "a stopping rule's pairs)")
     if max_boots is not None and max_boots < max(boots, MIN_PAIRS_FOR_TARGET):  # with --target (refused above without)
         raise RigError("command line", "--max-boots", f"{max_boots} is fewer than --boots or the {MIN_PAIRS_FOR_TARGET} pairs "
                        "the target is judged from", f"pass --max-boots {max(2 * boots, MIN_PAIRS_FOR_TARGET)} or more")
@@ -160,7 +177,7 @@ def compare(request: CompareRequest, progress: bool = True, until: UntilDecided 
                            burn_in_first=request.burn_in and _state_unknowable(ENGINES[resolved.recipe.engine.name]),
                            max_boots=min(MAX_PAIRS, max_boots or 2 * boots) if target_pct is not None else None,
                            first_stage=boots if target_pct is not None else None,
-                           headline_confidence=until.confidence if until is not None else None,
+                           stopping_rule=(until.first, until.most) if until is not None else None,
                            slos=parse_slos(request.goodput), accept_fingerprint=list(accept_fingerprint), cold_caches=request.cold_caches,
                            driver=request.driver)
     except ValidationError as error:
@@ -173,6 +190,8 @@ def compare(request: CompareRequest, progress: bool = True, until: UntilDecided 
         raise NotFound(str(out), "--resume", "no such directory", "name a results/compare/<timestamp> directory (`ls results/compare`)")
     if resume and not (out / "plan.json").exists():
         raise NotFound(str(out), "--resume", "no comparison (plan.json) in this directory", "name a results/compare/<timestamp> directory")
+    if resume:
+        until = _saved_rule(out, until)
     if port is not None and not 1 <= port <= 65535:
         raise RigError("command line", "--port", f"{port} is not a TCP port", "pass a port from 1 to 65535")
     if not resume:  # a resumed one's interrupted boot may hold both: run_compare stops it first

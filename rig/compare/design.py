@@ -23,6 +23,7 @@ docs/validation.md, vllm-c1-noise and vllm-loaded-noise):
 DEFAULT_BOOTS = 4  # boot pairs (boots per arm, ABBA)
 DEFAULT_ROUNDS = 2  # measured rounds per boot
 DEFAULT_ROUND_S = 10.0  # measured window of each round at full sizes (--duration overrides it)
+FIRST_LOOK = 3  # the fewest pairs a stopping rule's look is made at (rig.compare.sequential)
 MAX_PAIRS = 64  # boot pairs (and rounds) a comparison may ask for: 128 boots of a 12-minute engine are a day
 MAX_ARMS = 16
 MAX_SCENARIOS = 16

@@ -108,7 +108,7 @@ def known_effect_line(effect: KnownEffect) -> str:
 
 def _headline_level(plan: ComparePlan, headlines: int) -> str:
     """At what confidence each headline interval is read, and what that holds."""
-    if plan.headline_confidence is None:
+    if plan.stopping_rule is None:
         return (f"{100 * CONFIDENCE:.0f}% for each of the {headlines} headline comparison(s) (each, with nothing changed, "
                 f"prints a verdict {100 - 100 * CONFIDENCE:.0f}% of the time)")
     return (f"{100 * plan.confidence:.4g}% for each of the {headlines} headline comparison(s): the level a stopping rule "

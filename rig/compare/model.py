@@ -17,7 +17,7 @@ from rig.boot.checks import BootCheck
 from rig.boot.record import CacheState
 from rig.compare.arms import Arm, boot_order
 from rig.compare.coherence import BootCoherence
-from rig.compare.design import MAX_ARMS, MAX_PAIRS, MAX_SCENARIOS
+from rig.compare.design import FIRST_LOOK, MAX_ARMS, MAX_PAIRS, MAX_SCENARIOS
 from rig.compare.percentiles import LatencyHistogram
 from rig.compare.stats import CONFIDENCE
 from rig.load.bounds import MAX_DURATION_S, MAX_WORKERS
@@ -52,10 +52,10 @@ class ComparePlan(Versioned):
     max_boots: int | None = None
     first_stage: int | None = None  # --target: pairs of Stein's first stage (they alone estimate the sd)
     planned_pairs: int | None = None  # --target: the pairs the first stage's sd asks for, capped at max_boots
-    # Each headline interval's confidence: None is the fixed design's 95%. A stopping rule
-    # (rig.compare.sequential) sets its per-look level, because an interval read at a data-chosen
-    # stop covers the change only at the level the rule spent on each look.
-    headline_confidence: float | None = None
+    # A stopping rule's (first, most) pairs (rig.compare.sequential): it adds pairs until decided,
+    # and a resume carries the rule on. Each headline interval is then read at the rule's per-look
+    # level, because an interval read at a data-chosen stop covers the change only at that level.
+    stopping_rule: tuple[int, int] | None = None
     slos: dict[str, float] | None = None  # goodput SLOs in seconds: ttft, tpot, e2e (vLLM's --goodput)
     accept_fingerprint: list[str] = Field(default_factory=list)  # fingerprint fields allowed to differ (globs)
     cold_caches: bool = False  # every boot starts with empty compile/kernel caches of its own
@@ -98,8 +98,13 @@ class ComparePlan(Versioned):
                              ("first_stage", self.first_stage), ("planned_pairs", self.planned_pairs)):
             if value is not None and not 1 <= value <= MAX_PAIRS:
                 raise ValueError(f"{field} {value} is outside 1..{MAX_PAIRS}")
-        if self.headline_confidence is not None and not 0.5 <= self.headline_confidence < 1:
-            raise ValueError(f"headline confidence {self.headline_confidence} is not in [0.5, 1)")
+        if self.stopping_rule is not None:
+            first, most = self.stopping_rule
+            if not FIRST_LOOK <= first <= most <= MAX_PAIRS:
+                raise ValueError(f"stopping_rule {list(self.stopping_rule)} is not [first, most] pairs with "
+                                 f"{FIRST_LOOK} <= first <= most <= {MAX_PAIRS}")
+            if self.target_pct is not None:
+                raise ValueError("a plan stops at a precision (target_pct) or at a decision (stopping_rule), not both")
         if self.target_pct is not None and not 0 < self.target_pct <= 100:
             raise ValueError(f"target {self.target_pct}% is not a precision in (0, 100]")
         # (0, max]: a plan written before rig.load.bounds.MIN_DURATION_S still resumes; a new one is held to it by the CLI
@@ -113,8 +118,11 @@ class ComparePlan(Versioned):
 
     @property
     def confidence(self) -> float:
-        """Each headline interval's confidence (see headline_confidence)."""
-        return self.headline_confidence if self.headline_confidence is not None else CONFIDENCE
+        """Each headline interval's confidence: 95%, or with a stopping rule 1 - 5% / its looks (Bonferroni)."""
+        if self.stopping_rule is None:
+            return CONFIDENCE
+        first, most = self.stopping_rule
+        return 1 - round(1 - CONFIDENCE, 10) / (most - first + 1)
 
     def order(self) -> list[tuple[int, Arm]]:
         """The burn-in boot (if any), the first ABBA block, the control (if any), then the other

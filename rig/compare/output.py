@@ -25,10 +25,10 @@ def write_report(out: Path, analysis: Analysis) -> str:
 def answer(analysis: Analysis) -> list[str]:
     """What `rig compare` prints: the verdict of every headline, one line each (or why no verdict
     stands), and greedy identity. Everything else is in compare.md."""
+    if analysis.void:  # no verdict stands: the figures are in compare.md for the diagnosis
+        return [f"compare: VOID: {analysis.void}"]
     lines = []
-    if analysis.void:
-        lines.append(f"compare: VOID: {analysis.void}")
-    elif analysis.no_data:
+    if analysis.no_data:
         lines.append("compare: NO DATA: no boot pair had a usable headline in both arms (compare.md says why each round "
                      "was left out)")
     baseline = analysis.plan.arms[0].name
@@ -37,6 +37,8 @@ def answer(analysis: Analysis) -> list[str]:
             interval = f"{100 * c.confidence:.4g}% interval" if c.ci is not None else "no interval"
             lines.append(f"compare: {scenario} {arm} vs {baseline}: {c.verdict}: {interval_text(c)} {result.unit} "
                          f"({c.pairs} boot pair(s), {interval})")
+    if analysis.target is not None:
+        lines.append(f"compare: {analysis.target.status}")
     greedy = analysis.greedy
     if greedy.prompts:
         n = len(greedy.prompts)

@@ -3,7 +3,7 @@ and block figures.py. Its text is markdown.py (one function per section), its pl
 identity lives in identity.py, boot conditions in conditions.py.
 
 Which figures a report judges, and at what confidence: each comparison's headline at its own 95%
-(a stopping rule's per-look level where one decided when to stop: ComparePlan.headline_confidence);
+(a stopping rule's per-look level where one decided when to stop: ComparePlan.stopping_rule);
 every other verdict the report prints (latency percentiles, goodput) in one family, Bonferroni-
 simultaneous at 95% (rig.compare.stats). Latency percentiles come from each boot's requests pooled
 over its usable rounds, with the count behind each, and are refused where the count cannot support

@@ -48,8 +48,8 @@ from rig.compare.measure import (
 from rig.compare.model import BURN_IN_BLOCK, BootEntry, ComparePlan
 from rig.compare.schedule import BootJob, BootScheduler, Done, Extended, Filing, FinishedBoot, LookDue, PairsDue
 from rig.compare.scoring import check_scoring_tokenizer
-from rig.compare.sequential import Decision, Look, UntilDecided, look_line
-from rig.errors import RigError
+from rig.compare.sequential import DECISION_FILE, Decision, Look, UntilDecided, look_line
+from rig.errors import Damaged, RigError
 from rig.load.records import read_records
 from rig.load.scenarios import load_scenario
 from rig.load.wire import BootMarker
@@ -222,6 +222,17 @@ def _read_back(plan: ComparePlan, out: Path) -> tuple[dict[int, list[BootEntry]]
     return found, finished
 
 
+def _earlier_looks(out: Path, until: UntilDecided | None) -> list[Look]:
+    """The looks a resumed comparison's rule already made (until-decided.json), to go on from."""
+    if until is None or not (out / DECISION_FILE).exists():
+        return []
+    earlier = Decision.read(out)
+    if earlier.rule != until:
+        raise Damaged(str(out / DECISION_FILE), "rule", f"its rule ({earlier.rule.first} to {earlier.rule.most} pairs) is not "
+                      f"the plan's ({until.first} to {until.most})", "start a new comparison")
+    return list(earlier.looks)
+
+
 def _execute(setup: BootSetup, progress: bool, until: UntilDecided | None) -> list[BootEntry]:
     """Runs the scheduler's jobs, files each entry where it says, and answers its judgements (the
     stopping rule's looks, Stein's second stage). Every entry, in the order's positions, then the
@@ -231,7 +242,7 @@ def _execute(setup: BootSetup, progress: bool, until: UntilDecided | None) -> li
     scheduler = BootScheduler(plan, finished, until=until)
     boot_seconds: list[float] = []  # wall time of each boot this process ran (for the time left)
     burn_in_seconds: list[float] = []  # compiled boots kept as burn-ins, timed apart from the boot after them
-    looks: list[Look] = []
+    looks = _earlier_looks(out, until)
 
     def entries() -> list[BootEntry]:
         return [entry for index in sorted(by_position) for entry in by_position[index]] + imported_entries(out, plan)
@@ -240,6 +251,9 @@ def _execute(setup: BootSetup, progress: bool, until: UntilDecided | None) -> li
     while not isinstance(step := scheduler.next(), Done):
         if isinstance(step, LookDue):
             assert until is not None  # a Look comes only with a stopping rule
+            if looks and looks[-1].pairs_run == plan.boots:  # made before an interrupt: a look is made once
+                scheduler.looked(looks[-1].decided)
+                continue
             look = until.look(plan, entries())
             looks.append(look)
             Decision(rule=until, looks=looks).write(out)

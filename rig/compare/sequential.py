@@ -23,7 +23,7 @@ from pathlib import Path
 from pydantic import Field, model_validator
 
 from rig.atomic import write_text_atomic
-from rig.compare.design import MAX_PAIRS
+from rig.compare.design import FIRST_LOOK, MAX_PAIRS
 from rig.compare.figures import figure_boots
 from rig.compare.model import BootEntry, ComparePlan
 from rig.compare.stats import CONFIDENCE, MIN_PAIRS, Comparison, compare_boots
@@ -33,7 +33,6 @@ from rig.typed import Typed, Versioned
 
 DECISION_FILE = "until-decided.json"  # the rule and every look it made, beside compare.json
 DECISION_SCHEMA = 1
-FIRST_LOOK = 3  # the fewest pairs a look is made at (see the module's docstring)
 
 
 class UntilDecided(Typed):

@@ -20,7 +20,7 @@ from rig.compare.entries import RUNS
 from rig.compare.figures import figure_boots, per_token_boots
 from rig.compare.model import ENTRY_MAX_BYTES, BootEntry, ComparePlan
 from rig.compare.report import analyze
-from rig.compare.stats import CONFIDENCE, DEFAULT_TARGET_PCT, DIFFERENCE, compare_boots
+from rig.compare.stats import DEFAULT_TARGET_PCT, DIFFERENCE, compare_boots
 from rig.errors import Damaged
 from rig.load.figures import HEADLINE
 from rig.load.scenarios import load_scenario
@@ -120,9 +120,9 @@ def _headline_figures(plan: ComparePlan, boots: ArmBoots, scenario: str, kind: s
     out: dict[str, str] = {}
     for arm in arms[1:]:
         c = compare_boots(boots.get(baseline, {}), boots.get(arm, {}), headline.name, headline.higher_is_better, target,
-                          CONFIDENCE, first, unit=headline.unit, names=(baseline, arm))
+                          plan.confidence, first, unit=headline.unit, names=(baseline, arm))
         out |= comparison_figures(named("", scenario, arm, single).strip(), c)
-        step = compare_boots(steps.get(baseline, {}), steps.get(arm, {}), STEP_FIGURE, False, target, CONFIDENCE, first,
+        step = compare_boots(steps.get(baseline, {}), steps.get(arm, {}), STEP_FIGURE, False, target, plan.confidence, first,
                              scale=DIFFERENCE, unit=STEP_UNIT, names=(baseline, arm))
         if text := step_text(step):
             out[named("per token", scenario, arm, single)] = text

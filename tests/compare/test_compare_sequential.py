@@ -178,15 +178,15 @@ def test_the_report_reads_the_headline_at_the_rules_level_not_at_a_fixed_designs
 
     _fake_boots(monkeypatch, lambda index, arm: (100.0 if arm == "off" else 60.0) * (1 + 0.04 * ((index * 7) % 5 - 2) / 2))
     rule = UntilDecided(first=3, most=8)
-    plan = _plan(rule.first).model_copy(update={"headline_confidence": rule.confidence})
+    plan = _plan(rule.first).model_copy(update={"stopping_rule": (rule.first, rule.most)})
     plan, entries = compare_run.run_compare(plan, tmp_path, progress=False, until=rule)
     look = Decision.read(tmp_path).last.comparisons[0]
     reported = analyze(plan, entries).scenarios["prose-c1"].vs["on"]
     assert reported.confidence == pytest.approx(rule.confidence) and reported.ci == pytest.approx(look.ci)
-    fixed = analyze(plan.model_copy(update={"headline_confidence": None}), entries).scenarios["prose-c1"].vs["on"]
+    fixed = analyze(plan.model_copy(update={"stopping_rule": None}), entries).scenarios["prose-c1"].vs["on"]
     assert fixed.ci[0] > reported.ci[0] and fixed.ci[1] < reported.ci[1]
     assert f"{100 * rule.confidence:.4g}% for each of the 1 headline" in markdown(analyze(plan, entries))
-    assert ComparePlan.read(tmp_path).headline_confidence == pytest.approx(rule.confidence)
+    assert ComparePlan.read(tmp_path).confidence == rule.confidence
 
 
 def test_rig_compare_runs_the_rule_with_until_decided_and_exits_7_when_it_stays_open(monkeypatch, results_dir):
@@ -204,7 +204,7 @@ def test_rig_compare_runs_the_rule_with_until_decided_and_exits_7_when_it_stays_
     (out,) = (path.parent for path in (results_dir / "compare").glob(f"*/{DECISION_FILE}"))
     decision = Decision.read(out)
     assert [look.pairs_run for look in decision.looks] == [3, 4] and decision.exhausted
-    assert ComparePlan.read(out).headline_confidence == pytest.approx(UntilDecided(first=3, most=4).confidence)
+    assert ComparePlan.read(out).stopping_rule == (3, 4)
 
 
 @pytest.mark.parametrize("boots,most", [("2", "8"), ("5", "4")])
@@ -214,3 +214,41 @@ def test_a_rule_whose_looks_cannot_run_is_refused_before_anything_boots(boots, m
     assert main(["compare", "tiny-cpu", "--arm", "a:RIG_TOKEN_DELAY_MS=0", "--arm", "b:RIG_TOKEN_DELAY_MS=1",
                  "--boots", boots, "--until-decided", most]) == 2
     assert "--until-decided" in capsys.readouterr().err
+
+
+def test_an_interrupted_rule_resumes_with_its_looks_and_makes_each_look_once(monkeypatch, results_dir):
+    """Ctrl-C in pair 4, after look 1 (3 pairs) said to go on: `--resume DIR` carries the saved rule
+    on, keeps look 1, makes looks 2 and 3, and exits 7 as an uninterrupted run would."""
+    from conftest import free_port
+
+    from rig.cli import main
+    from rig.exits import Exit
+
+    cut = {"at": 7}
+
+    def figure(index, arm):
+        if index == cut["at"]:
+            raise KeyboardInterrupt
+        return 100.0 + (3.0 if (index // 2) % 2 else -3.0) * (1 if arm == "on" else -1)
+
+    _fake_boots(monkeypatch, figure)
+    command = ["compare", "tiny-cpu", "--arm", "off:RIG_TOKEN_DELAY_MS=0", "--arm", "on:RIG_TOKEN_DELAY_MS=0",
+               "--rounds", "1", "--small", "--port", str(free_port())]
+    assert main([*command, "--boots", "3", "--until-decided", "5"]) == Exit.INTERRUPTED
+    (out,) = (path.parent for path in (results_dir / "compare").glob(f"*/{DECISION_FILE}"))
+    assert [look.pairs_run for look in Decision.read(out).looks] == [3]
+    cut["at"] = -1
+    assert main([*command, "--resume", str(out)]) == Exit.UNDECIDED
+    assert [look.pairs_run for look in Decision.read(out).looks] == [3, 4, 5]
+    assert main([*command, "--resume", str(out), "--boots", "3", "--until-decided", "6"]) == Exit.BAD_INPUT  # not this plan's rule
+
+
+@pytest.mark.parametrize("rule,target", [([2, 8], None), ([5, 4], None), ([3, 65], None), ([3, 8], 1.0)])
+def test_an_edited_plans_stopping_rule_is_refused_when_read(tmp_path, rule, target):
+    from rig.errors import RigError
+
+    plan = json.loads(_plan(3).json_text())
+    plan.update(stopping_rule=rule, target_pct=target)
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    with pytest.raises(RigError):
+        ComparePlan.read(tmp_path)
