@@ -128,9 +128,8 @@ def written_fix(error: ValidationError, model: type[BaseModel]) -> str | None:
         close = difflib.get_close_matches(str(loc[0]), fields, n=1, cutoff=0.6)
         return f"did you mean {close[0]}:?" if close else f"the keys are {', '.join(fields)}"
     if kind == "string_type" and isinstance(value, bool | int | float):
-        text = str(value).lower() if isinstance(value, bool) else str(value)
-        read_as = "a boolean" if isinstance(value, bool) else "a number"
-        return f'quote it: "{text}" (YAML reads a bare {text} as {read_as}; this field takes text)'
+        read_as = f"the boolean {str(value).lower()}" if isinstance(value, bool) else f"the number {value}"
+        return f"quote the value as you wrote it, e.g. \"0\" (YAML read it as {read_as}; this field takes text)"
     return None
 
 

@@ -7,6 +7,7 @@ import math
 import re
 
 from rig.errors import Invalid
+from rig.load.bounds import MAX_DURATION_S
 from rig.load.records import RequestRecord
 from rig.load.request_metrics import PER_REQUEST, done_in_window
 from rig.load.summary import RunSummary
@@ -19,6 +20,7 @@ SLO_KEYS = {"ttft": "time to first token", "tpot": "time per output token", "e2e
 SLO_ALIASES = {"ttft": "ttft", "tpot": "tpot", "e2e": "e2e", "e2el": "e2e"}
 SLO_FORMAT = "ttft<=2s,tpot<=50ms, or vLLM's ttft:2000,tpot:50 (milliseconds; keys ttft, tpot, e2e or e2el)"
 _UNITS = {"ms": 0.001, "s": 1.0}
+MIN_SLO_S = 1e-6  # a limit below a microsecond is no latency a request can meet
 _PLAIN = re.compile(r"[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?|\.[0-9]+([eE][+-]?[0-9]+)?")
 
 
@@ -35,13 +37,13 @@ def _limit(part: str) -> tuple[str, float | None]:
     if not _PLAIN.fullmatch(number) or not scale:
         return key.strip(), None
     value = float(number) * scale
-    return key.strip(), value if math.isfinite(value) and value > 0 else None
+    return key.strip(), value if math.isfinite(value) and MIN_SLO_S <= value <= MAX_DURATION_S else None
 
 
 def parse_slos(text: str | None, where: str = "command line", field: str = "--goodput") -> dict[str, float] | None:
     """'ttft<=2s,tpot<=50ms', or vLLM's 'ttft:2000 tpot:50' (milliseconds; commas or spaces) ->
     {'ttft': 2.0, 'tpot': 0.05} in seconds by rig's keys. One line per problem."""
-    if not text:
+    if text is None:
         return None
     slos: dict[str, float] = {}
     parts = text.split(",") if "<=" in text else re.split(r"[,\s]+", text)
@@ -49,10 +51,11 @@ def parse_slos(text: str | None, where: str = "command line", field: str = "--go
         key, value = _limit(part)
         name = SLO_ALIASES.get(key)
         if name is None or value is None:
-            raise Invalid(where, field, f"{part[:40]!r} is not KEY<=LIMIT with a unit or KEY:MILLISECONDS",
-                           f"write e.g. {SLO_FORMAT}")
+            raise Invalid(where, field, f"{part[:40]!r} is not KEY<=LIMIT with a unit or KEY:MILLISECONDS, the limit from "
+                          f"1 us to {MAX_DURATION_S:g} s", f"write e.g. {SLO_FORMAT}")
         if name in slos:
-            raise Invalid(where, field, f"{name} is given twice", f"keep one {name} limit")
+            raise Invalid(where, field, f"{name} is given twice (e2e and e2el are one key)" if name == "e2e" else
+                          f"{name} is given twice", f"keep one {name} limit")
         slos[name] = value
     if not slos:
         raise Invalid(where, field, "names no SLO", f"write e.g. {SLO_FORMAT}")

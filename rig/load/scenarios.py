@@ -229,16 +229,21 @@ def scenario_names() -> list[str]:
     return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
 
 
-def scenario_path(ref: str) -> Path:
-    """A scenario name (loadtests/scenarios/NAME.yaml) or the path of a user's .yaml file."""
-    if ref.endswith((".yaml", ".yml")):
-        return Path(ref)
+def scenario_fix(ref: str, other: str) -> str:
+    """The fix for a scenario name that names none: the close name, and the others (and `other`)."""
     import difflib
 
     names = scenario_names()
     close = difflib.get_close_matches(ref.replace("_", "-"), names, n=1, cutoff=0.6)
-    known = f"{', '.join(names)}, or the path of a .yaml file"
-    fix = f"did you mean {close[0]}? (the others: {known})" if close else f"use one of {known}"
+    known = f"{', '.join(names)}, {other}"
+    return f"did you mean {close[0]}? (the others: {known})" if close else f"use one of {known}"
+
+
+def scenario_path(ref: str) -> Path:
+    """A scenario name (loadtests/scenarios/NAME.yaml) or the path of a user's .yaml file."""
+    if ref.endswith((".yaml", ".yml")):
+        return Path(ref)
+    fix = scenario_fix(ref, "or the path of a .yaml file")
     try:
         grammar.load_name(ref)
     except ValueError:

@@ -77,6 +77,15 @@ def _seconds(entry: BootEntry) -> float:
     return sum(entry.phases_s.values())
 
 
+def boots_left(plan: RacePlan, state: RaceState, round_index: int, position: int) -> int:
+    """The most boots the race can still run from this round's `position` on, if no candidate
+    leaves: the rest of this round, then whole rounds while the rounds and boots budgets allow."""
+    size = len(state.survivors)
+    after = plan.max_boots - state.positions - size  # what the boots budget leaves after this round
+    later = min(plan.max_rounds - round_index - 1, max(0, after) // size)
+    return size - position + size * later
+
+
 def time_left(measured_s: list[float], boots_left: int) -> str:
     """The most the race can still take, from the measured boots this process ran: their median wall
     time times the boots left if no candidate leaves (a burn-in is a one-off and is not counted).
@@ -133,7 +142,8 @@ class Racer:
         entry.write(self.out)
         state.entries.append(entry)
         state.seconds += _seconds(entry)
-        self.measured_s.append(_seconds(entry))
+        if not burn_in:
+            self.measured_s.append(_seconds(entry))
         return entry
 
     def budget_stop(self, round_index: int) -> str | None:
@@ -156,8 +166,7 @@ class Racer:
         while (stop := self.budget_stop(round_index)) is None:
             order = round_order(state.survivors, round_index)
             for position, name in enumerate(order):
-                left = min(len(order) - position + len(state.survivors) * (plan.max_rounds - round_index - 1),
-                           plan.max_boots - state.positions - position)
+                left = boots_left(plan, state, round_index, position)
                 self.left = time_left(self.measured_s, left)
                 self.boot(index, round_index, name, f"round {round_index + 1}, {position + 1}/{len(order)}")
                 index += 1

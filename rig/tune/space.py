@@ -96,9 +96,10 @@ class Space(Typed):
         return self.candidates[0]
 
 
-def _with_server_args(resolved: Resolved, name: str, extra: list[str], where: str) -> Resolved:
+def _with_server_args(resolved: Resolved, name: str, extra: list[str], where: str, args_name: str | None = None) -> Resolved:
     """`resolved` with `extra` appended to its server arguments, as a variant of its recipe named
-    tune-NAME, checked by the recipe's own rules (owned flags, dummy weights, grammar)."""
+    tune-NAME, checked by the recipe's own rules (owned flags, dummy weights, grammar). `args_name`:
+    the space's name of the argument set `extra` (what an error names)."""
     recipe = resolved.recipe
     original = recipe.variants.get(resolved.variant) if resolved.variant else None
     fields = original.model_dump(exclude_unset=True) if original else {"description": "the recipe as it is"}
@@ -115,21 +116,22 @@ def _with_server_args(resolved: Resolved, name: str, extra: list[str], where: st
         field = error.field.removeprefix(f"variants.{synthetic}.")
         own = len(fields["server_args"]) - len(extra)  # the variant's own arguments come first
         if (index := field.removeprefix("server_args.")).isdigit() and int(index) >= own:
-            field = f"server_args.{name}.{int(index) - own}"  # the space's own list, as the user wrote it
+            field = f"server_args.{args_name or name}.{int(index) - own}"  # the space's own list, as the user wrote it
         raise Invalid(where, f"candidate {name}: {field}", error.problem, error.fix) from None
     return overlaid.variant(synthetic)
 
 
-def resolve(recipe: str, candidate: Candidate, where: str = "space") -> tuple[Resolved, Resolved]:
-    """(what the boot driver starts, the recipe as the candidate runs it): rig.compare.run's pair."""
+def resolve(recipe: str, candidate: Candidate, where: str = "space", args_name: str | None = None) -> tuple[Resolved, Resolved]:
+    """(what the boot driver starts, the recipe as the candidate runs it): rig.compare.run's pair.
+    `args_name`: the space's name of the candidate's server-argument set, where it is known."""
     arm = candidate.arm()
     try:
         base, resolved = arm.base(recipe), arm.resolve(recipe)
     except RigError as error:
         raise Invalid(where, f"candidate {candidate.name}", error.problem, error.fix) from None
     if candidate.server_args:
-        base = _with_server_args(base, candidate.name, candidate.server_args, where)
-        resolved = _with_server_args(resolved, candidate.name, candidate.server_args, where)
+        base = _with_server_args(base, candidate.name, candidate.server_args, where, args_name)
+        resolved = _with_server_args(resolved, candidate.name, candidate.server_args, where, args_name)
     return base, resolved
 
 
@@ -224,7 +226,7 @@ def load_space(path: Path, recipe: str, scenario: str, baseline: str | None = No
     variants: list[str | None] = list(written.variants) or [None]
     arg_sets = list(written.server_args.items()) or [("", [])]
     env_sets = list(written.env.items()) or [("", {})]
-    candidates = []
+    candidates, args_of = [], {}
     for variant, (arg_name, args), (env_name, env) in itertools.product(variants, arg_sets, env_sets):
         parts = [p for p, axis in ((variant or "", variants), (arg_name, arg_sets), (env_name, env_sets)) if len(axis) > 1]
         name = "-".join(parts) or "only"
@@ -232,6 +234,7 @@ def load_space(path: Path, recipe: str, scenario: str, baseline: str | None = No
             raise _refuse(where, "(names)", f"candidate name {name[:40]}... is longer than {grammar.NAME_MAX} characters",
                           "shorten the names of the entries")
         candidates.append(Candidate(name=name, variant=variant, server_args=args, env=env))
+        args_of[name] = arg_name
     if len(candidates) < 2:
         raise _refuse(where, "(top level)", f"{len(candidates)} candidate: a race needs two or more",
                       "give an axis (variants, server_args or env) a second entry")
@@ -246,7 +249,7 @@ def load_space(path: Path, recipe: str, scenario: str, baseline: str | None = No
             raise RigError("command line", "--baseline", f"no candidate {baseline!r}", f"use one of {', '.join(names)}")
         candidates.sort(key=lambda c: c.name != baseline)  # the baseline first: its first boot is the quality reference
     for candidate in candidates:
-        resolve(recipe, candidate, where)
+        resolve(recipe, candidate, where, args_of[candidate.name])
     constraints = _constraints(written.constraints, where, sized, baseline, recipe_file.engine.name)
     if goodput is not None and written.goodput is not None:
         raise RigError("command line", "--goodput", f"{where} names its SLOs already (goodput:)",

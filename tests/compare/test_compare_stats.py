@@ -366,7 +366,8 @@ def test_goodput_slos_parse_and_refuse_in_one_line():
     assert parse_slos("ttft<=2s,tpot<=50ms") == {"ttft": 2.0, "tpot": 0.05}
     assert parse_slos("ttft:2000 e2el:500") == {"ttft": 2.0, "e2e": 0.5}  # vLLM's form, as rig tune reads it
     assert parse_slos(None) is None
-    for bad in ("ttft<2s", "ttft<=2", "speed<=1s", "ttft<=-1s", "ttft<=xs", "ttft:1s", "ttft:inf", ",", "ttft:5,ttft<=5ms"):
+    for bad in ("ttft<2s", "ttft<=2", "speed<=1s", "ttft<=-1s", "ttft<=xs", "ttft:1s", "ttft:inf", ",", "ttft:5,ttft<=5ms",
+                "ttft:1e300", "ttft<=1e9s", "ttft:1e-320", ""):
         with pytest.raises(RigError, match="--goodput"):
             parse_slos(bad)
 

@@ -168,3 +168,22 @@ def test_the_time_left_is_the_most_the_race_can_take_from_the_boots_measured_so_
 
     assert time_left([], 5) == "" and time_left([60.0], 0) == ""
     assert time_left([50.0, 70.0, 400.0], 6).startswith("; at most about 7 min left (6 boot(s) if no candidate leaves")
+
+
+@pytest.mark.parametrize("max_boots,counts", [
+    (9, [9, 8, 7, 6, 5, 4, 3, 2, 1]),  # three whole rounds of three
+    (10, [9, 8, 7, 6, 5, 4, 3, 2, 1]),  # a tenth boot starts no round: the race runs whole rounds only
+    (7, [6, 5, 4, 3, 2, 1]),  # two rounds fit, the third would pass the budget
+])
+def test_the_boots_left_count_only_boots_the_budgets_let_run(max_boots, counts):
+    from rig.tune.run import RaceState, boots_left
+
+    plan = _plan(max_rounds=3).model_copy(update={"max_boots": max_boots})
+    state = RaceState(survivors=["a", "b", "c"])
+    seen = []
+    for round_index in range(3):
+        if state.positions + 3 > max_boots:
+            break
+        seen += [boots_left(plan, state, round_index, position) for position in range(3)]
+        state.positions += 3
+    assert seen == counts

@@ -148,8 +148,9 @@ def test_tune_help_shows_the_space_format(capsys):
 @pytest.mark.parametrize("text,fix", [
     ("envs: {a: {X: '1'}, b: {X: '2'}}\n", "did you mean env:?"),
     ("server_arg: {a: [], b: [--enforce-eager]}\n", "did you mean server_args:?"),
-    ("env: {a: {RIG_TOKEN_DELAY_MS: 0}, b: {RIG_TOKEN_DELAY_MS: '1'}}\n", 'quote it: "0"'),
-    ("env: {a: {X: true}, b: {X: '1'}}\n", 'quote it: "true"'),
+    ("env: {a: {RIG_TOKEN_DELAY_MS: 0}, b: {RIG_TOKEN_DELAY_MS: '1'}}\n", "quote the value as you wrote it"),
+    ("env: {a: {X: true}, b: {X: '1'}}\n", "quote the value as you wrote it"),
+    ("env: {a: {X: 0x10}, b: {X: '1'}}\n", "quote the value as you wrote it"),
     ("whatever: 1\n", "the keys are variants, server_args, env, constraints, goodput"),
 ])
 def test_a_space_written_the_natural_wrong_way_gets_the_fix_that_undoes_it(tmp_path, text, fix):
