@@ -206,6 +206,25 @@ def test_a_resumed_entry_whose_round_lies_outside_the_comparison_is_kept_aside_a
     assert len([p for p in (out / "boots").iterdir() if ".unreadable-" in p.name]) == 1
 
 
+def test_a_comparison_moved_whole_resumes_from_where_it_lies_now(tmp_path, monkeypatch):
+    """A pack unpacked into another directory: each round recorded under the old location is read at
+    the same place below the new one's runs/, and no finished boot is redone."""
+    import shutil
+
+    from rig.compare import run as compare_run
+
+    old, new = tmp_path / "host-a" / "compare", tmp_path / "host-b" / "results" / "compare"
+    _comparison_with_two_boots(old, monkeypatch)
+    shutil.copytree(old, new)
+    shutil.rmtree(old)
+    calls = []
+    monkeypatch.setattr(compare_run, "run_boot", lambda job, setup: calls.append(job.index))
+    _, entries = compare_run.run_compare(ComparePlan.read(new), new, progress=False)
+    assert calls == [] and len(entries) == 2
+    assert all(e.rounds[0]["prose-c1"].dir.startswith(str(new / "runs")) for e in entries)
+    assert not [p for p in (new / "boots").iterdir() if ".unreadable-" in p.name]
+
+
 def test_an_imported_entry_of_an_arm_the_plan_does_not_have_is_left_out(tmp_path, monkeypatch, capsys):
     from rig.compare.entries import all_entries
     from rig.compare.model import IMPORTED_INDEX

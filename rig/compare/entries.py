@@ -14,11 +14,9 @@ from rig.boot import driver_named
 from rig.boot.record import BootRecord
 from rig.compare.arms import Arm, recorded_spec
 from rig.compare.model import IMPORTED_INDEX, BootEntry, ComparePlan
-from rig.compare.trust import confined, held_to_plan
+from rig.compare.trust import RUNS, confined, held_to_plan
 from rig.errors import Damaged, NotFound, RigError
 from rig.load.wire import BootMarker
-
-RUNS = "runs"  # a comparison's (and a race's) load runs: runs/<NN-arm>/attempt-<k>/round-<j>/<scenario>
 
 
 def attempt_dir(out: Path, index: int, arm: Arm) -> tuple[int, Path]:

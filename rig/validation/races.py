@@ -19,9 +19,8 @@ import json
 import math
 from pathlib import Path
 
-from rig.compare.entries import RUNS
 from rig.compare.model import ENTRY_MAX_BYTES, BootEntry
-from rig.compare.trust import inside
+from rig.compare.trust import below_runs
 from rig.errors import Damaged
 from rig.strict_yaml import load_json_file
 from rig.tune.plan import RacePlan
@@ -62,9 +61,8 @@ def in_evidence(entry: BootEntry, path: Path, directory: Path) -> BootEntry:
     for number, by_scenario in enumerate(entry.rounds):
         moved = {}
         for name, result in by_scenario.items():
-            _, marker, below = result.dir.rpartition(f"/{RUNS}/")
-            target = directory / RUNS / below
-            if not marker or not below or not inside(str(target), directory / RUNS) or not target.is_dir():
+            target = below_runs(result.dir, directory)
+            if target is None:
                 raise Damaged(str(path), f"rounds.{number}.{name}.dir", f"{result.dir[:200]!r} is not a load run of the "
                               "evidence's runs/", "pack runs/ with every measured round's records, as rig tune wrote them")
             moved[name] = result.model_copy(update={"dir": str(target)})
