@@ -281,7 +281,8 @@ def _execute(setup: BootSetup, progress: bool, until: UntilDecided | None) -> li
                 role = "burn-in, paired with nothing" if job.burn_in else f"block {job.block}"
                 print(f"compare: boot {job.index + 1}/{job.boots_in_order}: {arm.name} ({arm.spec}), {role}"
                       + (f" ({leftover})" if leftover else "")
-                      + time_left(boot_seconds, job.boots_left, tuple(burn_in_seconds), job.arms_may_compile))
+                      + time_left(boot_seconds, job.boots_left, tuple(burn_in_seconds), job.arms_may_compile,
+                                  job.boots_rule_may_add))
             started = time.monotonic()
         try:
             entry = run_boot(job, setup)
@@ -315,12 +316,14 @@ def _execute(setup: BootSetup, progress: bool, until: UntilDecided | None) -> li
 
 
 def time_left(boot_seconds: list[float], boots_left: int, burn_in_seconds: tuple[float, ...] = (),
-              arms_not_booted: int = 0) -> str:
+              arms_not_booted: int = 0, rule_may_add: int = 0) -> str:
     """What is left of the planned order, from the boots this process has measured so far: their
     median wall time times the boots not yet run. A compiled boot kept as a burn-in is timed apart (it
     is a one-off: the boot after it reused the caches), and comes back only as what it could add if an
     arm not booted yet compiles too (counted inside its boot's time, a compile would inflate the
-    median every later estimate is made from). Printed with every boot's progress line, never stored."""
+    median every later estimate is made from). `rule_may_add`: the boots of the pairs a stopping rule
+    may still add, said apart (it adds them only while undecided). Printed with every boot's progress
+    line, never stored."""
     if not boot_seconds or boots_left <= 0:
         return ""
     median = statistics.median(boot_seconds)
@@ -328,6 +331,8 @@ def time_left(boot_seconds: list[float], boots_left: int, burn_in_seconds: tuple
     if burn_in_seconds and arms_not_booted:
         more = statistics.median(burn_in_seconds) * arms_not_booted
         text += f"; up to {max(1, round(more / 60))} min more if the {arms_not_booted} arm(s) not booted yet compile"
+    if rule_may_add:
+        text += f"; up to {max(1, round(median * rule_may_add / 60))} min more if the stopping rule adds its {rule_may_add} boot(s)"
     return text + ")"
 
 

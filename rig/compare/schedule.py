@@ -50,6 +50,7 @@ class BootJob:
     boots_in_order: int = 0  # the order's length, for the progress line
     boots_left: int = 0  # boots not yet run, counting this one and the pairs --target planned
     arms_may_compile: int = 0  # arms not booted by this process that may still compile (and be redone)
+    boots_rule_may_add: int = 0  # boots of the pairs a stopping rule may still add (its most, less those planned)
 
 
 class Filing(Enum):
@@ -156,7 +157,8 @@ class BootScheduler:
         return BootJob(index=index, block=block, arm=arm, burn_in=burn_in, redo_if_compiled=redo,
                        supersedes=redo and position.burn_in is not None,
                        boots_in_order=len(order), boots_left=len(order) - index + later,
-                       arms_may_compile=len(may_compile))
+                       arms_may_compile=len(may_compile),
+                       boots_rule_may_add=max(0, self.until.most - self.plan.boots) * len(self.plan.arms) if self.until else 0)
 
     def done(self, boot: FinishedBoot) -> Filing:
         """The pending job's boot finished: where its entry goes. A boot that was to be redone if it

@@ -532,6 +532,9 @@ def test_the_time_left_is_the_median_boot_times_the_boots_not_run():
     assert time_left([100.0], 3, (300.0,), 1) == ("; about 5 min left (3 boot(s) at the median 100 s so far;"
                                                  " up to 5 min more if the 1 arm(s) not booted yet compile)")
     assert time_left([100.0, 110.0], 2, (300.0,), 0) == "; about 4 min left (2 boot(s) at the median 105 s so far)"
+    # A stopping rule's pairs still to come are said apart: it adds them only while undecided.
+    assert time_left([60.0], 2, rule_may_add=10) == ("; about 2 min left (2 boot(s) at the median 60 s so far;"
+                                                    " up to 10 min more if the stopping rule adds its 10 boot(s))")
 
 
 def test_a_compiled_boot_kept_as_a_burn_in_is_timed_apart_from_the_boot_after_it(monkeypatch, tmp_path, capsys):

@@ -119,6 +119,14 @@ def test_the_time_left_counts_the_arms_that_may_still_compile_and_the_planned_pa
     assert run.jobs[-1].arms_may_compile == 0 and run.jobs[-1].boots_left == 1
 
 
+def test_the_time_left_names_the_boots_a_stopping_rule_may_still_add():
+    from rig.compare.sequential import UntilDecided
+
+    run = drive(BootScheduler(_plan(boots=3), until=UntilDecided(first=3, most=8)), Host(), decisions=(True,))
+    first = next(job for job in run.jobs if not job.again)
+    assert first.boots_rule_may_add == (8 - 3) * 2
+
+
 def _fresh_jobs(host_factory) -> int:
     return len(drive(BootScheduler(_plan()), host_factory()).jobs)
 
