@@ -25,6 +25,13 @@ def one_line(text: str) -> str:
     return _UNPRINTABLE.sub(lambda found: found.group(0).encode("unicode_escape", "backslashreplace").decode("ascii"), str(text))
 
 
+def closest(word: str, names: list[str]) -> str | None:
+    """The one of `names` that `word` is most likely a misspelling of (difflib's ratio >= 0.6), if any."""
+    import difflib
+
+    return next(iter(difflib.get_close_matches(word, names, n=1, cutoff=0.6)), None)
+
+
 class RigError(Exception):
     """An error a user can act on. `rig` prints str(error) and exits 2, never a traceback. Each part
     is one line whatever it quotes: a character that would break or hide it is shown escaped."""

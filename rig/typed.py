@@ -17,7 +17,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from rig.errors import Damaged
+from rig.errors import Damaged, closest
 
 # --- The bounds of every number rig reads -------------------------------------------------------
 # A number read back (a record, a summary, an entry) or imported (a peer's file, a checkpoint's
@@ -101,16 +101,14 @@ def misspelled(error: ValidationError) -> tuple[tuple[Any, ...], str, str] | Non
     """A required field reported missing beside an unknown key that is close to its name (`servng:`
     for `serving:`): (the unknown key's location, the problem, the fix). The user wrote the field,
     misspelled: that, not "Field required", is the problem to name."""
-    import difflib
-
     problems = error.errors()
     missing = [e["loc"] for e in problems if e["type"] == "missing" and e["loc"]]
     extra = [e["loc"] for e in problems if e["type"] == "extra_forbidden" and e["loc"]]
     for loc in extra:
         wanted = [m[-1] for m in missing if m[:-1] == loc[:-1] and isinstance(m[-1], str)]
-        close = difflib.get_close_matches(str(loc[-1]), wanted, n=1, cutoff=0.6)
-        if close:
-            wrong, right = str(loc[-1]), close[0]
+        right = closest(str(loc[-1]), wanted)
+        if right:
+            wrong = str(loc[-1])
             return tuple(loc), f"{wrong} is not a field, and {right} is required", f"rename {wrong} to {right}"
     return None
 
@@ -119,14 +117,12 @@ def written_fix(error: ValidationError, model: type[BaseModel]) -> str | None:
     """The fix of a hand-written file's first problem, where its kind names one: an unknown top-level
     key close to one of `model`'s fields (`envs:` for `env:`), or a bare YAML number or boolean where
     text is wanted (`RIG_X: 0`, which YAML reads as an int, for `RIG_X: "0"`). None: no such fix."""
-    import difflib
-
     first = error.errors()[0]
     loc, kind, value = first["loc"], first["type"], first.get("input")
     if kind == "extra_forbidden" and len(loc) == 1:
         fields = [f.alias or name for name, f in model.model_fields.items()]
-        close = difflib.get_close_matches(str(loc[0]), fields, n=1, cutoff=0.6)
-        return f"did you mean {close[0]}:?" if close else f"the keys are {', '.join(fields)}"
+        close = closest(str(loc[0]), fields)
+        return f"did you mean {close}:?" if close else f"the keys are {', '.join(fields)}"
     if kind == "string_type" and isinstance(value, bool | int | float):
         read_as = f"the boolean {str(value).lower()}" if isinstance(value, bool) else f"the number {value}"
         return f"quote the value as you wrote it, e.g. \"0\" (YAML read it as {read_as}; this field takes text)"

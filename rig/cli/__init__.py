@@ -8,7 +8,7 @@ import sys
 from rig.cli import compare, engine, load, recipes, serving
 from rig.cli.signals import handle_termination, hold_interrupts, received, stopped_by_signal
 from rig.cli_args import Command, OneLineParser, add_command
-from rig.errors import RigError, StepFailed
+from rig.errors import RigError, StepFailed, closest
 from rig.exits import Exit, help_text
 
 # `rig NAME` is one entry of COMMANDS; each family's module declares its own, in the flow's order.
@@ -59,15 +59,13 @@ ELSEWHERE = {
 def unknown_command(argv: list[str], names: list[str]) -> str | None:
     """One line for a first word that names no command: the command it is close to, or where its
     job lives. None when it is a command or an option (argparse reads those)."""
-    import difflib
-
     if not argv or argv[0].startswith("-") or argv[0] in names:
         return None
     word = argv[0]
     if word in ELSEWHERE:
         return f"{word} is not a rig command; fix: {ELSEWHERE[word]}"
-    close = difflib.get_close_matches(word, names, n=1, cutoff=0.6)
-    return f"{word[:40]!r} is not a rig command; fix: " + (f"did you mean {close[0]}?" if close else "see `rig --help`")
+    close = closest(word, names)
+    return f"{word[:40]!r} is not a rig command; fix: " + (f"did you mean {close}?" if close else "see `rig --help`")
 
 
 def main(argv: list[str] | None = None) -> int:

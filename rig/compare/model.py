@@ -19,7 +19,7 @@ from rig.compare.arms import Arm, boot_order
 from rig.compare.coherence import BootCoherence
 from rig.compare.design import FIRST_LOOK, MAX_ARMS, MAX_PAIRS, MAX_SCENARIOS
 from rig.compare.percentiles import LatencyHistogram
-from rig.compare.stats import CONFIDENCE
+from rig.compare.stats import CONFIDENCE, per_look_confidence
 from rig.load.bounds import MAX_DURATION_S, MAX_WORKERS
 from rig.load.goodput import SLO_KEYS, Goodput
 from rig.observe.fingerprint import Fingerprint
@@ -122,7 +122,7 @@ class ComparePlan(Versioned):
         if self.stopping_rule is None:
             return CONFIDENCE
         first, most = self.stopping_rule
-        return 1 - round(1 - CONFIDENCE, 10) / (most - first + 1)
+        return per_look_confidence(most - first + 1)
 
     def order(self) -> list[tuple[int, Arm]]:
         """The burn-in boot (if any), the first ABBA block, the control (if any), then the other

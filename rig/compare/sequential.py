@@ -26,7 +26,7 @@ from rig.atomic import write_text_atomic
 from rig.compare.design import FIRST_LOOK, MAX_PAIRS
 from rig.compare.figures import figure_boots
 from rig.compare.model import BootEntry, ComparePlan
-from rig.compare.stats import CONFIDENCE, MIN_PAIRS, Comparison, compare_boots
+from rig.compare.stats import MIN_PAIRS, SEQUENTIAL_ALPHA, Comparison, compare_boots, per_look_confidence
 from rig.load.figures import HEADLINE, USER_DECODE, Figure
 from rig.load.scenarios import load_scenario
 from rig.typed import Typed, Versioned
@@ -40,7 +40,7 @@ class UntilDecided(Typed):
 
     first: int = FIRST_LOOK
     most: int
-    alpha: float = round(1 - CONFIDENCE, 10)  # the false-verdict rate over all looks together
+    alpha: float = SEQUENTIAL_ALPHA  # the false-verdict rate over all looks together
 
     @model_validator(mode="after")
     def _bounded(self) -> UntilDecided:
@@ -57,7 +57,7 @@ class UntilDecided(Typed):
     @property
     def confidence(self) -> float:
         """Each look's interval: Bonferroni over the looks."""
-        return 1 - self.alpha / self.looks
+        return per_look_confidence(self.looks, self.alpha)
 
     def statement(self) -> str:
         return (f"boot pairs added one at a time until the interval excludes 0: a look after each pair from {self.first} to "

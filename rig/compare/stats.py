@@ -45,6 +45,12 @@ from pydantic import Field
 from rig.typed import Typed
 
 CONFIDENCE = 0.95
+SEQUENTIAL_ALPHA = round(1 - CONFIDENCE, 10)  # a stopping rule's false-verdict rate over all its looks
+
+
+def per_look_confidence(looks: int, alpha: float = SEQUENTIAL_ALPHA) -> float:
+    """Each look's interval level of a stopping rule with `looks` looks fixed in advance: Bonferroni."""
+    return 1 - alpha / looks
 FAMILY_ALPHA = 0.05  # family-wise false-verdict rate of a report's secondary figures
 MIN_PAIRS = 2  # below this there is no variance estimate: no interval, no verdict
 DEFAULT_TARGET_PCT = 1.0  # the precision the planning line resolves by default

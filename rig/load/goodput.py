@@ -37,7 +37,12 @@ def _limit(part: str) -> tuple[str, float | None]:
     if not _PLAIN.fullmatch(number) or not scale:
         return key.strip(), None
     value = float(number) * scale
-    return key.strip(), value if math.isfinite(value) and MIN_SLO_S <= value <= MAX_DURATION_S else None
+    return key.strip(), value if slo_limit_ok(value) else None
+
+
+def slo_limit_ok(seconds: float) -> bool:
+    """An SLO limit a request can meet or miss: from MIN_SLO_S to MAX_DURATION_S."""
+    return math.isfinite(seconds) and MIN_SLO_S <= seconds <= MAX_DURATION_S
 
 
 def parse_slos(text: str | None, where: str = "command line", field: str = "--goodput") -> dict[str, float] | None:

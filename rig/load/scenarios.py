@@ -21,7 +21,7 @@ from pydantic import (
 )
 
 from rig import grammar
-from rig.errors import Invalid, RigError
+from rig.errors import Invalid, RigError, closest
 from rig.load.bounds import (
     MAX_ARRIVALS,
     MAX_BLOCK_TOKENS,
@@ -231,12 +231,10 @@ def scenario_names() -> list[str]:
 
 def scenario_fix(ref: str, other: str) -> str:
     """The fix for a scenario name that names none: the close name, and the others (and `other`)."""
-    import difflib
-
     names = scenario_names()
-    close = difflib.get_close_matches(ref.replace("_", "-"), names, n=1, cutoff=0.6)
+    close = closest(ref.replace("_", "-"), names)
     known = f"{', '.join(names)}, {other}"
-    return f"did you mean {close[0]}? (the others: {known})" if close else f"use one of {known}"
+    return f"did you mean {close}? (the others: {known})" if close else f"use one of {known}"
 
 
 def scenario_path(ref: str) -> Path:

@@ -18,7 +18,6 @@ enters as half a request over its window (a continuity correction), below any ro
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +27,7 @@ from rig.errors import Invalid, NotFound
 from rig.load.bounds import MAX_DURATION_S
 from rig.load.client_error import UNBOUNDED
 from rig.load.figures import FIGURES
-from rig.load.goodput import SLO_ALIASES, parse_slos
+from rig.load.goodput import SLO_ALIASES, slo_limit_ok
 from rig.load.records import read_records
 from rig.load.request_metrics import PER_REQUEST, done_in_window
 from rig.load.scenarios import Scenario
@@ -44,9 +43,9 @@ MAPPING_EXAMPLE = "write e.g. goodput: {ttft: 500, tpot: 50} (milliseconds; keys
 
 
 def _limit_s(value: object, where: str, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not 0 < value <= 1000 * MAX_DURATION_S:
-        raise Invalid(where, field, f"{value!r} is not a positive limit in milliseconds", MAPPING_EXAMPLE)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not slo_limit_ok(value / 1000):
+        raise Invalid(where, field, f"{value!r} is not a limit in milliseconds from 0.001 to {1000 * MAX_DURATION_S:g}",
+                      MAPPING_EXAMPLE)
     return float(value) / 1000
 
 
@@ -64,11 +63,6 @@ def slos_from_mapping(raw: dict[str, object], where: str, field: str) -> dict[st
     if not out:
         raise Invalid(where, field, "names no SLO", MAPPING_EXAMPLE)
     return out
-
-
-def parse_goodput(text: str, where: str = "command line", field: str = "--goodput") -> dict[str, float]:
-    """`--goodput`, read as `rig compare` reads it (rig.load.goodput.parse_slos): SLOs in seconds."""
-    return parse_slos(text, where, field) or {}
 
 
 def check_measurable(slos: dict[str, float], scenario: Scenario, where: str, field: str) -> None:

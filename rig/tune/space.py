@@ -201,7 +201,8 @@ def load_space(path: Path, recipe: str, scenario: str, baseline: str | None = No
                goodput: str | None = None) -> Space:
     """The space in `path` for `recipe`, every candidate resolved, every constraint and SLO checked
     against `scenario` at the race's size (`small`); `goodput` is --goodput's SLOs. One line per problem."""
-    from rig.tune.goodput import check_measurable, parse_goodput, slos_from_mapping
+    from rig.load.goodput import parse_slos
+    from rig.tune.goodput import check_measurable, slos_from_mapping
 
     where = str(path)
     sized = load_scenario(scenario).scaled(small)
@@ -255,7 +256,7 @@ def load_space(path: Path, recipe: str, scenario: str, baseline: str | None = No
         raise RigError("command line", "--goodput", f"{where} names its SLOs already (goodput:)",
                        "keep one: drop --goodput, or the space's goodput: key")
     if goodput is not None:
-        slos = parse_goodput(goodput)
+        slos = parse_slos(goodput) or {}
         check_measurable(slos, sized, "command line", "--goodput")
     elif written.goodput is not None:
         slos = slos_from_mapping(dict(written.goodput), where, "goodput")

@@ -15,8 +15,9 @@ from simulated_runs import TTFT_S, round_result, simulate_round
 
 from rig.compare.model import BootEntry, RunResult
 from rig.errors import RigError
+from rig.load.goodput import parse_slos as parse_goodput
 from rig.load.records import RequestRecord
-from rig.tune.goodput import OBJECTIVE, goodput_boots, parse_goodput, round_goodput
+from rig.tune.goodput import OBJECTIVE, goodput_boots, round_goodput
 from rig.tune.plan import RacePlan
 from rig.tune.result import write
 from rig.tune.run import Racer
