@@ -17,7 +17,9 @@
 # Environment: RIG_SITE (default /tmp/site, where the bundle installs), RIG_STAGE (/tmp/rig-stage,
 # where parts wait), RIG_RESULTS_DIR (/tmp/rig-results), RIG_PACK_IN (the last step's pack, if
 # any), RIG_PACK_OUT (required for compare/run: where this step's pack goes), RIG_PACK_PART
-# (15MiB: the largest part of a pack).
+# (15MiB: the largest part of a pack), RIG_PACK_CACHES (a recipe: also pack the compile caches its
+# boots use here, as $RIG_PACK_OUT/caches), RIG_CACHES_IN (such a pack: merged into this host's
+# caches at its first step, so that a fresh host of the same kind loads instead of compiling).
 # Exit codes: 0 finished; 75 stopped at SECONDS, packed (run the next step); 42 a fresh host
 # (carry the parts again); 10 parts still missing; otherwise rig's own code (rig --help).
 set -uo pipefail
@@ -38,11 +40,17 @@ packed() {  # pack the results whatever happened, then exit with the step's code
     rig pack --source "$RIG_RESULTS_DIR" --out "${RIG_PACK_OUT:?set RIG_PACK_OUT: where this step packs}/pack" \
       --part-size "${RIG_PACK_PART:-15MiB}" || code=1
   fi
+  if [ -n "${RIG_PACK_CACHES:-}" ]; then  # without them the next host compiles again: said, not fatal
+    rig pack --caches "$RIG_PACK_CACHES" --out "$RIG_PACK_OUT/caches" --part-size "${RIG_PACK_PART:-15MiB}"
+  fi
   exit "$code"
 }
 
 guarded() {  # a fresh host has no bundle: say so in one line and stop before anything runs
   "$PY" rig/hosts/hostside.py guard --site "$RIG_SITE" || exit 42
+  if [ -n "${RIG_CACHES_IN:-}" ] && [ ! -d "$RIG_RESULTS_DIR" ]; then
+    rig unpack "$RIG_CACHES_IN" || exit 2
+  fi
   if [ -n "${RIG_PACK_IN:-}" ] && [ ! -d "$RIG_RESULTS_DIR" ]; then
     rig unpack "$RIG_PACK_IN" --into "$RIG_RESULTS_DIR" || exit 2
   fi
@@ -70,6 +78,6 @@ compare|run)
   packed "$code"
   ;;
 *)
-  sed -n '2,25p' "$0"; exit 2
+  sed -n '2,24p' "$0"; exit 2
   ;;
 esac

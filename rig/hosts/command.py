@@ -14,7 +14,9 @@ BUNDLE_EXAMPLES = ("rig bundle build .bundle --spec vllm-0.24.0 --host-profile h
                    "rig bundle build .bundle --spec vllm-0.24.0 --host-profile host.json --with moe",
                    "python3 .bundle/part-01/install.py install .bundle/part-*   # on the host, as parts arrive")
 PACK_EXAMPLES = ("rig pack --out /tmp/out/pack   # this host's RIG_RESULTS_DIR, in parts of 15MiB",
-                 "rig unpack .packs/last         # on the next host, before rig compare --resume")
+                 "rig unpack .packs/last         # on the next host, before rig compare --resume",
+                 "rig pack --caches llama8b-h200 --out /tmp/out/caches   # the compile caches its boots use here",
+                 "rig unpack .packs/caches       # merged into this host's caches: no recompiling")
 
 
 def cmd_bundle_build(args: argparse.Namespace) -> int:
@@ -43,9 +45,17 @@ def cmd_bundle_build(args: argparse.Namespace) -> int:
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
-    from rig.hosts.pack import pack
+    import os
+
+    from rig.hosts.pack import pack, pack_caches
     from rig.hosts.parts import part_size
 
+    if args.caches:
+        manifest = pack_caches(args.caches, dict(os.environ), Path(args.out), part_size(args.part_size))
+        mib = sum(part["bytes"] for part in manifest["parts"]) / (1 << 20)
+        print(f"pack {manifest['id']}: {len(manifest['parts'])} parts, {mib:.1f} MiB in {args.out}/part-NN/ "
+              f"(the compile caches of {args.caches}: {', '.join(manifest['caches'])})")
+        return Exit.OK
     source = Path(args.source) if args.source else paths.results_dir()
     manifest = pack(source, Path(args.out), part_size(args.part_size))
     print(f"pack {manifest['id']}: {len(manifest['parts'])} parts in {args.out}/part-NN/ (from {source})")
@@ -53,8 +63,18 @@ def cmd_pack(args: argparse.Namespace) -> int:
 
 
 def cmd_unpack(args: argparse.Namespace) -> int:
-    from rig.hosts.pack import unpack
+    import os
 
+    from rig.errors import Invalid
+    from rig.hosts.pack import is_caches, unpack, unpack_caches
+
+    if is_caches(Path(args.pack)):
+        if args.into or args.replace:
+            raise Invalid("command line", "--into" if args.into else "--replace", "a caches pack goes where the recipe's "
+                          "boots compile on this host, and never replaces a file", "leave it out")
+        manifest, added, kept = unpack_caches(Path(args.pack), dict(os.environ))
+        print(f"unpacked {manifest['id']}: {added} cache files added for {manifest['recipe']}, {kept} this host held kept")
+        return Exit.OK
     into = Path(args.into) if args.into else paths.results_dir()
     manifest = unpack(Path(args.pack), into, replace=args.replace)
     print(f"unpacked {manifest['id']} into {into}: rig compare --resume or rig tune --resume carries on from it")
@@ -75,12 +95,16 @@ def _bundle_build_arguments(b: argparse.ArgumentParser) -> None:
 
 def _pack_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="an empty or new folder for the part-NN/ folders")
-    p.add_argument("--source", help="the directory to pack (default: RIG_RESULTS_DIR)")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--source", help="the directory to pack (default: RIG_RESULTS_DIR)")
+    what.add_argument("--caches", metavar="RECIPE",
+                      help="pack the compile caches RECIPE[:variant]'s boots use on this host instead of results")
     p.add_argument("--part-size", default="15MiB", help="the largest part, e.g. 15MiB (default)")
 
 
 def _unpack_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("pack", help="the folder `rig pack` wrote (holding part-NN/ folders)")
+    p.add_argument("pack", help="the folder `rig pack` wrote (holding part-NN/ folders); a caches pack merges "
+                   "into where its recipe's boots compile on this host")
     p.add_argument("--into", help="where the results go (default: RIG_RESULTS_DIR)")
     p.add_argument("--replace", action="store_true", help="replace results already there (default: refuse)")
 
@@ -99,10 +123,12 @@ COMMANDS = [
             )),
     Command("pack", cmd_pack, "a results directory in checked parts, to carry to the next host",
             "Pack a results directory (default: RIG_RESULTS_DIR) as an xz tar in parts of a chosen size, each with a "
-            "sha256 manifest: what a step on a host that may vanish leaves behind.",
+            "sha256 manifest: what a step on a host that may vanish leaves behind. With --caches, the compile caches a "
+            "recipe's boots use here, so that the next host of the same kind loads them instead of compiling.",
             PACK_EXAMPLES, _pack_arguments),
     Command("unpack", cmd_unpack, "put a pack's results directory in place, checked",
             "Check every part of a pack by sha256, join them and put the results directory in place in one rename "
-            "(default: RIG_RESULTS_DIR); then rig compare --resume or rig tune --resume carries on from it.",
+            "(default: RIG_RESULTS_DIR); then rig compare --resume or rig tune --resume carries on from it. A caches "
+            "pack is merged file by file into this host's caches, keeping every file the host already holds.",
             PACK_EXAMPLES, _unpack_arguments),
 ]
