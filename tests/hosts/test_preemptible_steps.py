@@ -1,7 +1,9 @@
 """A comparison on a host that vanishes between two steps, end to end on tiny-cpu: the first step
 is cut after its first boot and packs what it has; the next step, on a fresh host, stops before
 anything runs (exit 42) until the bundle is installed again, then unpacks the pack and resumes
-the comparison to its verdict, keeping the boot the first host measured."""
+the comparison to its verdict, keeping the boot the first host measured. Each step also packs a
+GPU recipe's compile caches (a file standing in for vLLM's), and the fresh host's first step merges
+them into its own caches."""
 
 from __future__ import annotations
 
@@ -27,10 +29,12 @@ ARGS = ["tiny-cpu", "--arm", "off:RIG_TOKEN_DELAY_MS=0", "--arm", "on:RIG_TOKEN_
 
 
 def _env(tmp: Path, results: Path, **extra: str) -> dict[str, str]:
-    """A host's folders under `tmp`; the results at the same path on every host, as the docs ask
-    (boot entries name their files by it)."""
-    return os.environ | {"RIG_SITE": str(tmp / "site"), "RIG_STAGE": str(tmp / "stage"), "RIG_RESULTS_DIR": str(results),
-                         "RIG_STATE_DIR": str(tmp / "state"), "RIG_PYTHON": sys.executable} | extra
+    """A host's folders under `tmp`, its compile caches too; the results at the same path on every
+    host, as the docs ask (boot entries name their files by it)."""
+    caches = {name: str(tmp / name.lower()) for name in ("VLLM_CACHE_ROOT", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")}
+    return os.environ | caches | {"RIG_SITE": str(tmp / "site"), "RIG_STAGE": str(tmp / "stage"),
+                                  "RIG_RESULTS_DIR": str(results), "RIG_STATE_DIR": str(tmp / "state"),
+                                  "RIG_PYTHON": sys.executable} | extra
 
 
 def _listening(port: int) -> bool:
@@ -56,10 +60,14 @@ def test_a_comparison_cut_on_one_host_resumes_from_its_pack_on_a_fresh_one(tmp_p
     port = free_port()
     args = [*ARGS, "--port", str(port)]
     assert subprocess.run(["bash", str(STEP), "install", *part_dirs], env=_env(host_a, results), cwd=REPO).returncode == 0
+    compiled = Path("torch_compile_cache/816012a40c/rank_0_0/backbone/computation_graph.py")
+    (host_a / "vllm_cache_root" / compiled).parent.mkdir(parents=True)
+    (host_a / "vllm_cache_root" / compiled).write_text("compiled on host a")
 
     # Step 1, cut as a reclaimed host would cut it: after its first finished boot.
     first = subprocess.Popen(["bash", str(STEP), "compare", "900", "--", *args], cwd=REPO, start_new_session=True,
-                             env=_env(host_a, results, RIG_PACK_OUT=str(tmp_path / "pack-a")), stdout=subprocess.DEVNULL)
+                             env=_env(host_a, results, RIG_PACK_OUT=str(tmp_path / "pack-a"), RIG_PACK_CACHES="llama8b-h200"),
+                             stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + 600
     while not _boots(results) and time.monotonic() < deadline and first.poll() is None:
         time.sleep(1)
@@ -67,6 +75,7 @@ def test_a_comparison_cut_on_one_host_resumes_from_its_pack_on_a_fresh_one(tmp_p
     assert first.wait(timeout=300) == 130  # rig's Ctrl-C: the finished boots kept, then packed
     kept = _boots(results)
     assert kept and (tmp_path / "pack-a" / "pack" / "part-01" / "pack.json").exists()
+    assert (tmp_path / "pack-a" / "caches" / "part-01" / "pack.json").exists()
     # Ctrl-C stopped the engine the cut boot had started, though the step's `timeout --foreground`
     # relayed the SIGINT to rig a second time: nothing listens on the port.
     assert not _listening(port)
@@ -75,7 +84,8 @@ def test_a_comparison_cut_on_one_host_resumes_from_its_pack_on_a_fresh_one(tmp_p
 
     # Step 2 on a fresh host: nothing installed, no results.
     host_b = tmp_path / "b"
-    env_b = _env(host_b, results, RIG_PACK_IN=str(tmp_path / "pack-a" / "pack"), RIG_PACK_OUT=str(tmp_path / "pack-b"))
+    env_b = _env(host_b, results, RIG_PACK_IN=str(tmp_path / "pack-a" / "pack"), RIG_PACK_OUT=str(tmp_path / "pack-b"),
+                 RIG_CACHES_IN=str(tmp_path / "pack-a" / "caches"))
     fresh = subprocess.run(["bash", str(STEP), "compare", "900", "--", *args], env=env_b, cwd=REPO, capture_output=True, text=True)
     assert fresh.returncode == hostside.EXIT_NOT_INSTALLED and "fresh host" in fresh.stdout
     assert not results.exists()
@@ -86,3 +96,4 @@ def test_a_comparison_cut_on_one_host_resumes_from_its_pack_on_a_fresh_one(tmp_p
     assert len(resumed) == 4 and all(resumed[name] == boot for name, boot in kept.items())
     assert list(results.glob("compare/*/compare.json"))
     assert (tmp_path / "pack-b" / "pack" / "part-01" / "pack.json").exists()
+    assert (host_b / "vllm_cache_root" / compiled).read_text() == "compiled on host a"
