@@ -80,7 +80,7 @@ class Candidate(Typed):
 
     def describe(self) -> str:
         parts = ([f"@{self.variant}"] if self.variant else []) + [f"{k}={v}" for k, v in self.env.items()]
-        return " ".join(parts + self.server_args) or "(the recipe as it is)"
+        return " ".join(parts + self.server_args) or "the recipe as it is"
 
 
 class Space(Typed):
