@@ -34,7 +34,8 @@ MEANINGS = {
                    "in both arms (\"no data\"; its report says why each round was left out); sweep --goodput: no load met the SLOs; "
                    "demo: as compare",
     Exit.BLIND_CONTROL: "compare --control: the control arm did not change greedy output (the check cannot discriminate)",
-    Exit.VOID: "compare (and demo): the boots ran under different conditions (fingerprints); no verdict stands",
+    Exit.VOID: "compare (and demo): the boots ran under different conditions (fingerprints); no verdict stands; "
+               "tune: the same, and the race stopped at the boot that differed",
     Exit.UNDECIDED: "demo: every pair its stopping rule allows ran and the interval still spans 0: this machine is too busy "
                     "to resolve the known slowdown (run it again when it is quieter); compare --until-decided: every pair "
                     "its rule allows ran and a headline interval still spans 0; tune: a budget (rounds, boots, "

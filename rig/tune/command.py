@@ -135,7 +135,9 @@ def tune(args: argparse.Namespace) -> int:
         raise
     result, text = write(out, plan, state)
     print(text)
-    print(f"report: {out}/tune.md, tune.json, tune.png, winner.yaml")
+    print(f"report: {out}/tune.md, tune.json, tune.png" + (", winner.yaml" if result.winner else ""))
+    if result.void:
+        return Exit.VOID
     return Exit.OK if result.stop in ("one", "equivalent") else Exit.UNDECIDED
 
 

@@ -26,6 +26,8 @@ STOPS = {
     "rounds": "the most rounds ({rounds}) ran with {left} candidates not told apart",
     "boots": "the boot budget ({boots} boots) could not pay for another round of {left} candidates",
     "minutes": "the time budget ({minutes:g} min of boots) ran out with {left} candidates not told apart",
+    "conditions": "the boots ran under different conditions ({void}); resume it on hosts like its first ones, "
+                  "or start a new race on these",
 }
 
 
@@ -55,6 +57,7 @@ class RaceResult(Versioned):
     tied: list[str]  # survivors not told apart from the winner
     stop: str  # the key of STOPS
     stop_text: str
+    void: list[str] = Field(default_factory=list)  # the host conditions that differed (stop "conditions"): no winner
     rule: str
     boots: int  # measured boots
     burn_ins: int
@@ -88,6 +91,8 @@ def analyze(plan: RacePlan, state: RaceState) -> RaceResult:
     rule = plan.rule
     figures = objective_figures(plan, state.entries)
     winner, final = intervals(rule, figures, state.survivors)
+    if state.void:  # no look stands: every candidate is listed by its figure, none judged
+        winner, final = "", []
     tied = [name for name in state.survivors if name != winner]
     quality = analyze_quality(plan.compare_plan(), state.entries)
     measured = [e for e in state.entries if e.measured]
@@ -95,12 +100,14 @@ def analyze(plan: RacePlan, state: RaceState) -> RaceResult:
     for made in state.looks:  # an eliminated candidate: its interval at the look that eliminated it
         standing.update({s.candidate: (made.best, s) for s in made.standings if s.candidate in made.eliminated})
     sign = 1 if plan.higher_is_better else -1
-    ranked = [winner] + sorted(tied, key=lambda n: -sign * (_geometric(figures.get(n, {})) or 0))
+    ranked = [winner] * bool(winner) + sorted(tied, key=lambda n: -sign * (_geometric(figures.get(n, {})) or 0))
     ranked += sorted(state.eliminated, key=lambda n: (-state.eliminated[n][0], -sign * (_geometric(figures.get(n, {})) or 0)))
     rows = []
     for rank, name in enumerate(ranked, 1):
         against_name, interval = standing.get(name, (winner, None))
-        if name == winner:
+        if state.void:
+            status = "not judged: the race is void"
+        elif name == winner:
             status = "winner"
         elif name in state.eliminated:
             status = f"eliminated: {state.eliminated[name][1]}"
@@ -117,12 +124,32 @@ def analyze(plan: RacePlan, state: RaceState) -> RaceResult:
         notes.append(goodput_note(plan, state, winner))
     if (note := missing_cells_note(figures, measured)) is not None:
         notes.append(note)
+    if (note := gpus_note(measured)) is not None:
+        notes.append(note)
     stop = state.stop or "rounds"
     return RaceResult(recipe=plan.recipe, scenario=plan.scenario, objective=plan.objective, winner=winner, tied=tied, stop=stop,
                       stop_text=STOPS[stop].format(margin=plan.margin_pct, rounds=plan.max_rounds, left=len(state.survivors),
-                                                   boots=plan.max_boots, minutes=plan.max_minutes or 0),
+                                                   boots=plan.max_boots, minutes=plan.max_minutes or 0,
+                                                   void="; ".join(state.void)), void=state.void,
                       rule=rule.statement(), boots=len(measured), burn_ins=sum(1 for e in state.entries if e.burn_in),
                       rows=rows, notes=notes)
+
+
+def gpus_note(measured: list[BootEntry]) -> str | None:
+    """Name the GPUs a race's measured boots ran on when there were several (a race resumed on
+    another host of the same kind): a round whose candidates ran on different GPUs holds those GPUs'
+    own difference in speed, which the interval allows for only as far as the rounds vary it."""
+    by_gpu: dict[str, int] = {}
+    for entry in measured:
+        gpus = entry.fingerprint.gpus if entry.fingerprint else []
+        key = ",".join(g.uuid or "?" for g in gpus) or "?"
+        by_gpu[key] = by_gpu.get(key, 0) + 1
+    if len(by_gpu) < 2:
+        return None
+    which = ", ".join(f"{key[:12]} {count}" for key, count in by_gpu.items())
+    return (f"the measured boots ran on {len(by_gpu)} GPUs of the same kind ({which} boots): a round whose candidates ran "
+            "on different GPUs holds those GPUs' own difference in speed, which the intervals allow for only as far as "
+            "the rounds vary it")
 
 
 def missing_cells_note(figures: dict[str, dict[int, list[float]]], measured: list[BootEntry]) -> str | None:
@@ -163,12 +190,14 @@ def _interval(row: Row, winner: str) -> str:
 
 def headline(result: RaceResult) -> str:
     """The answer, first: the winner, and who could not be told apart from it, and why the race stopped."""
+    if result.void:
+        return f"tune: VOID: the boots ran under different conditions ({'; '.join(result.void)}); no winner stands"
     tied = f"; not told apart from it: {', '.join(result.tied)}" if result.tied else ""
     return f"tune: {result.winner} wins ({result.stop_text}){tied}"
 
 
 def table(result: RaceResult) -> str:
-    lines = [f"| rank | candidate | {result.objective} | vs {result.winner} | boots | status | quality |",
+    lines = [f"| rank | candidate | {result.objective} | vs {result.winner or 'winner'} | boots | status | quality |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     shown = [abs(row.figure) for row in result.rows if row.figure]
     decimals = max(0, 3 - math.floor(math.log10(min(shown)))) if shown else 0  # one column, one precision: 4 digits of the least
@@ -213,11 +242,13 @@ def write(out: Path, plan: RacePlan, state: RaceState) -> tuple[RaceResult, str]
 
     result = analyze(plan, state)
     write_text_atomic(out / "tune.json", result.json_text())
-    _, variant_text = winner_variant(plan, result.winner, result.stop_text)
-    write_text_atomic(out / "winner.yaml", variant_text)
+    variant = ""
+    if result.winner:
+        _, variant_text = winner_variant(plan, result.winner, result.stop_text)
+        write_text_atomic(out / "winner.yaml", variant_text)
+        variant = f"; recipe variant for the winner: {out}/winner.yaml"
     text = "\n".join([headline(result), "", table(result), "", f"rule: {result.rule}",
-                      f"{result.boots} measured boot(s), {result.burn_ins} burn-in(s); recipe variant for the winner: "
-                      f"{out}/winner.yaml", *result.notes])
+                      f"{result.boots} measured boot(s), {result.burn_ins} burn-in(s){variant}", *result.notes])
     write_text_atomic(out / "tune.md", f"# rig tune: {plan.recipe} on {plan.scenario}\n\n{text}\n")
     plot(plan, state, out / "tune.png")
     return result, text

@@ -9,7 +9,10 @@ stopping a server a killed attempt left running (rig.compare.run.stop_leftover).
 
 The boot-state control is `rig compare`'s: a boot whose engine log says it compiled is kept as a
 burn-in (boots/NN-name.burn-in.json) and booted again; where the log cannot say, a burn-in boot of
-the baseline opens the race.
+the baseline opens the race. So are the host conditions: once two measured boots differ in one
+(rig/observe/fingerprint_fields.yaml: the driver, the GPU model, its power limit...), as when a
+resumed race lands on another kind of host, the race stops void at that boot, since no look can
+tell a candidate from the host it ran on.
 """
 
 from __future__ import annotations
@@ -58,7 +61,8 @@ class RaceState:
     looks: list[Look] = field(default_factory=list)
     survivors: list[str] = field(default_factory=list)
     eliminated: dict[str, tuple[int, str]] = field(default_factory=dict)  # name -> (round, why)
-    stop: str | None = None  # "one", "equivalent", "rounds", "boots", "minutes"
+    stop: str | None = None  # "one", "equivalent", "rounds", "boots", "minutes", "conditions"
+    void: list[str] = field(default_factory=list)  # the differing conditions, each with its values (stop "conditions")
     positions: int = 0  # measured boot positions run (what --max-boots counts)
     seconds: float = 0.0  # the boots' own wall time (what --max-minutes counts)
 
@@ -75,6 +79,14 @@ def _read(path: Path, index: int, block: int, name: str) -> BootEntry | None:
 
 def _seconds(entry: BootEntry) -> float:
     return sum(entry.phases_s.values())
+
+
+def condition_differences(entries: list[BootEntry]) -> list[str]:
+    """Each host condition that differs between the measured boots, with its values."""
+    from rig.compare.conditions import fingerprint_report
+
+    return [f"{d.field}: {' vs '.join(sorted({str(v) for v in d.values.values()}))}"
+            for d in fingerprint_report([e for e in entries if e.measured], []).voiding]
 
 
 def boots_left(plan: RacePlan, state: RaceState, round_index: int, position: int) -> int:
@@ -170,6 +182,9 @@ class Racer:
                 self.left = time_left(self.measured_s, left)
                 self.boot(index, round_index, name, f"round {round_index + 1}, {position + 1}/{len(order)}")
                 index += 1
+                if void := condition_differences(state.entries):
+                    state.stop, state.void = "conditions", void
+                    return state
             state.positions += len(order)
             made = judge(plan, state, round_index)
             state.looks.append(made)

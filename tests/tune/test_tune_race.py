@@ -187,3 +187,46 @@ def test_the_boots_left_count_only_boots_the_budgets_let_run(max_boots, counts):
         seen += [boots_left(plan, state, round_index, position) for position in range(3)]
         state.positions += 3
     assert seen == counts
+
+
+class HostsRacer(SimulatedRacer):
+    """Each boot's fingerprint from `hosts(index)`: (GPU model, GPU uuid) of the host it ran on."""
+
+    def __init__(self, plan: RacePlan, out: Path, hosts) -> None:
+        super().__init__(plan, out)
+        self.hosts = hosts
+
+    def boot(self, index: int, block: int, name: str, label: str) -> BootEntry:
+        from rig.observe.fingerprint import Fingerprint, GpuFacts
+
+        entry = super().boot(index, block, name, label)
+        model, uuid = self.hosts(index)
+        entry.fingerprint = Fingerprint(taken_at=float(index), hostname=f"host-{uuid}", kernel="6.8", os="linux", cpu="x86",
+                                        cpu_count=16, environment={}, driver_version="580.159.04", gpu_count=1,
+                                        gpus=[GpuFacts(index=0, name=model, uuid=uuid, power_limit_w=700.0)])
+        return entry
+
+
+def test_a_race_resumed_on_another_kind_of_gpu_stops_void_at_that_boot(tmp_path):
+    plan = _plan()
+    plan.write(tmp_path)
+    state = HostsRacer(plan, tmp_path, lambda i: ("NVIDIA H100 80GB HBM3", "GPU-a") if i < 5 else ("NVIDIA H200", "GPU-b")).run()
+    assert state.stop == "conditions" and len(state.entries) == 6  # no boot after the first that differed
+    assert state.void == ["gpus.0.name: NVIDIA H100 80GB HBM3 vs NVIDIA H200"]
+    result, text = write(tmp_path, plan, state)
+    assert text.startswith("tune: VOID: the boots ran under different conditions (gpus.0.name: ") and "no winner" in text
+    assert result.winner == "" and all(row.status == "not judged: the race is void" for row in result.rows)
+    assert not (tmp_path / "winner.yaml").exists()
+
+
+def test_a_race_across_gpus_of_one_kind_goes_on_and_names_them(tmp_path):
+    plan = _plan()
+    plan.write(tmp_path)
+    one = SimulatedRacer(plan, tmp_path / "one")
+    (tmp_path / "one").mkdir()
+    plan.write(tmp_path / "one")
+    alone = _answer(one.run())
+    state = HostsRacer(plan, tmp_path, lambda i: ("NVIDIA H100 80GB HBM3", "GPU-a" if i < 5 else "GPU-b")).run()
+    assert _answer(state) == alone and not state.void
+    result, _ = write(tmp_path, plan, state)
+    assert any(note.startswith("the measured boots ran on 2 GPUs of the same kind (GPU-a 5, GPU-b ") for note in result.notes)
