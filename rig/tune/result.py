@@ -16,7 +16,7 @@ from rig.compare.model import BootEntry
 from rig.compare.quality import QualityReport, analyze_quality, quality_short
 from rig.tune.plan import RacePlan
 from rig.tune.rule import Standing, intervals
-from rig.tune.run import RaceState, objective_figures
+from rig.tune.run import RaceState, by_gpu, objective_figures
 from rig.tune.space import resolve
 from rig.typed import Typed, Versioned
 
@@ -90,7 +90,7 @@ def quality_text(plan: RacePlan, state: RaceState, quality: QualityReport, name:
 def analyze(plan: RacePlan, state: RaceState) -> RaceResult:
     rule = plan.rule
     figures = objective_figures(plan, state.entries)
-    winner, final = intervals(rule, figures, state.survivors)
+    winner, final = intervals(rule, by_gpu(figures, state.entries), state.survivors)
     if state.void:  # no look stands: every candidate is listed by its figure, none judged
         winner, final = "", []
     tied = [name for name in state.survivors if name != winner]
@@ -137,19 +137,20 @@ def analyze(plan: RacePlan, state: RaceState) -> RaceResult:
 
 def gpus_note(measured: list[BootEntry]) -> str | None:
     """Name the GPUs a race's measured boots ran on when there were several (a race resumed on
-    another host of the same kind): a round whose candidates ran on different GPUs holds those GPUs'
-    own difference in speed, which the interval allows for only as far as the rounds vary it."""
-    by_gpu: dict[str, int] = {}
+    another host of the same kind): the rule splits a round by GPU (by_gpu), so a boot
+    is compared only with boots of its own GPU, and a candidate alone on its GPU in a round adds
+    nothing to its interval."""
+    counts: dict[str, int] = {}
     for entry in measured:
         gpus = entry.fingerprint.gpus if entry.fingerprint else []
         key = ",".join(g.uuid or "?" for g in gpus) or "?"
-        by_gpu[key] = by_gpu.get(key, 0) + 1
-    if len(by_gpu) < 2:
+        counts[key] = counts.get(key, 0) + 1
+    if len(counts) < 2:
         return None
-    which = ", ".join(f"{key[:12]} {count}" for key, count in by_gpu.items())
-    return (f"the measured boots ran on {len(by_gpu)} GPUs of the same kind ({which} boots): a round whose candidates ran "
-            "on different GPUs holds those GPUs' own difference in speed, which the intervals allow for only as far as "
-            "the rounds vary it")
+    which = ", ".join(f"{key[:12]} {count}" for key, count in counts.items())
+    return (f"the measured boots ran on {len(counts)} GPUs of the same kind ({which} boots): each round is split by GPU, "
+            "so a boot is compared only with boots of its own GPU, and one alone on its GPU in a round adds nothing to "
+            "its interval")
 
 
 def missing_cells_note(figures: dict[str, dict[int, list[float]]], measured: list[BootEntry]) -> str | None:

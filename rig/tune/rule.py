@@ -16,7 +16,10 @@ effects +- t * sd * its standard error (sqrt(2 / r) with every boot there): the 
 `rig compare` when k = 2, and with 8 candidates 14 degrees of freedom after 3 rounds where a lone
 pair has 2, so a race can decide early. A boot with no usable figure is a missing cell, not a lost
 round for everyone. It assumes one boot sd for all candidates (on the log scale), which the
-calibration simulates.
+calibration simulates. A block is a round on one GPU set (rig.tune.run.by_gpu): a race resumed on
+another GPU mid-round splits that round, so a GPU's own speed never enters a difference. Only
+candidates that blocks connect are compared (a difference is estimable only between them); the
+others get no interval yet.
 
 Error control. Over the whole race the comparisons made are among the candidates' pairs, at most
 C(candidates, 2) per look, over `looks` = max_rounds - FIRST_LOOK + 1 looks, both fixed before any
@@ -120,13 +123,33 @@ def boot_logs(figures: RoundFigures) -> dict[int, float]:
     return {r: math.log(float(np.mean(v))) for r, v in figures.items() if v and all(x > 0 for x in v)}
 
 
+def connected(names: list[str], logs: dict[str, dict[int, float]]) -> list[str]:
+    """The largest group of `names` that shared blocks link, directly or through each other (ties:
+    the one holding the earliest name): the candidates whose differences the additive fit estimates."""
+    group = {name: name for name in names}
+
+    def root(name: str) -> str:
+        while group[name] != name:
+            name = group[name]
+        return name
+
+    for block in {b for name in names for b in logs[name]}:
+        members = [name for name in names if block in logs[name]]
+        for other in members[1:]:
+            group[root(other)] = root(members[0])
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        groups.setdefault(root(name), []).append(name)
+    return max(groups.values(), key=lambda g: (len(g), -names.index(g[0]))) if groups else []
+
+
 def intervals(rule: RaceRule, figures: dict[str, RoundFigures], racing: list[str]) -> tuple[str, list[Standing]]:
     """The best of the racing candidates and each other one's interval against it, in percent of
     the best's figure, from the additive candidate x round fit with the noise pooled over them (see
     the module's docstring). A boot with no figure is a missing cell of that fit, not a lost round;
     a candidate with no figure at all gets no interval."""
     logs = {name: boot_logs(figures.get(name, {})) for name in racing}
-    fitted = [name for name in racing if logs[name]]
+    fitted = connected([name for name in racing if logs[name]], logs)
     rounds = sorted({r for name in fitted for r in logs[name]})
     cells = [(i, rounds.index(r), value) for i, name in enumerate(fitted) for r, value in logs[name].items()]
     if len(fitted) < 2:

@@ -205,6 +205,24 @@ class Racer:
         return state
 
 
+HOST_SLOTS = 1000  # round r's boots on the h-th GPU set the race met are block r * HOST_SLOTS + h
+
+
+def by_gpu(figures: dict[str, dict[int, list[float]]], entries: list[BootEntry]) -> dict[str, dict[int, list[float]]]:
+    """`figures` with each race round split by the GPUs its measured boots ran on (their uuids), in
+    the order the race met them: the rule's blocks (rig.tune.rule). A race on one GPU keeps its rounds
+    as they are; one resumed on another GPU mid-round compares no boot of one GPU with one of another."""
+    seen: list[str] = []
+    slot: dict[tuple[str, int], int] = {}
+    for entry in entries:
+        if entry.measured:
+            gpus = ",".join(g.uuid or "?" for g in entry.fingerprint.gpus) if entry.fingerprint else ""
+            seen += [gpus] * (gpus not in seen)
+            slot[(entry.arm, entry.block)] = seen.index(gpus)
+    return {name: {block * HOST_SLOTS + slot.get((name, block), 0): values for block, values in rounds.items()}
+            for name, rounds in figures.items()}
+
+
 def objective_figures(plan: RacePlan, entries: list[BootEntry]) -> dict[str, dict[int, list[float]]]:
     """candidate -> race round -> the usable round figures of its measured boot: rig compare's
     reading of the headline, or each round's goodput read again from its records (rig.tune.goodput)."""
@@ -276,7 +294,7 @@ def judge(plan: RacePlan, state: RaceState, round_index: int) -> Look:
     from rig.tune.rule import FIRST_LOOK
 
     judged = round_index + 1 >= FIRST_LOOK
-    return look(plan.rule, objective_figures(plan, state.entries), state.survivors, round_index,
+    return look(plan.rule, by_gpu(objective_figures(plan, state.entries), state.entries), state.survivors, round_index,
                 constraint_exclusions(plan, state, judged))
 
 

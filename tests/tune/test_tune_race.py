@@ -40,6 +40,10 @@ class SimulatedRacer(Racer):
         super().__init__(plan, out, progress=False, steps=False, port=None)
         self.cut_after, self.booted = cut_after, 0
 
+    def slower(self, index: int) -> float:
+        """How much longer a decode step takes on the GPU boot `index` runs on."""
+        return 1.0
+
     def boot(self, index: int, block: int, name: str, label: str) -> BootEntry:
         path = BootEntry.path(self.out, index, name)
         if path.exists():
@@ -49,7 +53,7 @@ class SimulatedRacer(Racer):
                 raise KeyboardInterrupt
             rng = np.random.default_rng(1000 + index)
             delay_ms = float(self.plan.by_name()[name].env["RIG_TOKEN_DELAY_MS"])
-            step = (BASE_STEP_S + delay_ms / 1000) * math.exp(rng.normal(0, 0.03))
+            step = (BASE_STEP_S + delay_ms / 1000) * math.exp(rng.normal(0, 0.03)) * self.slower(index)
             result, _ = round_result(simulate_round(rng, step, TTFT_S, DURATION_S), DURATION_S, None)
             entry = BootEntry(index=index, block=block, arm=name, spec=self.arm_of[name].spec, control=False, attempt=1,
                               rounds=[{"prose-c1": result}], greedy={"p": "same"}, phases_s={"up": 10.0, "load": 20.0})
@@ -190,17 +194,20 @@ def test_the_boots_left_count_only_boots_the_budgets_let_run(max_boots, counts):
 
 
 class HostsRacer(SimulatedRacer):
-    """Each boot's fingerprint from `hosts(index)`: (GPU model, GPU uuid) of the host it ran on."""
+    """Each boot's fingerprint from `hosts(index)`: (GPU model, GPU uuid, how much slower it decodes)."""
 
     def __init__(self, plan: RacePlan, out: Path, hosts) -> None:
         super().__init__(plan, out)
         self.hosts = hosts
 
+    def slower(self, index: int) -> float:
+        return self.hosts(index)[2]
+
     def boot(self, index: int, block: int, name: str, label: str) -> BootEntry:
         from rig.observe.fingerprint import Fingerprint, GpuFacts
 
         entry = super().boot(index, block, name, label)
-        model, uuid = self.hosts(index)
+        model, uuid, _ = self.hosts(index)
         entry.fingerprint = Fingerprint(taken_at=float(index), hostname=f"host-{uuid}", kernel="6.8", os="linux", cpu="x86",
                                         cpu_count=16, environment={}, driver_version="580.159.04", gpu_count=1,
                                         gpus=[GpuFacts(index=0, name=model, uuid=uuid, power_limit_w=700.0)])
@@ -210,7 +217,7 @@ class HostsRacer(SimulatedRacer):
 def test_a_race_resumed_on_another_kind_of_gpu_stops_void_at_that_boot(tmp_path):
     plan = _plan()
     plan.write(tmp_path)
-    state = HostsRacer(plan, tmp_path, lambda i: ("NVIDIA H100 80GB HBM3", "GPU-a") if i < 5 else ("NVIDIA H200", "GPU-b")).run()
+    state = HostsRacer(plan, tmp_path, lambda i: ("NVIDIA H100 80GB HBM3", "GPU-a", 1.0) if i < 5 else ("NVIDIA H200", "GPU-b", 1.0)).run()
     assert state.stop == "conditions" and len(state.entries) == 6  # no boot after the first that differed
     assert state.void == ["gpus.0.name: NVIDIA H100 80GB HBM3 vs NVIDIA H200"]
     result, text = write(tmp_path, plan, state)
@@ -219,14 +226,20 @@ def test_a_race_resumed_on_another_kind_of_gpu_stops_void_at_that_boot(tmp_path)
     assert not (tmp_path / "winner.yaml").exists()
 
 
-def test_a_race_across_gpus_of_one_kind_goes_on_and_names_them(tmp_path):
+def test_a_round_finished_on_a_slower_gpu_of_the_same_kind_is_split_by_gpu(tmp_path):
+    """The race moves to a GPU 8% slower after 5 boots of its first round: without the split, the
+    round's last three candidates (a d0 among them) would carry the slower GPU into their intervals."""
     plan = _plan()
     plan.write(tmp_path)
-    one = SimulatedRacer(plan, tmp_path / "one")
-    (tmp_path / "one").mkdir()
-    plan.write(tmp_path / "one")
-    alone = _answer(one.run())
-    state = HostsRacer(plan, tmp_path, lambda i: ("NVIDIA H100 80GB HBM3", "GPU-a" if i < 5 else "GPU-b")).run()
-    assert _answer(state) == alone and not state.void
+    state = HostsRacer(plan, tmp_path, lambda i: ("NVIDIA H100 80GB HBM3", "GPU-a" if i < 5 else "GPU-b",
+                                                   1.0 if i < 5 else 1.08)).run()
+    assert not state.void and all(name.endswith("-d0") for name in state.survivors), state.survivors
+    assert all(not name.endswith("-d0") for name in state.eliminated)
+    on_b = {e.arm for e in state.entries if e.block == 0 and e.index >= 5}
+    assert len(on_b) == 3 and state.looks[0].best not in on_b
+    # after round 1 none of them is paired with the best, which ran on the other GPU; after round 2,
+    # all on GPU-b, each is paired once
+    assert {s.candidate for s in state.looks[0].standings if s.pairs == 0} == on_b
+    assert all(s.pairs == 1 for s in state.looks[1].standings if s.candidate in on_b and state.looks[1].best not in on_b)
     result, _ = write(tmp_path, plan, state)
     assert any(note.startswith("the measured boots ran on 2 GPUs of the same kind (GPU-a 5, GPU-b ") for note in result.notes)

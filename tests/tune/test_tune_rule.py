@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rig.tune.plan import round_order
-from rig.tune.rule import FIRST_LOOK, RaceRule, current_best, look
+from rig.tune.rule import FIRST_LOOK, RaceRule, current_best, intervals, look
 
 
 def _figures(means: dict[str, float], rounds: int, wobble: float = 0.001) -> dict[str, dict[int, list[float]]]:
@@ -61,3 +61,14 @@ def test_a_boot_without_a_figure_is_a_missing_cell_not_a_lost_round():
     assert made.best == best == "a" and cut["b"].pairs == 4 and cut["c"].pairs == 5
     width = {name: s.ci_pct[1] - s.ci_pct[0] for name, s in whole.items()}
     assert cut["b"].ci_pct[1] - cut["b"].ci_pct[0] > width["b"] * 0.99 and cut["c"].ci_pct is not None
+
+
+def test_candidates_no_block_links_to_the_best_get_no_interval():
+    """a and b share blocks 0-2; c's boots are each alone in blocks of their own (every other boot of
+    those rounds failed, or ran on another GPU): its difference from a is not estimable."""
+    figures = {"a": {0: [100.0], 1: [101.0], 2: [99.5]}, "b": {0: [90.0], 1: [91.0], 2: [90.2]},
+               "c": {3: [150.0], 4: [151.0], 5: [149.0]}}
+    best, standings = intervals(RaceRule(candidates=3, max_rounds=6), figures, ["a", "b", "c"])
+    by_name = {s.candidate: s for s in standings}
+    assert best == "a" and by_name["b"].ci_pct is not None and by_name["b"].ci_pct[1] < 0
+    assert by_name["c"].ci_pct is None and by_name["c"].delta_pct is None and by_name["c"].pairs == 0
