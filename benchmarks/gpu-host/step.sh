@@ -34,14 +34,20 @@ PY=${RIG_PYTHON:-python3}
 rig() { "$PY" -m rig "$@"; }
 EX_STOPPED=75
 
+repack() {  # NAME RIG_PACK_ARGS...: a step's pack replaces the last step's on this host once it is whole
+  local name=$1 out=${RIG_PACK_OUT:?set RIG_PACK_OUT: where this step packs}; shift
+  rm -rf "$out/.$name-new"
+  rig pack "$@" --out "$out/.$name-new" --part-size "${RIG_PACK_PART:-15MiB}" || return 1
+  rm -rf "$out/$name" && mv "$out/.$name-new" "$out/$name"
+}
+
 packed() {  # pack the results whatever happened, then exit with the step's code
   local code=$1
   if [ -d "$RIG_RESULTS_DIR" ]; then
-    rig pack --source "$RIG_RESULTS_DIR" --out "${RIG_PACK_OUT:?set RIG_PACK_OUT: where this step packs}/pack" \
-      --part-size "${RIG_PACK_PART:-15MiB}" || code=1
+    repack pack --source "$RIG_RESULTS_DIR" || code=1
   fi
   if [ -n "${RIG_PACK_CACHES:-}" ]; then  # without them the next host compiles again: said, not fatal
-    rig pack --caches "$RIG_PACK_CACHES" --out "$RIG_PACK_OUT/caches" --part-size "${RIG_PACK_PART:-15MiB}"
+    repack caches --caches "$RIG_PACK_CACHES"
   fi
   exit "$code"
 }

@@ -97,3 +97,9 @@ def test_a_comparison_cut_on_one_host_resumes_from_its_pack_on_a_fresh_one(tmp_p
     assert list(results.glob("compare/*/compare.json"))
     assert (tmp_path / "pack-b" / "pack" / "part-01" / "pack.json").exists()
     assert (host_b / "vllm_cache_root" / compiled).read_text() == "compiled on host a"
+    # The next step on the same host packs to the same place: its pack replaces the last one.
+    last = json.loads((tmp_path / "pack-b" / "pack" / "part-01" / "pack.json").read_text())["id"]
+    again = subprocess.run(["bash", str(STEP), "compare", "900", "--", *args], env=env_b, cwd=REPO, capture_output=True, text=True)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert json.loads((tmp_path / "pack-b" / "pack" / "part-01" / "pack.json").read_text())["id"] != last
+    assert sorted(p.name for p in (tmp_path / "pack-b").iterdir()) == ["pack"]
