@@ -81,8 +81,10 @@ def is_caches(pack_dir: Path) -> bool:
 
 def unpack(pack_dir: Path, into: Path, replace: bool = False) -> dict:
     """The pack's directory, checked, as `into` (its label's folder becomes `into`)."""
+    from rig.hosts.caches import LABEL
+
     manifest = _manifest(pack_dir)
-    if manifest.get("label") == "caches":
+    if manifest.get("label") == LABEL:
         raise Invalid(str(pack_dir), "label", "a pack of compile caches, not of results",
                       "rig unpack PACK without --into merges it into this host's caches")
     if into.exists() and any(into.iterdir()) and not replace:
