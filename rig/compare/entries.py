@@ -137,11 +137,12 @@ def read_position_entry(out: Path, index: int, block: int, arm: Arm, burn_in: bo
     return read_entry(path, lambda entry: check_position(entry, path, index, block, arm))
 
 
-def supersede_burn_in(out: Path, earlier: BootEntry) -> None:
-    """A position's burn-in replaced by a later one (its boot compiled again on a fresh host) moves to
-    boots/superseded/: kept for reference, no longer read as the position's burn-in (its runs stay
-    under runs/)."""
-    path = BootEntry.path(out, earlier.index, earlier.arm, burn_in=True)
+def supersede(out: Path, earlier: BootEntry, burn_in: bool = True) -> None:
+    """A position's burn-in replaced by a later one (its boot compiled again on a fresh host), or its
+    boot set aside to be booted again (its pair's other boot ran on another GPU), moves to
+    boots/superseded/: kept for reference, no longer read as the position's (its runs stay under
+    runs/)."""
+    path = BootEntry.path(out, earlier.index, earlier.arm, burn_in=burn_in)
     aside = out / "boots" / "superseded" / f"{path.stem}.{earlier.boot_id or earlier.attempt}.json"
     aside.parent.mkdir(exist_ok=True)
     path.replace(aside)

@@ -256,6 +256,11 @@ class BootEntry(Versioned):
         return not self.voided and not self.control and not self.burn_in
 
     @property
+    def gpus(self) -> str:
+        """The GPUs this boot ran on, by uuid ("" where its fingerprint names none)."""
+        return ",".join(g.uuid or "?" for g in self.fingerprint.gpus) if self.fingerprint else ""
+
+    @property
     def compiled(self) -> bool:
         """The engine's own log says this boot compiled (its caches did not hold the configuration)."""
         return self.compile_cache is not None and self.compile_cache.log == "compiled"

@@ -34,7 +34,7 @@ from rig.compare.entries import (
     read_position_entry,
     saved_plan_of_the_same_comparison,
     stop_leftover,
-    supersede_burn_in,
+    supersede,
 )
 from rig.compare.measure import (
     ResolvedArms,
@@ -218,7 +218,7 @@ def _read_back(plan: ComparePlan, out: Path) -> tuple[dict[int, list[BootEntry]]
             entry = read_position_entry(out, index, block, arm, burn_in=burn_in)
             if entry is not None:
                 found.setdefault(index, []).append(entry)
-                finished.append(FinishedBoot(index, arm.name, entry.compiled, entry.voided, burn_in=burn_in))
+                finished.append(FinishedBoot(index, arm.name, entry.compiled, entry.voided, burn_in=burn_in, gpus=entry.gpus))
     return found, finished
 
 
@@ -240,6 +240,7 @@ def _execute(setup: BootSetup, progress: bool, until: UntilDecided | None) -> li
     plan, out = setup.plan, setup.out
     by_position, finished = _read_back(plan, out)
     scheduler = BootScheduler(plan, finished, until=until)
+    _set_aside(scheduler, by_position, out, progress)
     boot_seconds: list[float] = []  # wall time of each boot this process ran (for the time left)
     burn_in_seconds: list[float] = []  # compiled boots kept as burn-ins, timed apart from the boot after them
     looks = _earlier_looks(out, until)
@@ -288,13 +289,13 @@ def _execute(setup: BootSetup, progress: bool, until: UntilDecided | None) -> li
             entry = run_boot(job, setup)
         except Interrupted:
             raise KeyboardInterrupt from None  # nothing written for this boot: a resume redoes it
-        filing = scheduler.done(FinishedBoot(job.index, arm.name, entry.compiled, entry.voided, entry.burn_in))
+        filing = scheduler.done(FinishedBoot(job.index, arm.name, entry.compiled, entry.voided, entry.burn_in, entry.gpus))
         position = by_position.setdefault(job.index, [])
         if filing is Filing.BURN_IN:
             # Its caches did not hold this arm's configuration: kept as a burn-in, booted again.
             if job.supersedes:
                 earlier = position.pop(0)
-                supersede_burn_in(out, earlier)
+                supersede(out, earlier)
             entry.write(out, as_burn_in=True)
             position.append(entry)
             if progress:
@@ -305,6 +306,7 @@ def _execute(setup: BootSetup, progress: bool, until: UntilDecided | None) -> li
             continue
         entry.write(out)
         position.append(entry)
+        _set_aside(scheduler, by_position, out, progress)
         # a burn-in boot of its own (an engine whose log cannot say it compiled): a one-off like a redo's
         (burn_in_seconds if job.burn_in else boot_seconds).append(time.monotonic() - started)
         if entry.check is not None and entry.check.unknown_settings:
@@ -313,6 +315,18 @@ def _execute(setup: BootSetup, progress: bool, until: UntilDecided | None) -> li
             raise RigError(f"--arm {arm.spec}", "env", f"boot {job.index + 1} ({entry.boot_id}): {entry.check.unknown_settings[0]}",
                            "correct the variable's name in the arm (or the recipe's env) and start a new comparison")
     return entries()
+
+
+def _set_aside(scheduler: BootScheduler, by_position: dict[int, list[BootEntry]], out: Path, progress: bool) -> None:
+    """Moves the boots of a pair split across GPUs that the scheduler set aside to boots/superseded/;
+    their positions are booted again."""
+    for boot in scheduler.set_aside:
+        entry = by_position[boot.index].pop()  # the position's boot (a burn-in, if any, comes first)
+        supersede(out, entry, burn_in=False)
+        if progress:
+            print(f"compare: boot {boot.index + 1} ({boot.arm}, {entry.boot_id}) ran on another GPU than its pair's "
+                  "latest boot: moved to boots/superseded/, booting it again on this GPU")
+    scheduler.set_aside.clear()
 
 
 def time_left(boot_seconds: list[float], boots_left: int, burn_in_seconds: tuple[float, ...] = (),

@@ -13,7 +13,14 @@ booted again at once; when that second boot compiles too, the caches do not pers
 control boot that compiled is kept. A resumed comparison may run on a fresh host whose caches hold
 nothing of the earlier burn-ins: an arm's first boot in this process is therefore booted with
 `redo_if_compiled` even where its position already holds a burn-in, and a new burn-in supersedes
-that one (`BootJob.supersedes`)."""
+that one (`BootJob.supersedes`).
+
+A boot pair holds one GPU: two GPUs of one model can differ in speed by more than the effect a
+comparison resolves, so a pair split across them measures the GPUs. When a pair's boots ran on
+different GPUs (a comparison resumed mid-pair on another host), the boots that differ from the
+pair's latest are set aside (`BootScheduler.set_aside`, for the caller to move to
+boots/superseded/) and their positions booted again, on this host. Boots whose fingerprints name
+no GPU are never set aside."""
 
 from __future__ import annotations
 
@@ -34,6 +41,7 @@ class FinishedBoot:
     compiled: bool  # the engine's log says it compiled
     voided: bool = False
     burn_in: bool = False  # a burn-in (the planned one, or a measured position's compiled first boot)
+    gpus: str = ""  # the GPUs it ran on, by uuid (BootEntry.gpus; "" where unknown)
 
 
 @dataclass(frozen=True)
@@ -114,6 +122,9 @@ class BootScheduler:
         self.pending: BootJob | None = None
         self.judged = False  # the caller answered this pass's LookDue or PairsDue
         self.decided = False
+        self.set_aside: list[FinishedBoot] = []  # boots of split pairs the caller moves aside (then clears)
+        for block in sorted({block for block, _ in self.plan.order() if block != BURN_IN_BLOCK}):
+            self._unsplit(block)
 
     @property
     def redoes(self) -> bool:
@@ -180,7 +191,29 @@ class BootScheduler:
         self.booted.add(job.arm.name)
         self.pending = None
         self.cursor += 1
+        if not job.burn_in:
+            self._unsplit(job.block, latest=job.index)
         return Filing.ENTRY
+
+    def _unsplit(self, block: int, latest: int | None = None) -> None:
+        """Keeps `block`'s pair on one GPU: a measured boot of the block that ran on other GPUs than
+        its latest boot (`latest`: the position that just finished; read back from disk, the highest
+        position finished) is set aside and its position booted again. The control is measured for
+        its outputs only and stays."""
+        control = self.plan.control.name if self.plan.control else None
+        boots = {index: position.boot for index, (b, arm) in enumerate(self.plan.order())
+                 if b == block and arm.name != control and (position := self.positions.get(index)) is not None
+                 and position.boot is not None and not position.boot.voided}
+        if latest is None:
+            latest = max(boots, default=None)
+        reference = boots.get(latest) if latest is not None else None
+        if reference is None or not reference.gpus:
+            return
+        for index, boot in boots.items():
+            if boot.gpus and boot.gpus != reference.gpus:
+                self.set_aside.append(boot)
+                self.positions[index].boot = None
+                self.cursor = min(self.cursor, index)
 
     def _after_order(self) -> Step:
         plan = self.plan

@@ -16,7 +16,7 @@ from rig.compare.model import BootEntry
 from rig.compare.quality import QualityReport, analyze_quality, quality_short
 from rig.tune.plan import RacePlan
 from rig.tune.rule import Standing, intervals
-from rig.tune.run import RaceState, by_gpu, gpu_set, objective_figures
+from rig.tune.run import RaceState, by_gpu, objective_figures
 from rig.tune.space import resolve
 from rig.typed import Typed, Versioned
 
@@ -142,7 +142,7 @@ def gpus_note(measured: list[BootEntry]) -> str | None:
     nothing to its interval."""
     counts: dict[str, int] = {}
     for entry in measured:
-        key = gpu_set(entry) or "?"
+        key = entry.gpus or "?"
         counts[key] = counts.get(key, 0) + 1
     if len(counts) < 2:
         return None

@@ -205,11 +205,6 @@ class Racer:
         return state
 
 
-def gpu_set(entry: BootEntry) -> str:
-    """The GPUs a boot ran on, by uuid ("" where its fingerprint names none)."""
-    return ",".join(g.uuid or "?" for g in entry.fingerprint.gpus) if entry.fingerprint else ""
-
-
 HOST_SLOTS = 1000  # round r's boots on the h-th GPU set the race met are block r * HOST_SLOTS + h
 
 
@@ -221,7 +216,7 @@ def by_gpu(figures: dict[str, dict[int, list[float]]], entries: list[BootEntry])
     slot: dict[tuple[str, int], int] = {}
     for entry in entries:
         if entry.measured:
-            gpus = gpu_set(entry)
+            gpus = entry.gpus
             seen += [gpus] * (gpus not in seen)
             slot[(entry.arm, entry.block)] = seen.index(gpus)
     return {name: {block * HOST_SLOTS + slot.get((name, block), 0): values for block, values in rounds.items()}
