@@ -180,6 +180,19 @@ def _check_rig(command: str, words: list[str]) -> None:
     refs = [getattr(args, "recipe", None)] + list(getattr(args, "recipes", None) or [])
     for ref in filter(None, refs):
         assert ref.endswith(".yaml") or _recipe_exists(ref), f"{command!r}: no recipe {ref!r}"
+    if words[0] in ("compare", "tune"):  # a recipe name; its variants are arms (or an axis of the space)
+        assert ":" not in args.recipe, f"{command!r}: {words[0]} takes a recipe name, not {args.recipe!r}"
+    if words[0] == "compare":
+        from rig.compare.arms import parse_arm
+        from rig.deploy.recipe import load
+
+        for spec in list(args.arm or []) + ([args.control] if args.control else []):
+            variant = parse_arm(spec).variant
+            if variant:
+                load(f"{args.recipe}:{variant}")  # raises on a variant the recipe lacks
+
+
+STEP_SCRIPT = "benchmarks/gpu-host/step.sh"
 
 
 def _check_make(command: str, words: list[str]) -> None:
@@ -253,8 +266,11 @@ def test_every_command_in_the_documents_parses(document, command):
     elif head == "pytest":
         _check_python(command, ["-m", "pytest", *words[1:]])
     elif head == "bash" or "/" in head:
-        script = words[1] if head == "bash" else head
+        script, rest = (words[1], words[2:]) if head == "bash" else (head, words[1:])
         assert (REPO / script).is_file(), f"{command!r}: no script {script}"
+        if script == STEP_SCRIPT and rest[:1] in (["compare"], ["run"]):  # step.sh KIND SECONDS -- RIG_ARGS
+            assert rest[2:3] == ["--"], f"{command!r}: step.sh {rest[0]} SECONDS -- ARGS"
+            _check_rig(command, (["compare"] if rest[0] == "compare" else []) + rest[3:])
     elif head not in SYSTEM_TOOLS:
         pytest.fail(f"{document}: {command!r}: not a command this test can check (rig, make, docker compose, python, "
                     "a script, or one of SYSTEM_TOOLS)")
