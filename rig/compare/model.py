@@ -257,8 +257,14 @@ class BootEntry(Versioned):
 
     @property
     def gpus(self) -> str:
-        """The GPUs this boot ran on, by uuid ("" where its fingerprint names none)."""
-        return ",".join(g.uuid or "?" for g in self.fingerprint.gpus) if self.fingerprint else ""
+        """The GPUs of the host (each node's, for a multi-node boot) this boot ran on, by uuid: a boot
+        of another host reads another set. It is every GPU NVML sees there, not only those the boot
+        used: two boots of one host on different GPUs read alike. "" where the fingerprint names none
+        or a uuid NVML could not read (unknown: two such hosts must not read as one)."""
+        if self.fingerprint is None:
+            return ""
+        uuids = [g.uuid for fp in [self.fingerprint, *self.fingerprint.nodes] for g in fp.gpus]
+        return "" if None in uuids else ",".join(dict.fromkeys(uuids))
 
     @property
     def compiled(self) -> bool:

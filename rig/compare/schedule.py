@@ -19,8 +19,10 @@ A boot pair holds one GPU: two GPUs of one model can differ in speed by more tha
 comparison resolves, so a pair split across them measures the GPUs. When a pair's boots ran on
 different GPUs (a comparison resumed mid-pair on another host), the boots that differ from the
 pair's latest are set aside (`BootScheduler.set_aside`, for the caller to move to
-boots/superseded/) and their positions booted again, on this host. Boots whose fingerprints name
-no GPU are never set aside."""
+boots/superseded/) and their positions booted again, on this host. Only boots of an earlier process
+are set aside: where this process's own boots land on different GPUs (a driver that places each
+boot anew), booting again would move again, without end; the fingerprint differences name it.
+Boots whose fingerprints name no GPU are never set aside."""
 
 from __future__ import annotations
 
@@ -123,6 +125,7 @@ class BootScheduler:
         self.judged = False  # the caller answered this pass's LookDue or PairsDue
         self.decided = False
         self.set_aside: list[FinishedBoot] = []  # boots of split pairs the caller moves aside (then clears)
+        self.ran: set[int] = set()  # positions whose boot this process filed
         for block in sorted({block for block, _ in self.plan.order() if block != BURN_IN_BLOCK}):
             self._unsplit(block)
 
@@ -189,6 +192,7 @@ class BootScheduler:
             self.keeps_compiling = True  # compiled right after its position's burn-in: the caches do not persist
         position.boot = boot
         self.booted.add(job.arm.name)
+        self.ran.add(job.index)
         self.pending = None
         self.cursor += 1
         if not job.burn_in:
@@ -196,10 +200,10 @@ class BootScheduler:
         return Filing.ENTRY
 
     def _unsplit(self, block: int, latest: int | None = None) -> None:
-        """Keeps `block`'s pair on one GPU: a measured boot of the block that ran on other GPUs than
-        its latest boot (`latest`: the position that just finished; read back from disk, the highest
-        position finished) is set aside and its position booted again. The control is measured for
-        its outputs only and stays."""
+        """Keeps `block`'s pair on one GPU: a measured boot of an earlier process in the block that
+        ran on other GPUs than its latest boot (`latest`: the position that just finished; read back
+        from disk, the highest position finished) is set aside and its position booted again. The
+        control is measured for its outputs only and stays."""
         control = self.plan.control.name if self.plan.control else None
         boots = {index: position.boot for index, (b, arm) in enumerate(self.plan.order())
                  if b == block and arm.name != control and (position := self.positions.get(index)) is not None
@@ -210,7 +214,7 @@ class BootScheduler:
         if reference is None or not reference.gpus:
             return
         for index, boot in boots.items():
-            if boot.gpus and boot.gpus != reference.gpus:
+            if boot.gpus and boot.gpus != reference.gpus and index not in self.ran:
                 self.set_aside.append(boot)
                 self.positions[index].boot = None
                 self.cursor = min(self.cursor, index)

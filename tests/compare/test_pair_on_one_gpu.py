@@ -12,7 +12,7 @@ import pytest
 from rig.compare import run as compare_run
 from rig.compare.arms import parse_arm
 from rig.compare.model import BootEntry, ComparePlan, RunResult
-from rig.compare.schedule import BootScheduler, FinishedBoot
+from rig.compare.schedule import BootScheduler, Done, FinishedBoot
 from rig.observe.fingerprint import Fingerprint, GpuFacts
 
 
@@ -93,3 +93,25 @@ def test_a_split_pair_read_back_keeps_its_latest_boot():
     assert [(b.index, b.gpus) for b in scheduler.set_aside] == [(0, "GPU-1")]
     job = scheduler.next()
     assert (job.index, job.arm.name) == (0, "a")
+
+
+def test_boots_that_move_between_gpus_within_one_process_still_finish():
+    # a driver that places each boot anew, on one of two nodes in turn: booting again would move again
+    scheduler, boots = BootScheduler(_plan()), 0
+    while not isinstance(step := scheduler.next(), Done):
+        scheduler.done(FinishedBoot(step.index, step.arm.name, False, gpus=f"GPU-n{boots % 2}"))
+        assert scheduler.set_aside == []
+        boots += 1
+    assert boots == 4
+
+
+def test_a_gpu_set_with_an_unread_uuid_is_unknown_and_a_multi_node_boot_counts_every_node():
+    def entry(*nodes: list[str | None]) -> BootEntry:
+        head, *rest = [Fingerprint(taken_at=0.0, hostname="h", kernel="k", os="o", cpu="c", cpu_count=2, environment={},
+                                   gpus=[GpuFacts(index=i, uuid=u) for i, u in enumerate(uuids)]) for uuids in nodes]
+        head.nodes = rest
+        return BootEntry(index=0, block=0, arm="a", spec="a:X=0", control=False, attempt=1, fingerprint=head)
+
+    assert entry(["GPU-1", None]).gpus == ""
+    assert entry(["GPU-1", "GPU-2"], ["GPU-3"]).gpus == "GPU-1,GPU-2,GPU-3"
+    assert entry(["GPU-1"], ["GPU-3"]).gpus != entry(["GPU-1"], ["GPU-4"]).gpus
