@@ -9,7 +9,10 @@ because rig owns it is rig/deploy/recipe_owned.py.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -84,13 +87,18 @@ def _fix_for(error: dict[str, Any]) -> str:
 
 def _read_raw(path: Path, where: str) -> Any:
     """The file's YAML, strictly (rig/strict_yaml.py); every way a file can be unreadable is one RigError line."""
+    # the close names are looked for only when the file is missing (a recipe parse is on every comparison's path)
+    listing = _close_recipes(path) if not path.exists() else f"see `rig validate` for the recipes in {_display(RECIPES_DIR)}"
+    return load_yaml_file(path, RECIPE_MAX_BYTES, where, missing=("no such recipe", listing),
+                          fix="write the recipe as plain UTF-8 YAML, each key once, like recipes/*.yaml")
+
+
+def _close_recipes(path: Path) -> str:
     import difflib
 
     close = difflib.get_close_matches(path.stem, [p.stem for p in RECIPES_DIR.glob("*.yaml")], n=3, cutoff=0.6)
-    listing = (f"did you mean {' or '.join(close)}? (`rig validate` lists the recipes in {_display(RECIPES_DIR)})" if close
-               else f"see `rig validate` for the recipes in {_display(RECIPES_DIR)}")
-    return load_yaml_file(path, RECIPE_MAX_BYTES, where, missing=("no such recipe", listing),
-                          fix="write the recipe as plain UTF-8 YAML, each key once, like recipes/*.yaml")
+    return (f"did you mean {' or '.join(close)}? (`rig validate` lists the recipes in {_display(RECIPES_DIR)})" if close
+            else f"see `rig validate` for the recipes in {_display(RECIPES_DIR)}")
 
 
 def parse_recipe(path: Path) -> Recipe:
@@ -127,8 +135,15 @@ def _display(path: Path) -> str:
         return str(path)
 
 
-def _fork_knobs() -> dict[str, str]:
-    return yaml.safe_load((DATA_DIR / "fork_knobs.yaml").read_text())
+# Package data, read once per process (every recipe parse checks against them).
+@functools.cache
+def _fork_knobs() -> Mapping[str, str]:
+    return MappingProxyType(yaml.safe_load((DATA_DIR / "fork_knobs.yaml").read_text()))
+
+
+@functools.cache
+def _known_backends() -> frozenset[str]:
+    return frozenset(yaml.safe_load((PACKAGE_DIR / "audit" / "constraints.yaml").read_text()))
 
 
 def check_semantics(recipe: Recipe, where: str) -> None:
@@ -162,7 +177,7 @@ def check_semantics(recipe: Recipe, where: str) -> None:
         raise RigError(where, "default_variant", f"{recipe.default_variant!r} is not a variant", f"use one of {', '.join(recipe.variants)}")
     check_rig_owned(recipe, where)
     knobs = _fork_knobs()
-    known_backends = yaml.safe_load((PACKAGE_DIR / "audit" / "constraints.yaml").read_text())
+    known_backends = _known_backends()
     for resolved in variants:
         prefix = f"variants.{resolved.variant}." if resolved.variant else ""
         for kind in ("dense", "experts"):

@@ -91,7 +91,15 @@ class LagProfile:
 
     def late_s(self, t_s: float) -> float:
         """R2: how late a long stretch near the window may have made an event recorded at t_s."""
-        return longest_reaching_s(self.stretches, t_s)
+        lates = self._lates
+        found = lates.get(t_s)
+        if found is None:
+            found = lates[t_s] = longest_reaching_s(self.stretches, t_s)
+        return found
+
+    @functools.cached_property
+    def _lates(self) -> dict[float, float]:  # a recorded time is read by several figures and spans: looked up once
+        return {}
 
     def run_late_s(self, t_s: float) -> float:
         """R2 over the whole run: how long a stretch may have held up what the loop did at t_s."""

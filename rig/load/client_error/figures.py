@@ -5,11 +5,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
 from rig.load.client_error.inputs import FigureInputs
-from rig.load.client_error.per_request import duration_sum_bound, quantile_bound
+from rig.load.client_error.per_request import duration_sum_bound, quantile_bound, sample_lates_s
 from rig.load.client_error.steady import steady_state_bound
 from rig.load.client_error.terms import NO_BOUND, Bound, Term, share_of_reported
 from rig.load.client_error.timeline import Timeline
@@ -41,17 +42,37 @@ def prefill_bound(inputs: FigureInputs) -> Bound:
                               inputs.profile)
 
 
+class Samples(NamedTuple):
+    """One kind of per-request sample of one process, as every percentile figure of it reads them."""
+
+    values: np.ndarray
+    lates_s: list[float]  # R2: sample_lates_s of their times
+    waits_s: np.ndarray  # R3
+    fewest_tokens: float  # the fewest decoded tokens of a request (TPOT's per-token share)
+
+
+def samples_of(inputs: FigureInputs, spans_of: Spans) -> Samples | None:
+    """The samples `spans_of` makes of the process's requests; computed once per process and kind
+    (several quantiles read them)."""
+    memo = inputs.shared
+    if spans_of not in memo:
+        spans = [span for d in inputs.done for span in spans_of(d)]
+        fewest = min((d.decoded_tokens for d in inputs.done if d.decoded_tokens >= 1), default=1.0)
+        memo[spans_of] = Samples(np.asarray([value for value, _, _, _ in spans]),
+                                 sample_lates_s([(a, b) for _, a, b, _ in spans], inputs.profile),
+                                 np.asarray([wait for _, _, _, wait in spans]), fewest) if spans else None
+    return memo[spans_of]
+
+
 def percentile_bound(spans_of: Spans, quantile: float, per_token: bool = False) -> Callable[[FigureInputs], Bound]:
     """R5 over one kind of sample; TPOT divides a duration by the request's decoded tokens."""
     def bound_of(inputs: FigureInputs) -> Bound:
-        spans = [span for d in inputs.done for span in spans_of(d)]
-        if not spans:
+        samples = samples_of(inputs, spans_of)
+        if samples is None:
             return NO_BOUND
-        samples = [value for value, _, _, _ in spans]
-        value = float(np.percentile(samples, 100 * quantile))
-        fewest = min((d.decoded_tokens for d in inputs.done if d.decoded_tokens >= 1), default=1.0)
-        return quantile_bound(samples, [(a, b) for _, a, b, _ in spans], [wait for _, _, _, wait in spans], quantile,
-                              1.0 / fewest if per_token else 1.0, inputs.profile, value)
+        value = float(np.percentile(samples.values, 100 * quantile))
+        return quantile_bound(samples.values, samples.lates_s, samples.waits_s, quantile,
+                              1.0 / samples.fewest_tokens if per_token else 1.0, inputs.profile, value)
     return bound_of
 
 

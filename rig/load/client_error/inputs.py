@@ -4,6 +4,7 @@ master's where it dispatched the users (R6), and the run's first chunks (R12).""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -33,3 +34,9 @@ class FigureInputs:
     # this process's part of the aggregate (R9-R14), computed once by figure_inputs: its bound and
     # the pooled one (R15) read it
     aggregate: AggregateParts | None = None
+
+    @functools.cached_property
+    def shared(self) -> dict[object, object]:
+        """Work several figures of this process read (their samples, rig.load.client_error.figures):
+        done once."""
+        return {}

@@ -53,20 +53,20 @@ def late_sample_count(n: int, lates_s: list[float], level: DelayLevel) -> int:
     return min(n, short + reached)
 
 
-def quantile_bound(samples: list[float], times: list[tuple[float, float]], waits_s: list[float], quantile: float,
+def quantile_bound(samples: np.ndarray, lates_s: list[float], waits_s: np.ndarray, quantile: float,
                    per_sample: float, profile: LagProfile, value: float) -> Bound:
     """R5: a p-quantile of samples each moved by at most e = per_sample * (L + its loop-pass wait),
     save a share q that may move anywhere: the truth lies between the (p-q)-quantile of (sample - e)
     and the (p+q)-quantile of (sample + e). The bound is the farther of the two from the reported
-    value, over the value, at the best L. per_sample is 1, or 1/tokens for TPOT."""
-    if not samples or value <= 0:
+    value, over the value, at the best L. per_sample is 1, or 1/tokens for TPOT. `lates_s`:
+    sample_lates_s of the samples' times, sorted."""
+    if not samples.size or value <= 0:
         return NO_BOUND
-    array, slack_s = np.asarray(samples), np.asarray(waits_s)
+    array, slack_s = samples, waits_s
     mid = float(np.percentile(array, 100 * quantile))
     best: Bound | None = None
-    lates_s = sample_lates_s(times, profile)
     for level in profile.levels():
-        late_share = late_sample_count(len(times), lates_s, level) / len(samples)
+        late_share = late_sample_count(array.size, lates_s, level) / array.size
         if late_share > 0 and (quantile - late_share < 0 or quantile + late_share > 1):
             continue  # as many samples may be late as lie on one side of the quantile
         moved = per_sample * (level.level_s + slack_s)
