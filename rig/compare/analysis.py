@@ -173,7 +173,7 @@ class AnalysisInputs:
 
     kinds: dict[str, str]  # scenario -> its kind (which headline it has)
     greedy: dict[str, bool]  # scenario -> it runs at temperature 0
-    encode: Encode | None  # the served tokenizer, where this host has it
+    encode: Encode | None  # the served tokenizer, where this host has it and an output came as text only
     log_lines: dict[str, set[str]]  # boot "NN-arm" -> its normalised boot-log lines
     outputs: dict[str, dict[OutputKey, set[str]]]  # boot -> its temperature-0 load-test output digests
     unreadable_outputs: list[str] = field(default_factory=list)  # rounds whose records are damaged (left out)

@@ -67,7 +67,10 @@ def read_inputs(plan: ComparePlan, entries: list[BootEntry]) -> AnalysisInputs:
     scenarios = {name: load_scenario(name) for name in plan.scenarios}
     greedy = {name: scenario.temperature == 0 for name, scenario in scenarios.items()}
     outputs, unreadable = load_test_outputs(entries, greedy)
-    return AnalysisInputs(kinds={name: s.kind for name, s in scenarios.items()}, greedy=greedy, encode=_encoder(plan),
+    # the tokenizer locates divergence only in outputs an engine returned as text, without token ids
+    text_only = any(g.output_ids is None for e in entries if e.quality for g in e.quality.generations.values())
+    return AnalysisInputs(kinds={name: s.kind for name, s in scenarios.items()}, greedy=greedy,
+                          encode=_encoder(plan) if text_only else None,
                           log_lines={f"{e.index:02d}-{e.arm}": log_lines(e.log_path) for e in entries},
                           outputs=outputs, unreadable_outputs=unreadable)
 

@@ -32,8 +32,8 @@ from rig.load.wire import ClientStats
 __all__ = [
     "BOUNDS", "CLOCK_RESOLUTION_S", "NO_BOUND", "POOLED", "SPANS", "UNBOUNDED", "AggregateParts", "Bound", "DelayLevel",
     "FigureInputs", "FirstChunks", "Hold", "LagProfile", "ShortDelays", "Stretch", "Term", "Timeline", "Traded", "Unread",
-    "aggregate_parts", "bound", "client_bounds", "figure_inputs", "first_send_hold", "monitored", "scheduled_holds",
-    "share_of_reported", "share_text", "steady_state_bound", "steady_state_moved", "turnaround_hold",
+    "aggregate_parts", "bound", "client_bounds", "figure_inputs", "first_send_hold", "judged_bounds", "monitored",
+    "scheduled_holds", "share_of_reported", "share_text", "steady_state_bound", "steady_state_moved", "turnaround_hold",
 ]
 
 
@@ -42,7 +42,11 @@ def client_bounds(records: list[RequestRecord], window: Window, clients: list[Cl
     """Per figure, the most the client's timing could have moved it (a share of the figure), R16 over
     the Locust processes (`dispatcher`: the master's samples, R6; `pause_s`: a conversation's think
     time, R7). A figure with no samples has bound None, which never holds."""
-    inputs = figure_inputs(records, window, clients, dispatcher, pause_s)
+    return judged_bounds(figure_inputs(records, window, clients, dispatcher, pause_s), limit)
+
+
+def judged_bounds(inputs: list[FigureInputs], limit: float) -> dict[str, ClientBound]:
+    """client_bounds from the processes' inputs (figure_inputs): each figure's bound held to `limit`."""
     unmonitored = not monitored(inputs)
     out = {}
     for name in BOUNDS:

@@ -127,8 +127,8 @@ def simulated_runs() -> Iterator[tuple[str, Source]]:
 def parts(source: Source) -> dict[str, Any]:
     """Each figure's bound: the total client_bounds reports, each process's, the pooled one, and the
     aggregate's parts."""
-    bounds = client_error.client_bounds(source.records, source.window, source.clients, 0.01, source.dispatcher, source.pause_s)
     inputs = client_error.figure_inputs(source.records, source.window, source.clients, source.dispatcher, source.pause_s)
+    bounds = client_error.judged_bounds(inputs, 0.01)  # what client_bounds reports, from the same inputs
     out: dict[str, Any] = {}
     for name, bound_of in client_error.BOUNDS.items():
         pooled = client_error.POOLED.get(name)
