@@ -62,16 +62,15 @@ def quantile_bound(samples: np.ndarray, lates_s: list[float], waits_s: np.ndarra
     sample_lates_s of the samples' times, sorted."""
     if not samples.size or value <= 0:
         return NO_BOUND
-    array, slack_s = samples, waits_s
-    mid = float(np.percentile(array, 100 * quantile))
+    mid = float(np.percentile(samples, 100 * quantile))
     best: Bound | None = None
     for level in profile.levels():
-        late_share = late_sample_count(array.size, lates_s, level) / array.size
+        late_share = late_sample_count(samples.size, lates_s, level) / samples.size
         if late_share > 0 and (quantile - late_share < 0 or quantile + late_share > 1):
             continue  # as many samples may be late as lie on one side of the quantile
-        moved = per_sample * (level.level_s + slack_s)
-        low = float(np.percentile(array - moved, 100 * max(quantile - late_share, 0.0)))
-        high = float(np.percentile(array + moved, 100 * min(quantile + late_share, 1.0)))
+        moved = per_sample * (level.level_s + waits_s)
+        low = float(np.percentile(samples - moved, 100 * max(quantile - late_share, 0.0)))
+        high = float(np.percentile(samples + moved, 100 * min(quantile + late_share, 1.0)))
         total = max(high - mid, mid - low) / value
         if best is None or total < best.total:  # type: ignore[operator]
             best = Bound(total, (Term("R1", "level_s", level.level_s), Term("R5", "late_share", late_share),
