@@ -149,8 +149,8 @@ def _tune_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("recipe", help="a recipe name (its variants are an axis of the space)")
     p.add_argument("--space", required=True, help="the space: a YAML file of variants, server_args and env sets, "
                    "and constraints (see above and docs/tune.md)")
-    p.add_argument("--scenario", required=True, help="the scenario whose headline is the objective (e.g. prose-c1: "
-                   "per-user decode tok/s; decode-c32: output tok/s)")
+    p.add_argument("--scenario", required=True, help="the scenario whose headline is the objective (e.g. prose-c1 "
+                   "and decode-c32: per-user decode tok/s; c3000: output tok/s)")
     p.add_argument("--baseline", help="the candidate you run today: booted first, the reference of greedy identity "
                    "and of the winner's `rig compare` line (default: the first candidate)")
     p.add_argument("--max-boots", type=count(2, 1024), help="the most measured boots of the race (default: every "
