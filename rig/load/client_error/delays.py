@@ -97,6 +97,22 @@ class LagProfile:
             found = lates[t_s] = longest_reaching_s(self.stretches, t_s)
         return found
 
+    def lates_s(self, times_s: np.ndarray) -> np.ndarray:
+        """late_s of each time, at once: a stretch reaching a time is one of the two begun last by it
+        (as longest_reaching_s reads them)."""
+        out = np.zeros(len(times_s))
+        if not self.stretches:
+            return out
+        starts, ends, delays = (np.array(column) for column in zip(*self.stretches))
+        begun = np.searchsorted(starts, times_s, side="right")
+        for back in (1, 2):
+            index = begun - back
+            held = index >= 0
+            index = np.where(held, index, 0)
+            held &= (starts[index] <= times_s) & (times_s <= ends[index])
+            out = np.maximum(out, np.where(held, delays[index], 0.0))
+        return out
+
     @functools.cached_property
     def _lates(self) -> dict[float, float]:  # a recorded time is read by several figures and spans: looked up once
         return {}

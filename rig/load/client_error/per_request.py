@@ -40,7 +40,10 @@ def duration_sum_bound(spans: list[tuple[float, float, float]], profile: LagProf
 def sample_lates_s(times: list[tuple[float, float]], profile: LagProfile) -> list[float]:
     """R5: how late a long stretch may have made each sample (the later of its two times), sorted;
     the same at every level L, so it is read once per figure."""
-    return sorted(max(profile.late_s(a), profile.late_s(b)) for a, b in times) if profile.stretches else []
+    if not profile.stretches or not times:
+        return []
+    first, second = np.array(times).T
+    return np.sort(np.maximum(profile.lates_s(first), profile.lates_s(second))).tolist()
 
 
 def late_sample_count(n: int, lates_s: list[float], level: DelayLevel) -> int:

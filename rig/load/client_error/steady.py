@@ -4,12 +4,10 @@ users' tokens in intervals of their shifts; the hold-backs inside the window are
 
 from __future__ import annotations
 
-import numpy as np
-
 from rig.load.client_error.aggregate import traded_at_the_edges
 from rig.load.client_error.inputs import FigureInputs
 from rig.load.client_error.terms import NO_BOUND, Bound, Term, share_of_reported
-from rig.load.client_error.timeline import FirstChunks, Timeline, Traded
+from rig.load.client_error.timeline import FirstChunks, Grid, Timeline, Traded, tokens_in
 from rig.load.summary import Window
 
 STEADY_GRID = 10_000  # where the shifted counts are read across the window (3 ms apart over 30 s)
@@ -31,22 +29,20 @@ def steady_state_moved(timelines: list[Timeline], window: Window, first_chunks: 
     if last - window.start < window.seconds / 2:
         return None
     step = (last - window.start) / STEADY_GRID
-    grid = window.start + step * np.arange(STEADY_GRID)  # each point with the step after it: [W0, last)
-    # Between two grid points an interval holds at most what the one a step longer from the first
-    # point holds, and at least what the one a step shorter from the second holds.
-    most_before, most_through = np.zeros(STEADY_GRID), np.zeros(STEADY_GRID)
-    least_before, least_through = np.zeros(STEADY_GRID), np.zeros(STEADY_GRID)
-    outlasting = []
-    for line, (before, inside) in zip(timelines, spans):
-        if line.cycle_s(window.run_end) > last - window.start:
-            outlasting.append(line)
-            continue
-        most_before += line.counts(grid, before + step)
-        most_through += line.counts(grid, before + inside + step)
-        least_before += line.counts(grid + step, max(before - step, 0.0))
-        least_through += line.counts(grid + step, max(before + inside - step, 0.0))
+    # Each point of the grid (from W0, before `last`) with the step after it. Between two points an
+    # interval holds at most what the one a step longer from the first point holds, and at least
+    # what the one a step shorter from the second holds.
+    grid, after = Grid(window.start, step, STEADY_GRID), Grid(window.start, step, STEADY_GRID, lead_s=step)
+    counted, outlasting = [], []
+    for line, span in zip(timelines, spans):
+        (outlasting if line.cycle_s(window.run_end) > last - window.start else counted).append((line, span))
+    lines = [line for line, _ in counted]
+    most_before = tokens_in(lines, grid, [before + step for _, (before, _) in counted])
+    most_through = tokens_in(lines, grid, [before + inside + step for _, (before, inside) in counted])
+    least_before = tokens_in(lines, after, [max(before - step, 0.0) for _, (before, _) in counted])
+    least_through = tokens_in(lines, after, [max(before + inside - step, 0.0) for _, (before, inside) in counted])
     moved = max(most_through.max() - least_before.min(), most_before.max() - least_through.min())
-    return float(moved + traded_at_the_edges(outlasting, first_chunks))
+    return float(moved + traded_at_the_edges([line for line, _ in outlasting], first_chunks))
 
 
 def steady_state_bound(inputs: list[FigureInputs]) -> Bound:

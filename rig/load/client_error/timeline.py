@@ -113,7 +113,49 @@ class Timeline:
         """The longest stretch between its first send, its requests' ends and the run's end."""
         return float(np.max(np.diff([hold.start_s for hold in self.holds] + [run_end_s])))
 
-    def counts(self, starts_s: np.ndarray, seconds: float) -> np.ndarray:
-        """Its tokens read in [start, start + seconds), for each start."""
-        return (self.cumulative_tokens[np.searchsorted(self.times_s, starts_s + seconds)]
-                - self.cumulative_tokens[np.searchsorted(self.times_s, starts_s)])
+
+
+class Grid:
+    """Points start + step * i (i < points), each moved by `lead`, as numpy computes the array
+    `start + step * np.arange(points) + lead`: any point is computed alone with the very same
+    roundings, so a time is placed against the points without building the array per user."""
+
+    def __init__(self, start_s: float, step_s: float, points: int, lead_s: float = 0.0) -> None:
+        self.start_s, self.step_s, self.points, self.lead_s = start_s, step_s, points, lead_s
+
+    def at(self, index: np.ndarray) -> np.ndarray:
+        point = self.start_s + self.step_s * index.astype(np.float64)
+        return point + self.lead_s if self.lead_s else point
+
+    def first_after(self, times_s: np.ndarray, seconds: np.ndarray) -> np.ndarray:
+        """For each time, the first point i with point_i + its seconds > time (that float sum, as the
+        array's), `points` where none: a point counts the times before it. The points grow with i, so
+        a guess from the division is moved to the exact one."""
+        guess = np.floor((times_s - seconds - self.lead_s - self.start_s) / self.step_s) + 1
+        index = np.clip(np.nan_to_num(guess, nan=0.0, posinf=self.points, neginf=0.0), 0, self.points).astype(np.int64)
+        while True:  # down while the point before still lies past the time
+            down = index > 0
+            down[down] = self.at(index[down] - 1) + seconds[down] > times_s[down]
+            if not down.any():
+                break
+            index[down] -= 1
+        while True:  # up while this point does not lie past it
+            up = index < self.points
+            up[up] = self.at(index[up]) + seconds[up] <= times_s[up]
+            if not up.any():
+                return index
+            index[up] += 1
+
+
+def tokens_in(lines: list[Timeline], grid: Grid, seconds: list[float]) -> np.ndarray:
+    """The tokens the lines read in [point, point + their seconds), for each point of the grid,
+    summed over the lines: a line's token counts at the first point that holds them, summed once
+    over every line (one pass over the tokens, not one search of the grid per line)."""
+    if not lines:
+        return np.zeros(grid.points)
+    times = np.concatenate([line.times_s for line in lines])
+    tokens = np.concatenate([np.diff(line.cumulative_tokens) for line in lines])
+    own = np.repeat(np.asarray(seconds, dtype=np.float64), [len(line.times_s) for line in lines])
+    begun = np.cumsum(np.bincount(grid.first_after(times, np.zeros_like(own)), weights=tokens, minlength=grid.points + 1))
+    ended = np.cumsum(np.bincount(grid.first_after(times, own), weights=tokens, minlength=grid.points + 1))
+    return ended[: grid.points] - begun[: grid.points]
