@@ -33,9 +33,22 @@ CLAIMS = read_claims()
 HEAVY = {"load run"}  # kinds whose recompute reads thousands of streams' records (~20-30 s each)
 
 
-def _param(claim: Claim) -> object:
-    heavy = any(m.kind in HEAVY for m in claim.measurements)
-    return pytest.param(claim, id=claim.id, marks=[pytest.mark.slow] if heavy else [])
+def _sharing(claims: list[Claim]) -> list[list[Claim]]:
+    """The claims in groups that share no evidence with one another: claims that read one archive
+    are recomputed in one test, so its store computes that archive's figures once (two tests could
+    land on two xdist workers, each computing them)."""
+    groups: list[list[Claim]] = []
+    for claim in claims:
+        archives = {m.evidence for m in claim.measurements}
+        joined = [g for g in groups if archives & {m.evidence for c in g for m in c.measurements}]
+        merged = [c for g in joined for c in g] + [claim]
+        groups = [g for g in groups if g not in joined] + [merged]
+    return groups
+
+
+def _param(claims: list[Claim]) -> object:
+    heavy = any(m.kind in HEAVY for claim in claims for m in claim.measurements)
+    return pytest.param(claims, id="+".join(claim.id for claim in claims), marks=[pytest.mark.slow] if heavy else [])
 
 
 def test_every_claim_states_what_a_reader_needs_and_its_evidence_is_there():
@@ -60,17 +73,18 @@ def test_every_vllm_claim_names_its_attention_backend():
 
 @pytest.fixture(scope="module")
 def store():
-    """One store for the module: claims that share evidence (the c3000 runs) recompute it once."""
+    """One store for the module (per xdist worker): a test's claims that share evidence recompute it once."""
     with EvidenceStore(VALIDATION_DIR) as shared:
         yield shared
 
 
-@pytest.mark.parametrize("claim", [_param(claim) for claim in CLAIMS])
-def test_every_claimed_figure_recomputes_from_its_evidence(claim, store):
-    result = recompute(claim, store)
-    assert result.error is None, str(result.error)
-    assert [(c.name, c.claimed, c.recomputed) for c in result.mismatches] == []
-    assert result.recomputed_value() == claim.value
+@pytest.mark.parametrize("claims", [_param(group) for group in _sharing(CLAIMS)])
+def test_every_claimed_figure_recomputes_from_its_evidence(claims, store):
+    for claim in claims:
+        result = recompute(claim, store)
+        assert result.error is None, (claim.id, str(result.error))
+        assert [(c.name, c.claimed, c.recomputed) for c in result.mismatches] == [], claim.id
+        assert result.recomputed_value() == claim.value, claim.id
 
 
 def test_docs_validation_md_is_rendered_from_the_claim_files():
