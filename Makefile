@@ -41,10 +41,15 @@ help: ## this list
 	@echo "  RECIPE=<name> (default tiny-cpu), or positionally: make build mia-tp4; SIZE=small|full for loadtest/compare"
 	@echo "  a target whose rig command fails ends with 'make: rig exited N (...)': rig's own code (make itself exits 2)"
 
+# pip's index settings from the environment, for uv (which reads its own UV_* variables, not pip's)
+UV_FROM_PIP := $(if $(PIP_INDEX_URL),--index-url $(PIP_INDEX_URL)) $(foreach u,$(PIP_EXTRA_INDEX_URL),--extra-index-url $(u)) $(foreach d,$(PIP_FIND_LINKS),--find-links $(d))
 $(VENV)/.rig-setup: pyproject.toml adapter/pyproject.toml
 	python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[dev]" -e ./adapter
+	@# uv fetches, unpacks and compiles in parallel (a fresh venv in a fraction of pip's time), from the
+	@# indexes pip's environment names; pip installs it where uv cannot. Bytecode is compiled at install,
+	@# as pip does: where PYTHONDONTWRITEBYTECODE is set, every process would compile its imports again.
+	$(PY) -m pip install --quiet "uv>=0.9" && $(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) $(UV_FROM_PIP) -e ".[dev]" -e ./adapter \
+	  || { $(PY) -m pip install --quiet --upgrade pip && $(PY) -m pip install --quiet -e ".[dev]" -e ./adapter; }
 	$(PY) -m rig_adapters install-pth
 	touch $@
 
@@ -64,6 +69,8 @@ lint: setup ## ruff, recipe validation, freshness of rendered files
 	$(RIG_RUN) validate
 	$(RIG_RUN) render --check
 
+# The e2e tests the docker lane runs after its own (the rest run beside it): about as long as the rest
+LANE2 := tests/load tests/tune tests/boot/test_boot_native.py tests/boot/test_boot_offline.py
 UNIT := not e2e and not docker and not gpu and not timed and not slow and not slurm
 TIMED := (timed or slow) and not e2e and not docker and not gpu
 TIMING := timed and not e2e and not docker and not gpu
@@ -82,7 +89,7 @@ test-fast: setup ## unit tests: no server boot, no Locust run, no container (eve
 # lowest CPU priority: they take the time the e2e tests leave idle (waiting on boots, Slurm and
 # Docker) and yield it whenever an e2e test wants it, so an e2e test's timing is not theirs to move.
 PREBUILD := tiny-cpu-docker
-test: setup ## the whole suite (what CI runs): unit tests (the docker tests' image built beside them), then timed ones, on 2 processes; then e2e tests one at a time in two lanes (docker, load and tune beside the rest), with the slow simulations beside them at the lowest priority
+test: setup ## the whole suite (what CI runs): unit tests (the docker tests' image built beside them), then timed ones, on 2 processes; then e2e tests one at a time in two lanes (docker, load, tune and native boots beside the rest), with the slow simulations beside them at the lowest priority
 	$(VENV)/bin/ruff check .
 	@mkdir -p .rig; pre=; if docker info >/dev/null 2>&1; then \
 	  echo "== building $(PREBUILD) beside the unit tests (.rig/prebuild.log)"; \
@@ -96,10 +103,10 @@ test: setup ## the whole suite (what CI runs): unit tests (the docker tests' ima
 	    echo $$? >.rig/test-sim.rc; echo "== lane slow simulations (nice 19): $$((SECONDS - t0)) s" >>.rig/test-sim.log ) & \
 	  ( { $(VENV)/bin/pytest -q -m "docker and not ($(UNIT)) and not ($(TIMED))" --durations=10; docker=$$?; \
 	      echo "== lane docker: $$((SECONDS - t0)) s"; t1=$$SECONDS; \
-	      $(VENV)/bin/pytest -q -m "not docker and not ($(UNIT)) and not ($(TIMED))" --durations=10 tests/load tests/tune; load=$$?; \
-	      echo "== lane load/tune: $$((SECONDS - t1)) s (docker + load/tune: $$((SECONDS - t0)) s)"; \
+	      $(VENV)/bin/pytest -q -m "not docker and not ($(UNIT)) and not ($(TIMED))" --durations=10 $(LANE2); load=$$?; \
+	      echo "== lane load/tune/boot: $$((SECONDS - t1)) s (docker + load/tune/boot: $$((SECONDS - t0)) s)"; \
 	      echo $$(( docker || load )) >.rig/test-lane.rc; } >.rig/test-lane.log 2>&1 ) & \
-	  $(VENV)/bin/pytest -q -m "not docker and not ($(UNIT)) and not ($(TIMED))" --ignore=tests/load --ignore=tests/tune --durations=15; e2e=$$?; \
+	  $(VENV)/bin/pytest -q -m "not docker and not ($(UNIT)) and not ($(TIMED))" $(LANE2:%=--ignore=%) --durations=15; e2e=$$?; \
 	  rest=$$((SECONDS - t0)); wait; \
 	  echo "== the docker tests and the load e2e tests (run beside the others; .rig/test-lane.log):"; cat .rig/test-lane.log; \
 	  echo "== the slow simulations (run beside both lanes; .rig/test-sim.log):"; cat .rig/test-sim.log; \
