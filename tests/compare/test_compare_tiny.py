@@ -45,6 +45,8 @@ def test_gate_off_vs_gate_on_finds_the_injected_delay(results_dir):
     measured_enough = stats.pairs >= 2
     if not measured_enough:  # a busy box left all but one pair out for the client's timing: named above, no verdict claimed
         assert left_out and stats.verdict.startswith(("not enough boots", "no data")), (stats, left_out)
+    elif stats.pairs < pairs:  # a pair left out: 1 df, whose interval a busy box's swings can widen across 0 (above)
+        assert left_out and stats.verdict in ("slower", "no difference resolved (the interval spans 0)"), (stats, left_out)
     else:
         assert stats.verdict == "slower", stats
     boots = [json.loads(p.read_text()) for p in sorted((out / "boots").glob("*-on.json"))]
