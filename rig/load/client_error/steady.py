@@ -37,10 +37,10 @@ def steady_state_moved(timelines: list[Timeline], window: Window, first_chunks: 
     for line, span in zip(timelines, spans):
         (outlasting if line.cycle_s(window.run_end) > last - window.start else counted).append((line, span))
     lines = [line for line, _ in counted]
-    most_before = tokens_in(lines, grid, [before + step for _, (before, _) in counted])
-    most_through = tokens_in(lines, grid, [before + inside + step for _, (before, inside) in counted])
-    least_before = tokens_in(lines, after, [max(before - step, 0.0) for _, (before, _) in counted])
-    least_through = tokens_in(lines, after, [max(before + inside - step, 0.0) for _, (before, inside) in counted])
+    most_before, most_through = tokens_in(lines, grid, [before + step for _, (before, _) in counted],
+                                          [before + inside + step for _, (before, inside) in counted])
+    least_before, least_through = tokens_in(lines, after, [max(before - step, 0.0) for _, (before, _) in counted],
+                                            [max(before + inside - step, 0.0) for _, (before, inside) in counted])
     moved = max(most_through.max() - least_before.min(), most_before.max() - least_through.min())
     return float(moved + traded_at_the_edges([line for line, _ in outlasting], first_chunks))
 

@@ -114,7 +114,6 @@ class Timeline:
         return float(np.max(np.diff([hold.start_s for hold in self.holds] + [run_end_s])))
 
 
-
 class Grid:
     """Points start + step * i (i < points), each moved by `lead`, as numpy computes the array
     `start + step * np.arange(points) + lead`: any point is computed alone with the very same
@@ -147,15 +146,19 @@ class Grid:
             index[up] += 1
 
 
-def tokens_in(lines: list[Timeline], grid: Grid, seconds: list[float]) -> np.ndarray:
-    """The tokens the lines read in [point, point + their seconds), for each point of the grid,
-    summed over the lines: a line's token counts at the first point that holds them, summed once
-    over every line (one pass over the tokens, not one search of the grid per line)."""
+def tokens_in(lines: list[Timeline], grid: Grid, *spans: list[float]) -> list[np.ndarray]:
+    """For each list of seconds (one per line): the tokens the lines read in [point, point + their
+    seconds), for each point of the grid, summed over the lines. A line's tokens count from the first
+    point that holds them: one pass over every line's tokens, not one search of the grid per line,
+    and the tokens before each point are placed once for every list."""
     if not lines:
-        return np.zeros(grid.points)
+        return [np.zeros(grid.points) for _ in spans]
     times = np.concatenate([line.times_s for line in lines])
     tokens = np.concatenate([np.diff(line.cumulative_tokens) for line in lines])
-    own = np.repeat(np.asarray(seconds, dtype=np.float64), [len(line.times_s) for line in lines])
-    begun = np.cumsum(np.bincount(grid.first_after(times, np.zeros_like(own)), weights=tokens, minlength=grid.points + 1))
-    ended = np.cumsum(np.bincount(grid.first_after(times, own), weights=tokens, minlength=grid.points + 1))
-    return ended[: grid.points] - begun[: grid.points]
+    sizes = [len(line.times_s) for line in lines]
+
+    def before(seconds: np.ndarray) -> np.ndarray:  # the tokens before each point moved by seconds
+        return np.cumsum(np.bincount(grid.first_after(times, seconds), weights=tokens, minlength=grid.points + 1))[: grid.points]
+
+    begun = before(np.zeros(len(times)))
+    return [before(np.repeat(np.asarray(seconds, dtype=np.float64), sizes)) - begun for seconds in spans]
