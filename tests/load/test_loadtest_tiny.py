@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -147,11 +149,21 @@ def test_interrupt_writes_the_summary_of_what_was_measured(tiny, monkeypatch, tm
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["interrupted"]
 
 
+def _as_a_foreground_job(then: Callable[[], object] | None) -> None:
+    """SIGINT at its default, as in a terminal's foreground job: a shell starts a background job (this
+    suite, say, under `make test &`) with SIGINT ignored, an exec keeps it ignored, and Python then
+    never turns it into KeyboardInterrupt, so a Ctrl-C sent to rig would test nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    if then is not None:
+        then()
+
+
 def _streaming_loadtest(target, tmp_path: Path, duration: str, **popen) -> tuple[subprocess.Popen, Path]:
     """`rig loadtest --url` in a process of its own, once Locust streams (its first records written)."""
     from conftest import REPO
 
     results = tmp_path / "results"
+    popen["preexec_fn"] = functools.partial(_as_a_foreground_job, popen.get("preexec_fn"))
     env = {**os.environ, "RIG_RESULTS_DIR": str(results), "RIG_STATE_DIR": str(tmp_path / "state"),
            "RIG_MODEL_DIR": target.model_dir or ""}
     load = subprocess.Popen([sys.executable, "-m", "rig", "loadtest", "--url", target.record.base_url, "--scenario", "prose-c1",
