@@ -34,7 +34,7 @@ export SLURM_CONF ?= $(CURDIR)/.rig/slurm/slurm.conf
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help setup render lint test test-fast demo build up down logs status loadtest compare audit adapters validate evidence lab lab-down rehearse slurm-lab slurm-lab-down
+.PHONY: help setup render lint test test-fast test-unit test-e2e prebuild demo build up down logs status loadtest compare audit adapters validate evidence lab lab-down rehearse slurm-lab slurm-lab-down
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -69,49 +69,66 @@ lint: setup ## ruff, recipe validation, freshness of rendered files
 	$(RIG_RUN) validate
 	$(RIG_RUN) render --check
 
-# The e2e tests the docker lane runs after its own (the rest run beside it): about as long as the rest
-LANE2 := tests/load tests/tune tests/boot/test_boot_native.py tests/boot/test_boot_offline.py
+# Where the environment asks Python not to write bytecode (PYTHONDONTWRITEBYTECODE), every pytest
+# process would rewrite and compile every test module again and every rig process compile rig's own
+# modules again: the suite starts some hundred of them. Its targets write the caches (git ignores them).
+test test-fast test-unit test-e2e prebuild: export PYTHONDONTWRITEBYTECODE =
+
 UNIT := not e2e and not docker and not gpu and not timed and not slow and not slurm
 TIMED := (timed or slow) and not e2e and not docker and not gpu
 TIMING := timed and not e2e and not docker and not gpu
 SIM := slow and not timed and not e2e and not docker and not gpu
+E2E := not ($(UNIT)) and not ($(TIMED))
+# The e2e tests in three lanes of about equal length, one test at a time in each: the docker tests,
+# then the Slurm ones; the load, tune and native-boot tests; the rest (comparisons, boot state, hosts).
+LANE_DOCKER := tests/slurm
+LANE_LOAD := tests/load tests/tune tests/boot/test_boot_native.py tests/boot/test_boot_offline.py
+LANE_OTHERS := $(LANE_DOCKER) $(LANE_LOAD)
+PYTEST_LANE = $(VENV)/bin/pytest -q -p no:cacheprovider --durations=10
 
 test-fast: setup ## unit tests: no server boot, no Locust run, no container (everyday work; < 3 min on 2 cores)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest -q -m "$(UNIT)" -n 2 --durations=10
 
-# With a Docker engine up (`make lab`), the docker tests' image is built beside the unit tests: the
-# unit tests never depend on timing, the build mostly waits on downloads, and the docker tests'
-# own `make build` then reuses its layers (CI on 2 cores: the build's 114 s left the docker lane).
-# It is waited for before the timed tests. A failed prebuild fails nothing here: the docker tests
-# build again and say why.
-# The long simulations (`slow`: statistics, no clock, no server) run beside the e2e lanes at the
-# lowest CPU priority: they take the time the e2e tests leave idle (waiting on boots, Slurm and
-# Docker) and yield it whenever an e2e test wants it, so an e2e test's timing is not theirs to move.
+# The docker tests' image, built beside the unit tests when a Docker engine is up (`make lab`): the
+# unit tests never depend on timing, the build mostly waits on downloads, and the docker tests' own
+# `make build` then reuses its layers. A failed prebuild fails nothing here: the docker tests build
+# again and say why. PREBUILD= (empty) leaves it out (CI builds it itself once its lab is up).
 PREBUILD := tiny-cpu-docker
-test: setup ## the whole suite (what CI runs): unit tests (the docker tests' image built beside them), then timed ones, on 2 processes; then e2e tests one at a time in two lanes (docker, load, tune and native boots beside the rest), with the slow simulations beside them at the lowest priority
+prebuild: setup ## build the docker tests' image (tiny-cpu-docker) on the lab's base; log in .rig/prebuild.log
+	@mkdir -p .rig; t0=$$SECONDS; ( $(RIG) pin $(PREBUILD) && $(RIG) build $(PREBUILD) ) >.rig/prebuild.log 2>&1; rc=$$?; \
+	  echo "== prebuild of $(PREBUILD): exit $$rc in $$((SECONDS - t0)) s"; tail -2 .rig/prebuild.log; exit $$rc
+
+test-unit: setup ## ruff and the unit tests on 2 processes (and the docker tests' image beside them, with a Docker engine up)
 	$(VENV)/bin/ruff check .
-	@mkdir -p .rig; pre=; if docker info >/dev/null 2>&1; then \
-	  echo "== building $(PREBUILD) beside the unit tests (.rig/prebuild.log)"; \
-	  ( $(RIG) pin $(PREBUILD) && $(RIG) build $(PREBUILD) ) >.rig/prebuild.log 2>&1 & pre=$$!; fi; \
+	@mkdir -p .rig; pre=; if [ -n "$(PREBUILD)" ] && docker info >/dev/null 2>&1; then \
+	  echo "== building $(PREBUILD) beside the unit tests (.rig/prebuild.log)"; $(MAKE) --no-print-directory prebuild >.rig/prebuild.out 2>&1 & pre=$$!; fi; \
 	  t0=$$SECONDS; $(VENV)/bin/pytest -q -m "$(UNIT)" -n 2 --durations=10; unit=$$?; echo "== part unit: $$((SECONDS - t0)) s"; \
-	  if [ -n "$$pre" ]; then wait $$pre; echo "== prebuild of $(PREBUILD): exit $$?"; tail -2 .rig/prebuild.log; fi; \
-	  [ "$$unit" = 0 ]
-	@t0=$$SECONDS; $(VENV)/bin/pytest -q -m "$(TIMING)" -n 2 --durations=10; timed=$$?; echo "== part timed: $$((SECONDS - t0)) s"; [ "$$timed" = 0 ]
-	@mkdir -p .rig; rm -f .rig/test-lane.rc .rig/test-sim.rc; t0=$$SECONDS; \
-	  ( nice -n 19 $(VENV)/bin/pytest -q -m "$(SIM)" -n 2 --durations=10 >.rig/test-sim.log 2>&1; \
+	  if [ -n "$$pre" ]; then wait $$pre; cat .rig/prebuild.out; fi; [ "$$unit" = 0 ]
+
+# The long simulations (`slow`: statistics, no clock, no server) start with the timed tests and run
+# beside them and the e2e lanes at the lowest CPU priority: they take the time those leave idle
+# (waiting on boots, Slurm and Docker) and yield it whenever a timed or e2e test wants it, so no
+# test's timing is theirs to move. The timed tests run first, two at a time; then the e2e lanes.
+test-e2e: setup ## the timed tests, then the e2e tests in three lanes, with the slow simulations beside them at the lowest priority
+	@mkdir -p .rig; rm -f .rig/test-*.rc; t0=$$SECONDS; \
+	  ( nice -n 19 $(VENV)/bin/pytest -q -p no:cacheprovider -m "$(SIM)" -n 2 --durations=10 >.rig/test-sim.log 2>&1; \
 	    echo $$? >.rig/test-sim.rc; echo "== lane slow simulations (nice 19): $$((SECONDS - t0)) s" >>.rig/test-sim.log ) & \
-	  ( { $(VENV)/bin/pytest -q -m "docker and not ($(UNIT)) and not ($(TIMED))" --durations=10; docker=$$?; \
-	      echo "== lane docker: $$((SECONDS - t0)) s"; t1=$$SECONDS; \
-	      $(VENV)/bin/pytest -q -m "not docker and not ($(UNIT)) and not ($(TIMED))" --durations=10 $(LANE2); load=$$?; \
-	      echo "== lane load/tune/boot: $$((SECONDS - t1)) s (docker + load/tune/boot: $$((SECONDS - t0)) s)"; \
-	      echo $$(( docker || load )) >.rig/test-lane.rc; } >.rig/test-lane.log 2>&1 ) & \
-	  $(VENV)/bin/pytest -q -m "not docker and not ($(UNIT)) and not ($(TIMED))" $(LANE2:%=--ignore=%) --durations=15; e2e=$$?; \
-	  rest=$$((SECONDS - t0)); wait; \
-	  echo "== the docker tests and the load e2e tests (run beside the others; .rig/test-lane.log):"; cat .rig/test-lane.log; \
-	  echo "== the slow simulations (run beside both lanes; .rig/test-sim.log):"; cat .rig/test-sim.log; \
-	  echo "== lane e2e rest: $$rest s; all lanes: $$((SECONDS - t0)) s"; \
-	  lane=$$(cat .rig/test-lane.rc); sim=$$(cat .rig/test-sim.rc); [ "$$e2e" = 0 ] && [ "$$lane" = 0 ] && [ "$$sim" = 0 ]
+	  $(VENV)/bin/pytest -q -p no:cacheprovider -m "$(TIMING)" -n 2 --durations=10; timed=$$?; echo "== part timed: $$((SECONDS - t0)) s"; \
+	  t1=$$SECONDS; \
+	  ( { $(PYTEST_LANE) -m "docker and $(E2E)"; docker=$$?; echo "== lane docker: $$((SECONDS - t1)) s"; \
+	      $(PYTEST_LANE) -m "not docker and $(E2E)" $(LANE_DOCKER); slurm=$$?; echo "== lane docker + slurm: $$((SECONDS - t1)) s"; \
+	      echo $$(( docker || slurm )) >.rig/test-docker.rc; } >.rig/test-docker.log 2>&1 ) & \
+	  ( { $(PYTEST_LANE) -m "not docker and $(E2E)" $(LANE_LOAD); echo $$? >.rig/test-load.rc; \
+	      echo "== lane load/tune/boot: $$((SECONDS - t1)) s"; } >.rig/test-load.log 2>&1 ) & \
+	  $(PYTEST_LANE) -m "not docker and $(E2E)" $(LANE_OTHERS:%=--ignore=%) --durations=15; \
+	  echo $$? >.rig/test-rest.rc; rest=$$((SECONDS - t1)); wait; \
+	  for lane in docker load sim; do echo "== .rig/test-$$lane.log:"; cat .rig/test-$$lane.log; done; \
+	  echo "== lane e2e rest: $$rest s; all lanes: $$((SECONDS - t1)) s; timed and e2e: $$((SECONDS - t0)) s"; \
+	  [ "$$timed" = 0 ] && for lane in docker load rest sim; do [ "$$(cat .rig/test-$$lane.rc)" = 0 ] || exit 1; done
+
+test: setup ## the whole suite, as CI runs it: ruff and the unit tests (test-unit), then the timed and e2e tests (test-e2e)
+	@$(MAKE) --no-print-directory test-unit && $(MAKE) --no-print-directory test-e2e
 
 demo: setup ## boot tiny-cpu, stream a chat, load test, compare until decided, shut down (PORT=N: another port; VERBOSE=1: every table)
 	$(RIG_RUN) demo $(if $(PORT),--port $(PORT),) $(if $(VERBOSE),--verbose,)

@@ -24,7 +24,8 @@ from rig.hosts import hostside
 
 pytestmark = pytest.mark.e2e
 STEP = REPO / "benchmarks" / "gpu-host" / "step.sh"
-ARGS = ["tiny-cpu", "--arm", "off:RIG_TOKEN_DELAY_MS=0", "--arm", "on:RIG_TOKEN_DELAY_MS=3", "--boots", "2", "--rounds", "1",
+# One pair: the first host finishes one boot and is cut in the next; the fresh host boots the rest.
+ARGS = ["tiny-cpu", "--arm", "off:RIG_TOKEN_DELAY_MS=0", "--arm", "on:RIG_TOKEN_DELAY_MS=3", "--boots", "1", "--rounds", "1",
         "--duration", "2"]
 
 
@@ -94,7 +95,7 @@ def test_a_comparison_cut_on_one_host_resumes_from_its_pack_on_a_fresh_one(tmp_p
     # a busy box can leave every pair's rounds unusable for the client: then the step names it (exit 4)
     assert done.returncode == 0 or (done.returncode == 4 and "no data" in done.stdout), done.stdout[-2000:] + done.stderr[-2000:]
     resumed = _boots(results)
-    assert len(resumed) == 4 and all(resumed[name] == boot for name, boot in kept.items())
+    assert len(resumed) == 2 and all(resumed[name] == boot for name, boot in kept.items())
     assert list(results.glob("compare/*/compare.json"))
     assert (tmp_path / "pack-b" / "pack" / "part-01" / "pack.json").exists()
     assert (host_b / "vllm_cache_root" / compiled).read_text() == "compiled on host a"
