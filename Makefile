@@ -37,7 +37,7 @@ endif
 .PHONY: help setup render lint test test-fast test-unit test-e2e prebuild demo build up down logs status loadtest compare audit adapters validate evidence lab lab-down rehearse slurm-lab slurm-lab-down
 
 help: ## this list
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 	@echo "  RECIPE=<name> (default tiny-cpu), or positionally: make build mia-tp4; SIZE=small|full for loadtest/compare"
 	@echo "  a target whose rig command fails ends with 'make: rig exited N (...)': rig's own code (make itself exits 2)"
 

@@ -163,7 +163,7 @@ def _makefile() -> str:
 
 
 def _make_targets() -> set[str]:
-    return set(re.findall(r"^([a-z][a-z-]*):", _makefile(), flags=re.M))
+    return set(re.findall(r"^([a-z][a-z0-9-]*):", _makefile(), flags=re.M))
 
 
 def _recipe_exists(ref: str) -> bool:
