@@ -80,9 +80,9 @@ TIMING := timed and not e2e and not docker and not gpu
 SIM := slow and not timed and not e2e and not docker and not gpu
 E2E := not ($(UNIT)) and not ($(TIMED))
 # The e2e tests in three lanes of about equal length, one test at a time in each: the docker tests,
-# then the Slurm ones; the load, tune and native-boot tests; the rest (comparisons, boot state, hosts).
+# then the Slurm ones; the load, tune, native-boot and host tests; the rest (comparisons, boot state).
 LANE_DOCKER := tests/slurm
-LANE_LOAD := tests/load tests/tune tests/boot/test_boot_native.py tests/boot/test_boot_offline.py
+LANE_LOAD := tests/load tests/tune tests/boot/test_boot_native.py tests/boot/test_boot_offline.py tests/hosts
 LANE_OTHERS := $(LANE_DOCKER) $(LANE_LOAD)
 PYTEST_LANE = $(VENV)/bin/pytest -q -p no:cacheprovider --durations=10
 
@@ -120,7 +120,7 @@ test-e2e: setup ## the timed tests, then the e2e tests in three lanes, with the 
 	      $(PYTEST_LANE) -m "not docker and $(E2E)" $(LANE_DOCKER); slurm=$$?; echo "== lane docker + slurm: $$((SECONDS - t1)) s"; \
 	      echo $$(( docker || slurm )) >.rig/test-docker.rc; } >.rig/test-docker.log 2>&1 ) & \
 	  ( { $(PYTEST_LANE) -m "not docker and $(E2E)" $(LANE_LOAD); echo $$? >.rig/test-load.rc; \
-	      echo "== lane load/tune/boot: $$((SECONDS - t1)) s"; } >.rig/test-load.log 2>&1 ) & \
+	      echo "== lane load/tune/boot/hosts: $$((SECONDS - t1)) s"; } >.rig/test-load.log 2>&1 ) & \
 	  $(PYTEST_LANE) -m "not docker and $(E2E)" $(LANE_OTHERS:%=--ignore=%) --durations=15; \
 	  echo $$? >.rig/test-rest.rc; rest=$$((SECONDS - t1)); wait; \
 	  for lane in docker load sim; do echo "== .rig/test-$$lane.log:"; cat .rig/test-$$lane.log; done; \

@@ -77,7 +77,8 @@ def test_a_time_limit_mid_load_and_a_cancel_mid_boot_are_failed_boots_with_slurm
     scancel while `rig up` waits for health: a failed boot naming CANCELLED. Each boot record is a
     failed boot with Slurm's state, and nothing is left in squeue or on any node."""
     timed, timed_port = _env(tmp_path / "timed"), free_port()
-    up = rig_cli("up", "tiny-cpu", "--driver", "slurm", "--port", str(timed_port), env={**timed, "RIG_SLURM_TIME": "1"},
+    # The delay variant: its server sleeps 5 ms a step, so the minute of load costs the box less CPU.
+    up = rig_cli("up", "tiny-cpu:delay", "--driver", "slurm", "--port", str(timed_port), env={**timed, "RIG_SLURM_TIME": "1"},
                  timeout=300)
     assert up.returncode == 0, up.stderr[-2000:]
     timed_job = _job_of(Path(timed["RIG_STATE_DIR"], "tiny-cpu.json"))
