@@ -121,7 +121,7 @@ test-e2e: setup ## the timed tests, then the e2e tests in three lanes, with the 
 	      echo $$(( docker || slurm )) >.rig/test-docker.rc; } >.rig/test-docker.log 2>&1 ) & \
 	  ( { $(PYTEST_LANE) -m "not docker and $(E2E)" $(LANE_LOAD); echo $$? >.rig/test-load.rc; \
 	      echo "== lane load/tune/boot/hosts: $$((SECONDS - t1)) s"; } >.rig/test-load.log 2>&1 ) & \
-	  $(PYTEST_LANE) -m "not docker and $(E2E)" $(LANE_OTHERS:%=--ignore=%) --durations=15; \
+	  $(PYTEST_LANE) -m "not docker and $(E2E)" $(LANE_OTHERS:%=--ignore=%); \
 	  echo $$? >.rig/test-rest.rc; rest=$$((SECONDS - t1)); wait; \
 	  for lane in docker load sim; do echo "== .rig/test-$$lane.log:"; cat .rig/test-$$lane.log; done; \
 	  echo "== lane e2e rest: $$rest s; all lanes: $$((SECONDS - t1)) s; timed and e2e: $$((SECONDS - t0)) s"; \

@@ -89,17 +89,9 @@ class LagProfile:
         return cls(client.process, tuple(inside), tuple(stretches), tuple(run_stretches),
                    float(np.mean(short)) if short else 0.0, max(short, default=0.0))
 
-    def late_s(self, t_s: float) -> float:
-        """R2: how late a long stretch near the window may have made an event recorded at t_s."""
-        lates = self._lates
-        found = lates.get(t_s)
-        if found is None:
-            found = lates[t_s] = longest_reaching_s(self.stretches, t_s)
-        return found
-
     def lates_s(self, times_s: np.ndarray) -> np.ndarray:
-        """late_s of each time, at once: a stretch reaching a time is one of the two begun last by it
-        (as longest_reaching_s reads them)."""
+        """R2: how late a long stretch near the window may have made an event recorded at each time;
+        a stretch reaching a time is one of the two begun last by it (as longest_reaching_s reads them)."""
         out = np.zeros(len(times_s))
         if not self.stretches:
             return out
@@ -112,10 +104,6 @@ class LagProfile:
             held &= (starts[index] <= times_s) & (times_s <= ends[index])
             out = np.maximum(out, np.where(held, delays[index], 0.0))
         return out
-
-    @functools.cached_property
-    def _lates(self) -> dict[float, float]:  # a recorded time is read by several figures and spans: looked up once
-        return {}
 
     def run_late_s(self, t_s: float) -> float:
         """R2 over the whole run: how long a stretch may have held up what the loop did at t_s."""

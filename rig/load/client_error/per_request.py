@@ -31,10 +31,18 @@ def duration_sum_bound(spans: list[tuple[float, float, float]], profile: LagProf
     terms = (Term("R4", "bias_s", n * short.mean_s),
              Term("R4", "spread_s", SPREAD_Z * short.sd_s * math.sqrt(SAMPLE_EVENTS * n)),
              Term("R4", "largest_short_s", short.largest_s),
-             Term("R2", "long_stretches_s", sum(profile.late_s(a) + profile.late_s(b) for a, b, _ in spans)),
+             Term("R2", "long_stretches_s", sum(_lates_at_both_ends(spans, profile))),
              Term("R3", "loop_pass_waits_s", sum(wait for _, _, wait in spans)))
     moved_s = sum(term.value for term in terms)
     return Bound(moved_s / (total_s - moved_s) if moved_s < total_s else UNBOUNDED, (*terms, Term("R4", "durations_s", total_s)))
+
+
+def _lates_at_both_ends(spans: list[tuple[float, float, float]], profile: LagProfile) -> list[float]:
+    """R2 for each span: the late of its first time plus the late of its second."""
+    if not profile.stretches:
+        return [0.0] * len(spans)
+    first, second, _ = np.array(spans).T
+    return (profile.lates_s(first) + profile.lates_s(second)).tolist()
 
 
 def sample_lates_s(times: list[tuple[float, float]], profile: LagProfile) -> list[float]:
