@@ -18,7 +18,7 @@ ifneq ($(filter $(POSITIONAL_TARGETS),$(firstword $(MAKECMDGOALS))),)
 endif
 RECIPE ?= tiny-cpu
 SCENARIO ?=
-ARMS ?= before:RIG_TOKEN_DELAY_MS=0 after:RIG_TOKEN_DELAY_MS=5
+ARMS ?= before:RIG_TOKEN_DELAY_MS=0 after:RIG_TOKEN_DELAY_MS=4
 BOOTS ?=
 ROUNDS ?=
 SIZE ?=

@@ -85,6 +85,9 @@ def run_demo(port: int | None = None, verbose: bool = False) -> int:
         if verbose:
             print(f"\n{LOAD_FIELDS}")
         print(f"load test: {root} (summary.md: every column and note)")
+        if any(s.problems() for s in summaries if not s.warmup):
+            print("load test: a run that is not usable is expected on a busy or small machine (the client could not keep "
+                  "its timing); the comparison below leaves such rounds out and adds boot pairs until it decides")
     finally:
         driver.down(record)
         if verbose:

@@ -380,7 +380,7 @@ def test_the_loadtest_table_marks_a_figure_the_clients_timing_could_move_beyond_
     columns = dict(zip([c.strip() for c in header.strip("|").split("|")], [c.strip() for c in cells.strip("|").split("|")], strict=True))
     assert columns["ITL p50 ms"] == "10.00 (client)" and columns["TTFT p50 ms"] == "50.00" and columns["user tok/s"] != "-"
     assert not columns["user tok/s"].endswith("(client)")
-    assert rest[-1].startswith("(client): this figure is not usable, the client's timing could move it beyond its limit")
+    assert rest[-1].startswith("(client): the client's own timing could move this figure beyond its limit, so it is not usable")
 
 
 def test_a_sweeps_table_marks_what_its_load_test_calls_unusable_and_its_knee_stops_there(tmp_path):

@@ -198,9 +198,15 @@ def cmd_chat(args: argparse.Namespace) -> int:
     if variant is not None and record.ref != args.recipe:
         raise RigError("command line", "recipe", f"{record.ref} is up, not {args.recipe}",
                        f"chat with {record.ref}, or `rig down {name}` and `rig up {args.recipe}`")
+    if record.status == "booting":  # a `rig up` or a comparison's boot, not yet healthy: nothing to ask yet
+        raise RigError("command line", "recipe", f"boot {record.boot_id} of {name} is {record.status}, not healthy yet",
+                       "wait until `rig status` says it is up, then chat again")
     print(f"model: {record.served_model}")
     try:
         result = stream_chat(record.base_url, record.served_model or "", args.prompt, args.max_tokens)
+    except requests.ConnectionError:  # the server went away between the state check and the request
+        raise StepFailed("server", record.base_url, "nothing answers there (the connection was refused or dropped)",
+                         f"check `rig status` and `rig logs {args.recipe}`") from None
     except (requests.RequestException, ValueError) as error:  # a server that died, answered an error or sent no SSE
         raise StepFailed("server", record.base_url, f"the chat request failed ({type(error).__name__}: {str(error)[:200]})",
                          f"check `rig status` and `rig logs {args.recipe}`") from None

@@ -8,6 +8,7 @@ from rig.compare.model import ComparePlan
 from rig.compare.percentiles import min_count
 from rig.compare.quality import quality_line
 from rig.compare.report import Analysis
+from rig.compare.sequential import interval_text
 from rig.compare.stats import CONFIDENCE, RATIO, Comparison, pairs_needed
 from rig.load.client_error import share_text
 
@@ -39,8 +40,9 @@ def _interval(c: Comparison) -> str:
     bounds = f"[{_delta(c, c.ci[0])}, {_delta(c, c.ci[1])}]"
     if bounds_nothing(c):  # printed as it is (the verdict reads it), and said to bound nothing
         needed = pairs_needed(c.pair_sd / 100, MEANINGFUL_PRECISION_PCT, c.confidence) if c.pair_sd else None
-        return (f"{bounds} (bounds nothing yet: needs >= {needed} pairs)" if needed and needed > c.pairs else
-                f"{bounds} (bounds nothing: its pairs disagree too much)")
+        if needed and needed > c.pairs:  # a decided direction stands; only its size is not yet bounded
+            return f"{bounds} (" + ("direction resolved; its size " if c.decided else "bounds nothing yet: ") + f"needs >= {needed} pairs)"
+        return f"{bounds} (bounds nothing: its pairs disagree too much)"
     return bounds
 
 
@@ -117,29 +119,45 @@ def _headline_level(plan: ComparePlan, headlines: int) -> str:
 
 
 def _header(analysis: Analysis) -> list[str]:
+    """The title, then the answer: each headline's verdict in one line (what `rig compare` prints)."""
     plan = analysis.plan
     arms = [a.name for a in plan.arms]
-    planned = analysis.boots.planned - (1 if plan.control else 0) - (1 if plan.burn_in_first else 0)
-    headlines = len(analysis.scenarios) * (len(arms) - 1)
-    family = analysis.family
-    lines = [f"# rig compare {plan.recipe}: {' vs '.join(arms)}",
-             f"{plan.boots} boot pair(s) (ABBA), {plan.rounds} rounds per boot, each scenario's first run after every boot "
-             f"discarded; {analysis.boots.used} of {planned} boots measured (a boot whose rounds were all left out pairs "
-             "with none: each line below names its pairs). Headline: paired t interval on the boot-pair log "
-             f"ratios (the boot is the unit of replication), {_headline_level(plan, headlines)}. "
-             "Secondary figures (latency percentiles"
-             + (", goodput as a paired difference in req/s" if plan.slos else "")
-             + f"): {family.size} interval(s), each at {100 * family.confidence:.4g}% (Bonferroni: with nothing changed, any "
-             f"of them prints a verdict at most {100 * family.alpha:.0f}% of the time). Percentiles: each boot's requests "
-             f"pooled over its usable rounds; a boot with fewer samples than bracket the percentile with 95% confidence is "
-             f"refused (p50: {min_count(0.5)}, p99: {min_count(0.99)}). Means: of the paired boots only (geometric for "
-             "ratios, so their ratio is the delta).", ""]
+    lines = [f"# rig compare {plan.recipe}: {' vs '.join(arms)}", ""]
     if analysis.void:
         lines += [f"**VOID: {analysis.void}**", ""]
     if analysis.no_data:
         lines += ["**NO DATA: the boots ran, but no boot pair had a usable headline round in both arms** (each left-out "
                   "round is named below with its reason); exit code 4.", ""]
+    if not analysis.void:
+        for scenario, result in analysis.scenarios.items():
+            for arm, c in result.vs.items():
+                level = f"{100 * c.confidence:.4g}% interval" if c.ci is not None else "no interval"
+                lines.append(f"- **{scenario}, {arm} vs {arms[0]}: {c.verdict}**: {result.headline} {interval_text(c)} "
+                             f"({c.pairs} boot pair(s), {level})")
+        lines.append("")
     return lines
+
+
+def _method(analysis: Analysis) -> list[str]:
+    """How the figures above were made: the design, the intervals, the multiplicity, the notation."""
+    plan = analysis.plan
+    arms = [a.name for a in plan.arms]
+    planned = analysis.boots.planned - (1 if plan.control else 0) - (1 if plan.burn_in_first else 0)
+    headlines = len(analysis.scenarios) * (len(arms) - 1)
+    family = analysis.family
+    return ["\n## Method",
+            f"{plan.boots} boot pair(s) (ABBA), {plan.rounds} rounds per boot, each scenario's first run after every boot "
+            f"discarded; {analysis.boots.used} of {planned} boots measured (a boot whose rounds were all left out pairs "
+            "with none: each line above names its pairs). Headline: paired t interval on the boot-pair log "
+            f"ratios (the boot is the unit of replication), {_headline_level(plan, headlines)}. "
+            "Secondary figures (latency percentiles"
+            + (", goodput as a paired difference in req/s" if plan.slos else "")
+            + f"): {family.size} interval(s), each at {100 * family.confidence:.4g}% (Bonferroni: with nothing changed, any "
+            f"of them prints a verdict at most {100 * family.alpha:.0f}% of the time). Percentiles: each boot's requests "
+            f"pooled over its usable rounds; a boot with fewer samples than bracket the percentile with 95% confidence is "
+            f"refused (p50: {min_count(0.5)}, p99: {min_count(0.99)}). Means: of the paired boots only (geometric for "
+            "ratios, so their ratio is the delta). An interval end past +1000% is written as a factor of the baseline "
+            "(x16.0: 16 times it)."]
 
 
 def _figures(analysis: Analysis) -> list[str]:
@@ -291,7 +309,8 @@ def _quality(analysis: Analysis) -> list[str]:
     return lines
 
 
-SECTIONS = (_header, _figures, _quality, _target_section, _greedy, _batching, _boots, _boot_state, _gpus, _conditions)
+SECTIONS = (_header, _figures, _quality, _target_section, _greedy, _batching, _boots, _boot_state, _gpus, _conditions,
+            _method)
 
 
 def markdown(analysis: Analysis) -> str:

@@ -1,7 +1,8 @@
 """compare.png: per scenario, the boots in time order beside each comparison's delta.
 
 The delta axis is linear in percent of the baseline, so a reader can read a change off it at a
-glance, and spans every point, interval and box it draws. The grey box behind each delta is the
+glance. It spans every delta and each headline's interval; a latency or goodput interval far wider
+than those is cut at the edge, with an arrow and its end value (effect_limits). The grey box behind each delta is the
 noise of that delta: the interval it would have if it were centred on zero (the same t, sd and
 pairs, at the row's own confidence). A point outside its box is a resolved change; inside, the
 design cannot tell it from no change. The legend says so.
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -36,24 +37,45 @@ def as_percent(c: Comparison) -> tuple[float, tuple[float, float], tuple[float, 
     return c.delta * scale, (c.ci[0] * scale, c.ci[1] * scale), (-half * scale, half * scale)
 
 
-def effect_rows(result: ScenarioResult, baseline: str) -> list[tuple[str, str, Comparison]]:
-    rows = [(f"{arm} vs {baseline}\n{result.headline}", arm, c) for arm, c in result.vs.items()]
-    rows += [(f"{arm}: {name}\n(lower is better)", arm, c) for name, per_arm in result.latency.items()
+class EffectRow(NamedTuple):
+    """One row of the effect panel: its label, the arm, the comparison, and whether it is a headline."""
+
+    label: str
+    arm: str
+    comparison: Comparison
+    headline: bool
+
+
+def effect_rows(result: ScenarioResult, baseline: str) -> list[EffectRow]:
+    rows = [EffectRow(f"{arm} vs {baseline}\n{result.headline}", arm, c, True) for arm, c in result.vs.items()]
+    rows += [EffectRow(f"{arm}: {name}\n(lower is better)", arm, c, False) for name, per_arm in result.latency.items()
              for arm, c in per_arm.items() if c.delta is not None]
-    rows += [(f"{arm}: goodput\n(difference, % of baseline)", arm, c) for arm, c in result.goodput.items()]
+    rows += [EffectRow(f"{arm}: goodput\n(difference, % of baseline)", arm, c, False) for arm, c in result.goodput.items()]
     return rows
 
 
-def effect_limits(rows: list[tuple[str, str, Comparison]]) -> tuple[float, float]:
-    """The effect panel's x axis (linear, in percent): every delta, interval and noise box it draws,
-    and 0, with a margin of a tenth of their span on each side, so no point sits on the frame."""
-    reach = [0.0] + [x for _, _, c in rows if (shown := as_percent(c)) is not None
-                     for x in (shown[0], *shown[1], *shown[2]) if math.isfinite(x)]
-    low, high = min(reach), max(reach)
+def effect_limits(rows: list[EffectRow]) -> tuple[float, float]:
+    """The effect panel's x axis (linear, in percent). It always holds 0, every delta, and each
+    headline's interval and noise box. A latency or goodput interval (or box) reaches past that by at
+    most the same span again: one far, wide secondary interval (two pairs, a tail percentile) would
+    otherwise squeeze the headline into a dot; what it cuts off is drawn to the edge with an arrow
+    and its end value. A margin of a tenth of the span on each side keeps every point off the frame."""
+    core, extra = [0.0], []
+    for row in rows:
+        if (shown := as_percent(row.comparison)) is None:
+            continue
+        core.append(shown[0])
+        (core if row.headline else extra).extend((*shown[1], *shown[2]))
+    core = [x for x in core if math.isfinite(x)]
+    low, high = min(core), max(core)
+    span = max(high - low, 4.0)
+    reach = [x for x in extra if math.isfinite(x)]
+    low, high = max(min([low, *reach]), low - span), min(max([high, *reach]), high + span)
     margin = max(0.1 * (high - low), 2.0)  # 2 points: an axis even where nothing but 0 is drawn
     return low - margin, high + margin
 
 
+CLIPPED_LEGEND = "the interval runs on past the axis (its end beside the arrow)"
 NOISE_LEGEND = "noise: the delta's interval centred on 0\n(a delta outside its grey box is a resolved change)"
 
 
@@ -98,32 +120,45 @@ def draw(analysis: Analysis) -> Any:
             left.set_ylim(max(0.0, low - 0.15 * (high - low + 1e-9) - 0.05 * high), high + 0.15 * (high - low + 1e-9) + 0.02 * high)
         left.legend(handles=[Patch(color=colours[a], alpha=0.6, label=a) for a in arms], fontsize=7, loc="lower right")
         rows = effect_rows(result, arms[0])
-        for y, (_, arm, c) in enumerate(rows):
+        x_low, x_high = effect_limits(rows)
+        for y, (_, arm, c, _) in enumerate(rows):
             shown = as_percent(c)
-            if shown is None:
-                right.text(0, y, f" {'no data' if c.delta is None else 'no interval'}", va="center", fontsize=7, color="0.4")
+            if shown is None:  # at the panel's left, whatever the axis: never cut off at its edge
+                right.text(0.02, y, f"{'no data' if c.delta is None else 'no interval'}", va="center", fontsize=7,
+                           color="0.4", transform=right.get_yaxis_transform())
                 continue
             delta, (low, high), (noise_low, noise_high) = shown
-            right.fill_betweenx([y - 0.35, y + 0.35], noise_low, noise_high, color="0.87", zorder=0)
-            right.errorbar([delta], [y], xerr=[[delta - low], [high - delta]], fmt="o", color=colours[arm], capsize=4)
+            right.fill_betweenx([y - 0.35, y + 0.35], max(noise_low, x_low), min(noise_high, x_high), color="0.87", zorder=0)
+            shown_low, shown_high = max(low, x_low), min(high, x_high)
+            right.errorbar([delta], [y], xerr=[[delta - shown_low], [shown_high - delta]], fmt="o", color=colours[arm],
+                           capsize=0 if (low < x_low or high > x_high) else 4)
             right.annotate(f"{delta:+.1f}%", (delta, y), xytext=(0, 7), textcoords="offset points", ha="center", fontsize=7)
+            for end, edge, side in ((low, x_low, "left"), (high, x_high, "right")):
+                if (end < edge) if side == "left" else (end > edge):  # the interval runs on past the axis
+                    right.plot([edge], [y], marker="<" if side == "left" else ">", color=colours[arm], markersize=6,
+                               clip_on=False)
+                    right.annotate(f"{end:+,.0f}%", (edge, y), xytext=(-3 if side == "right" else 3, -9),
+                                   textcoords="offset points", ha=side, fontsize=6, color=colours[arm])
         right.axvline(0, color="k", lw=0.8)
-        right.set_xlim(*effect_limits(rows))
-        right.xaxis.set_major_locator(MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10]))
-        right.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:+.0f}%" if x else "0"))
+        right.set_xlim(x_low, x_high)
+        right.xaxis.set_major_locator(MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]))
+        right.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:+,.0f}%" if x else "0"))
         right.grid(axis="x", color="0.9", lw=0.6)
-        right.set_yticks(range(len(rows)), [label for label, _, _ in rows], fontsize=7)
+        right.set_yticks(range(len(rows)), [row.label for row in rows], fontsize=7)
         right.set_ylim(len(rows) - 0.5, -0.5)
         right.set_xlabel(f"change, % of {arms[0]}\n(headline {100 * analysis.plan.confidence:.4g}%, others {100 * analysis.family.confidence:.4g}% each)")
         handles = [Line2D([], [], color=colours[arm], marker="o", label=f"{arm} vs {arms[0]}: the change and its interval")
                    for arm in arms[1:]]
         handles += [Patch(color="0.87", label=NOISE_LEGEND), Line2D([], [], color="k", lw=0.8, label="0: no change")]
+        if any(shown[1][0] < x_low or shown[1][1] > x_high for row in rows if (shown := as_percent(row.comparison))):
+            handles.append(Line2D([], [], color="0.3", marker=">", ls="none", label=CLIPPED_LEGEND))
         right.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2),
                      frameon=False)
+        # the answer first: each headline's verdict, then what the outputs did
+        lines = [f"{row.arm} vs {arms[0]}: {row.comparison.verdict}" for row in rows if row.headline]
         quality = analysis.quality
-        right.set_title("effect: headline, latency, goodput" + "".join(
-            f"\n{arm}: {quality_short(quality, arm)}" for arm in arms[1:]) if quality else
-            "effect: headline, latency, goodput", fontsize=7 if quality else None)
+        lines += [f"{arm}: {quality_short(quality, arm)}" for arm in arms[1:]] if quality else []
+        right.set_title("\n".join(lines) or "effect: headline, latency, goodput", fontsize=8)
     return figure
 
 

@@ -10,7 +10,19 @@ from typing import Any
 
 from rig.atomic import write_text_atomic
 from rig.load.client_error import share_text
-from rig.load.figures import BY_COLUMN, E2E_P50, ITL_P50, OUTPUT, PREFILL, TPOT_P50, TTFT_P50, TTFT_P99, USER_DECODE, Figure
+from rig.load.figures import (
+    BY_COLUMN,
+    E2E_P50,
+    HEADLINE,
+    ITL_P50,
+    OUTPUT,
+    PREFILL,
+    TPOT_P50,
+    TTFT_P50,
+    TTFT_P99,
+    USER_DECODE,
+    Figure,
+)
 from rig.load.summary import RunSummary
 from rig.load.wire import LAG_PROBE_SLEEP
 
@@ -50,8 +62,10 @@ def usable_text(summary: RunSummary) -> str:
 # The column each client-bounded figure is printed in: a cell whose bound fails is marked in the table.
 COLUMN_FIGURES = {column: BY_COLUMN[column].name for column, _ in COLUMNS if column in BY_COLUMN}
 UNBOUND_MARK = " (client)"
-UNBOUND_LEGEND = (f"{UNBOUND_MARK.strip()}: this figure is not usable, the client's timing could move it beyond its limit; "
-                  "the usable column says whether the run's headline is")
+UNBOUND_LEGEND = (f"{UNBOUND_MARK.strip()}: the client's own timing could move this figure beyond its limit, so it is not "
+                  "usable. The usable column is about the run's headline (" + ", ".join(
+                      f"{figure.column}: {' or '.join(k.replace('_', ' ') for k in figure.headline_of)}"
+                      for figure in dict.fromkeys(HEADLINE.values())) + " scenarios)")
 TOKEN_AGREEMENT_LIMIT = 0.02  # the client's output tokens and the server's counter, further apart than this: named
 
 

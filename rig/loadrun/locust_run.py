@@ -135,8 +135,10 @@ class LocustRun:
                 last = time.monotonic()
                 self._progress()
             time.sleep(0.2)
+        if progress:  # the count at the end, in a log too (its last line would otherwise be an early one)
+            self._progress(final=True)
 
-    def _progress(self) -> None:
+    def _progress(self, final: bool = False) -> None:
         done = 0
         for path in self.out_dir.glob("records-*.jsonl"):  # read only what was appended since the last look
             offset, lines = self._seen.get(path, (0, 0))
@@ -147,7 +149,10 @@ class LocustRun:
             done += self._seen[path][1]
         line = (f"{self.scenario.name}: {done} requests done, {self.scenario.pool} users, {self.run_time_s():.0f}s planned "
                 f"(at least {self.scenario.duration_s:g}s measured, from the steady state on)")
-        if sys.stderr.isatty():  # one line, rewritten in place
+        if final:
+            line = f"{self.scenario.name}: {done} requests done, {self.scenario.pool} users: the load has ended"
+            print(("\r" if sys.stderr.isatty() else "") + line, file=sys.stderr)
+        elif sys.stderr.isatty():  # one line, rewritten in place
             print("\r" + line, end="", file=sys.stderr)
         elif time.monotonic() - self._logged_at >= LOGGED_EVERY_S:  # a log file: a line now and then, not a flood
             self._logged_at = time.monotonic()

@@ -48,7 +48,7 @@ def dead_worker():
 def test_a_cut_stream_fails_rig_chat_and_names_it(dead_worker, monkeypatch, capsys):
     import rig.cli as cli
 
-    record = types.SimpleNamespace(base_url=dead_worker, served_model="m", ref="tiny-cpu:cb")
+    record = types.SimpleNamespace(base_url=dead_worker, served_model="m", ref="tiny-cpu:cb", status="healthy", boot_id="b")
     monkeypatch.setattr(cli.serving, "_running", lambda name, required=True: record)
     assert cli.main(["chat", "tiny-cpu", "hi"]) == 1
     out, err = capsys.readouterr()
@@ -60,10 +60,31 @@ def test_a_cut_stream_fails_rig_chat_and_names_it(dead_worker, monkeypatch, caps
 def test_chat_with_another_variant_than_the_one_up_is_refused(dead_worker, monkeypatch, capsys):
     import rig.cli as cli
 
-    record = types.SimpleNamespace(base_url=dead_worker, served_model="m", ref="tiny-cpu:cb")
+    record = types.SimpleNamespace(base_url=dead_worker, served_model="m", ref="tiny-cpu:cb", status="healthy", boot_id="b")
     monkeypatch.setattr(cli.serving, "_running", lambda name, required=True: record)
     assert cli.main(["chat", "tiny-cpu:serial", "hi"]) == 2
     assert "tiny-cpu:cb is up, not tiny-cpu:serial" in capsys.readouterr().err
+
+
+def test_chat_with_a_boot_not_yet_healthy_waits_for_it_and_a_server_gone_is_one_line(monkeypatch, capsys):
+    """A comparison's boot (or another `rig up`) still booting: nothing to ask yet, said in one line;
+    a server that went away between the state check and the request: one line, not urllib3's."""
+    from conftest import free_port
+
+    import rig.cli as cli
+
+    record = types.SimpleNamespace(base_url=f"http://127.0.0.1:{free_port()}", served_model=None, ref="tiny-cpu:cb",
+                                   status="booting", boot_id="20261207-113556-tiny-cpu.cb-fb9f")
+    monkeypatch.setattr(cli.serving, "_running", lambda name, required=True: record)
+    assert cli.main(["chat", "tiny-cpu", "hi"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "rig: command line: recipe: boot 20261207-113556-tiny-cpu.cb-fb9f of tiny-cpu is booting, not healthy yet; "
+        "fix: wait until `rig status` says it is up, then chat again"]
+    record.status = "healthy"
+    assert cli.main(["chat", "tiny-cpu", "hi"]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"rig: server: {record.base_url}: nothing answers there (the connection was refused or dropped); "
+        "fix: check `rig status` and `rig logs tiny-cpu`"]
 
 
 def test_a_live_process_whose_health_fails_is_unhealthy(dead_worker):

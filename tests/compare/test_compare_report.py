@@ -640,7 +640,8 @@ def test_the_plot_holds_every_delta_it_draws_and_warns_of_nothing(tmp_path, pair
         plot(analysis, tmp_path / "compare.png")
     rows = effect_rows(analysis.scenarios[SCENARIO], "a")
     low, high = effect_limits(rows)
-    drawn = [x for _, _, c in rows if (shown := as_percent(c)) for x in (shown[0], *shown[1], *shown[2])]
+    drawn = [x for row in rows if (shown := as_percent(row.comparison))
+             for x in ((shown[0], *shown[1], *shown[2]) if row.headline else (shown[0],))]
     assert low < high and all(low < x < high for x in drawn + [0.0]), (low, high, drawn)
     assert pairs == 1 or min(drawn) < -50  # a 4x slower step, inside the axis
 
@@ -670,3 +671,15 @@ def test_rig_compares_answer_is_each_headlines_verdict_in_one_line_and_the_void_
     assert c.verdict == "slower" and len(lines) == 1  # no greedy prompts in these entries
     void = analysis.model_copy(update={"void": "the boots ran under different conditions (x)"})
     assert answer(void) == ["compare: VOID: the boots ran under different conditions (x)"]  # no verdict stands
+
+
+def test_compare_md_leads_with_each_headlines_verdict_and_ends_with_its_method():
+    entries = [entry(i, i // 2, arm, [value, value + 1.0, value - 1.0])
+               for i, (arm, value) in enumerate([("a", 100.0), ("b", 80.0), ("b", 81.0), ("a", 99.0), ("a", 101.0), ("b", 79.0)])]
+    analysis = analyze(plan_for(3), entries)
+    c = analysis.scenarios[SCENARIO].vs["b"]
+    text = markdown(analysis).splitlines()
+    first = next(line for line in text[1:] if line.strip())
+    assert first.startswith(f"- **{SCENARIO}, b vs a: {c.verdict}**: ") and f"{c.delta:+.2f}%" in first, text[:4]
+    method = text.index("## Method")
+    assert "paired t interval on the boot-pair log ratios" in text[method + 1] and method == len(text) - 2
