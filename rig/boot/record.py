@@ -84,6 +84,8 @@ class BootRecord(Versioned):
     # The engine's compile caches when the boot started (rig/boot/engine_env.py cache_state).
     compile_cache: CacheState = Field(default_factory=CacheState)
     error: str | None = None
+    # What started it where that was not `rig up` (a comparison or a race, which stop their own boots)
+    owner: str | None = None
     # Why `down` signalled nothing: the recorded pid names another process now (a stale state).
     not_signalled: str | None = None
 

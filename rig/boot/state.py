@@ -3,11 +3,14 @@ recipe at a time), remembers while it runs and releases only if it is still its 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import errno
 import os
 import secrets
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -19,6 +22,20 @@ from rig.deploy.recipe import Resolved
 from rig.deploy.recipe_owned import check_overlay
 from rig.errors import RigError
 from rig.redaction import redact_for
+
+# Who started the boots made in this context, where it was not `rig up` (a comparison or a race
+# boots and stops its own): a `rig up` that finds such a boot up names it instead of advising
+# `rig down`, which would cut the comparison's load mid-round.
+_OWNER: contextvars.ContextVar[str | None] = contextvars.ContextVar("boot_owner", default=None)
+
+
+@contextlib.contextmanager
+def boots_owned_by(owner: str) -> Iterator[None]:
+    token = _OWNER.set(owner)
+    try:
+        yield
+    finally:
+        _OWNER.reset(token)
 
 
 def new_boot(resolved: Resolved, driver: str, overlay: dict[str, str], port: int) -> BootRecord:
@@ -34,7 +51,7 @@ def new_boot(resolved: Resolved, driver: str, overlay: dict[str, str], port: int
         boot_id=boot_id, ref=resolved.ref, recipe=resolved.recipe.name, variant=resolved.variant, driver=driver,
         base_url=f"http://{_client_host(resolved.recipe.serving.bind)}:{port}", boot_dir=str(boot_dir),
         log_path=str(boot_dir / "server.log"), manifest_dir=str(boot_dir / "manifests"),
-        overlay=redact_for(resolved, overlay), started=time.time(),
+        overlay=redact_for(resolved, overlay), started=time.time(), owner=_OWNER.get(),
     )
     claim(record)
     return record
@@ -95,6 +112,10 @@ def refuse_if_up(recipe_name: str) -> None:
                        "(another `rig up` claimed it moments ago)", "wait for it (`rig status`) or stop it with "
                        f"`rig down {recipe_name}`")
     gone = driver_named(record.driver).alive(record)
+    if gone is None and record.owner:
+        raise RigError(f"recipes/{recipe_name}.yaml", "(boot)", f"boot {record.boot_id} of this recipe is up at {record.base_url} "
+                       f"for {record.owner}", "wait until it ends (it stops its own boots), or stop it with Ctrl-C where it "
+                       "runs; `rig down` would cut its load mid-round")
     if gone is None:
         raise RigError(f"recipes/{recipe_name}.yaml", "(boot)", f"boot {record.boot_id} of this recipe is still up at {record.base_url}",
                        f"stop it first with `rig down {recipe_name}`")

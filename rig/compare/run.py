@@ -14,6 +14,7 @@ opens with a burn-in boot of the baseline arm instead."""
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from rig import paths
 from rig.atomic import write_text_atomic
 from rig.boot import BootFailed, BootPreempted, driver_for, driver_named
 from rig.boot.checks import check_boot, read_manifests
+from rig.boot.state import boots_owned_by
 from rig.compare.arms import Arm
 from rig.compare.entries import (
     attempt_dir,
@@ -91,8 +93,9 @@ def run_boot(job: BootJob, setup: BootSetup) -> BootEntry:
     try:
         # what another arm sets, this one does not inherit from rig's environment (the arms differ by their overlays only)
         others = {key for other in [*plan.arms, *([plan.control] if plan.control else [])] for key in other.overlay()}
-        record = driver.up(base, overlay=arm.overlay(), port=setup.port, progress=setup.progress, cold_caches=plan.cold_caches,
-                           unset=others - set(arm.overlay()))
+        with boots_owned_by(f"the comparison or race writing {out} (rig, pid {os.getpid()})"):
+            record = driver.up(base, overlay=arm.overlay(), port=setup.port, progress=setup.progress,
+                               cold_caches=plan.cold_caches, unset=others - set(arm.overlay()))
     except BootPreempted:
         marker.unlink(missing_ok=True)  # its job is gone: nothing to stop on resume, and no entry, so it is booted again
         raise

@@ -204,3 +204,27 @@ def test_a_name_another_arm_sets_is_not_inherited_from_rigs_environment(monkeypa
     other_arms, _ = NativeDriver().environment(resolved, {}, record, False, unset={"UPSTREAM_SETTING"})
     own, _ = NativeDriver().environment(resolved, {"UPSTREAM_SETTING": "value"}, record, False, unset=set())
     assert plain["UPSTREAM_SETTING"] == "value" and "UPSTREAM_SETTING" not in other_arms and own["UPSTREAM_SETTING"] == "value"
+
+
+def test_a_boot_a_comparison_started_is_named_and_not_to_be_stopped_by_hand(results_dir, monkeypatch):
+    """A `rig up` while a comparison's (or a race's) boot of the recipe is up names that comparison
+    and says to wait: `rig down`, the advice for a boot of `rig up`, would cut its load mid-round."""
+    import types
+
+    from rig.boot import state
+
+    resolved = load("tiny-cpu")
+    with state.boots_owned_by("the comparison or race writing results/compare/x (rig, pid 1)"):
+        record = state.new_boot(resolved, "native", {}, 8321)
+    assert record.owner == "the comparison or race writing results/compare/x (rig, pid 1)"
+    state.remember(record.model_copy(update={"status": "healthy", "pid": 1}))
+    monkeypatch.setattr(state, "driver_named", lambda name: types.SimpleNamespace(alive=lambda r: None))
+    with pytest.raises(RigError) as refused:
+        state.refuse_if_up("tiny-cpu")
+    assert "for the comparison or race writing results/compare/x" in str(refused.value) and "rig down" in refused.value.fix
+    assert "wait until it ends" in refused.value.fix
+    assert state._OWNER.get() is None  # the context ended with the block
+    state.forget(record)
+    plain = state.new_boot(resolved, "native", {}, 8321)
+    assert plain.owner is None
+    state.forget(plain)
