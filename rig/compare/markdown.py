@@ -129,12 +129,19 @@ def _header(analysis: Analysis) -> list[str]:
         lines += ["**NO DATA: the boots ran, but no boot pair had a usable headline round in both arms** (each left-out "
                   "round is named below with its reason); exit code 4.", ""]
     if not analysis.void:
-        for scenario, result in analysis.scenarios.items():
-            for arm, c in result.vs.items():
-                level = f"{100 * c.confidence:.4g}% interval" if c.ci is not None else "no interval"
-                lines.append(f"- **{scenario}, {arm} vs {arms[0]}: {c.verdict}**: {result.headline} {interval_text(c)} "
-                             f"({c.pairs} boot pair(s), {level})")
-        lines.append("")
+        lines += [f"- {line}" for line in headline_verdicts(analysis)] + [""]
+    return lines
+
+
+def headline_verdicts(analysis: Analysis) -> list[str]:
+    """Each headline's verdict in one line, as `rig compare` prints it and compare.md opens with it."""
+    baseline = analysis.plan.arms[0].name
+    lines = []
+    for scenario, result in analysis.scenarios.items():
+        for arm, c in result.vs.items():
+            interval = f"{100 * c.confidence:.4g}% interval" if c.ci is not None else "no interval"
+            lines.append(f"{scenario} {arm} vs {baseline}: {c.verdict}: {interval_text(c)} {result.unit} "
+                         f"({c.pairs} boot pair(s), {interval})")
     return lines
 
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from rig.atomic import write_text_atomic
-from rig.compare.markdown import markdown
+from rig.compare.markdown import headline_verdicts, markdown
 from rig.compare.plot import plot
 from rig.compare.report import Analysis
-from rig.compare.sequential import interval_text
 
 
 def write_report(out: Path, analysis: Analysis) -> str:
@@ -31,12 +30,7 @@ def answer(analysis: Analysis) -> list[str]:
     if analysis.no_data:
         lines.append("compare: NO DATA: no boot pair had a usable headline in both arms (compare.md says why each round "
                      "was left out)")
-    baseline = analysis.plan.arms[0].name
-    for scenario, result in analysis.scenarios.items():
-        for arm, c in result.vs.items():
-            interval = f"{100 * c.confidence:.4g}% interval" if c.ci is not None else "no interval"
-            lines.append(f"compare: {scenario} {arm} vs {baseline}: {c.verdict}: {interval_text(c)} {result.unit} "
-                         f"({c.pairs} boot pair(s), {interval})")
+    lines += [f"compare: {line}" for line in headline_verdicts(analysis)]
     if analysis.target is not None:
         lines.append(f"compare: {analysis.target.status}")
     greedy = analysis.greedy

@@ -2,10 +2,10 @@
 
 The delta axis is linear in percent of the baseline, so a reader can read a change off it at a
 glance. It spans every delta and each headline's interval; a latency or goodput interval far wider
-than those is cut at the edge, with an arrow and its end value (effect_limits). The grey box behind each delta is the
-noise of that delta: the interval it would have if it were centred on zero (the same t, sd and
-pairs, at the row's own confidence). A point outside its box is a resolved change; inside, the
-design cannot tell it from no change. The legend says so.
+than those is cut at the edge, with an arrow and its end value (effect_limits). The grey box behind
+each delta is the noise of that delta: the interval it would have if it were centred on zero (the
+same t, sd and pairs, at the row's own confidence). A point outside its box is a resolved change;
+inside, the design cannot tell it from no change. The legend says so.
 """
 
 from __future__ import annotations
@@ -121,6 +121,7 @@ def draw(analysis: Analysis) -> Any:
         left.legend(handles=[Patch(color=colours[a], alpha=0.6, label=a) for a in arms], fontsize=7, loc="lower right")
         rows = effect_rows(result, arms[0])
         x_low, x_high = effect_limits(rows)
+        cut = False  # an interval runs on past the axis: the legend says what its arrow means
         for y, (_, arm, c, _) in enumerate(rows):
             shown = as_percent(c)
             if shown is None:  # at the panel's left, whatever the axis: never cut off at its edge
@@ -129,16 +130,16 @@ def draw(analysis: Analysis) -> Any:
                 continue
             delta, (low, high), (noise_low, noise_high) = shown
             right.fill_betweenx([y - 0.35, y + 0.35], max(noise_low, x_low), min(noise_high, x_high), color="0.87", zorder=0)
-            shown_low, shown_high = max(low, x_low), min(high, x_high)
-            right.errorbar([delta], [y], xerr=[[delta - shown_low], [shown_high - delta]], fmt="o", color=colours[arm],
-                           capsize=0 if (low < x_low or high > x_high) else 4)
+            ends = [(end, edge, marker, side) for end, edge, marker, side in ((low, x_low, "<", "left"), (high, x_high, ">", "right"))
+                    if (end < edge if side == "left" else end > edge)]
+            right.errorbar([delta], [y], xerr=[[delta - max(low, x_low)], [min(high, x_high) - delta]], fmt="o",
+                           color=colours[arm], capsize=0 if ends else 4)
             right.annotate(f"{delta:+.1f}%", (delta, y), xytext=(0, 7), textcoords="offset points", ha="center", fontsize=7)
-            for end, edge, side in ((low, x_low, "left"), (high, x_high, "right")):
-                if (end < edge) if side == "left" else (end > edge):  # the interval runs on past the axis
-                    right.plot([edge], [y], marker="<" if side == "left" else ">", color=colours[arm], markersize=6,
-                               clip_on=False)
-                    right.annotate(f"{end:+,.0f}%", (edge, y), xytext=(-3 if side == "right" else 3, -9),
-                                   textcoords="offset points", ha=side, fontsize=6, color=colours[arm])
+            for end, edge, marker, side in ends:
+                right.plot([edge], [y], marker=marker, color=colours[arm], markersize=6, clip_on=False)
+                right.annotate(f"{end:+,.0f}%", (edge, y), xytext=(3 if side == "left" else -3, -9), textcoords="offset points",
+                               ha=side, fontsize=6, color=colours[arm])
+            cut = cut or bool(ends)
         right.axvline(0, color="k", lw=0.8)
         right.set_xlim(x_low, x_high)
         right.xaxis.set_major_locator(MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]))
@@ -150,7 +151,7 @@ def draw(analysis: Analysis) -> Any:
         handles = [Line2D([], [], color=colours[arm], marker="o", label=f"{arm} vs {arms[0]}: the change and its interval")
                    for arm in arms[1:]]
         handles += [Patch(color="0.87", label=NOISE_LEGEND), Line2D([], [], color="k", lw=0.8, label="0: no change")]
-        if any(shown[1][0] < x_low or shown[1][1] > x_high for row in rows if (shown := as_percent(row.comparison))):
+        if cut:
             handles.append(Line2D([], [], color="0.3", marker=">", ls="none", label=CLIPPED_LEGEND))
         right.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2),
                      frameon=False)

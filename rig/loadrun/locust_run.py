@@ -149,9 +149,9 @@ class LocustRun:
             done += self._seen[path][1]
         line = (f"{self.scenario.name}: {done} requests done, {self.scenario.pool} users, {self.run_time_s():.0f}s planned "
                 f"(at least {self.scenario.duration_s:g}s measured, from the steady state on)")
-        if final:
-            line = f"{self.scenario.name}: {done} requests done, {self.scenario.pool} users: the load has ended"
-            print(("\r" if sys.stderr.isatty() else "") + line, file=sys.stderr)
+        if final:  # on a terminal, over the whole line rewritten in place
+            ended = f"{self.scenario.name}: {done} requests done, {self.scenario.pool} users: the load has ended"
+            print("\r" + ended.ljust(len(line)) if sys.stderr.isatty() else ended, file=sys.stderr)
         elif sys.stderr.isatty():  # one line, rewritten in place
             print("\r" + line, end="", file=sys.stderr)
         elif time.monotonic() - self._logged_at >= LOGGED_EVERY_S:  # a log file: a line now and then, not a flood

@@ -674,12 +674,14 @@ def test_rig_compares_answer_is_each_headlines_verdict_in_one_line_and_the_void_
 
 
 def test_compare_md_leads_with_each_headlines_verdict_and_ends_with_its_method():
+    from rig.compare.output import answer
+
     entries = [entry(i, i // 2, arm, [value, value + 1.0, value - 1.0])
                for i, (arm, value) in enumerate([("a", 100.0), ("b", 80.0), ("b", 81.0), ("a", 99.0), ("a", 101.0), ("b", 79.0)])]
     analysis = analyze(plan_for(3), entries)
     c = analysis.scenarios[SCENARIO].vs["b"]
     text = markdown(analysis).splitlines()
     first = next(line for line in text[1:] if line.strip())
-    assert first.startswith(f"- **{SCENARIO}, b vs a: {c.verdict}**: ") and f"{c.delta:+.2f}%" in first, text[:4]
+    assert first == "- " + answer(analysis)[0].removeprefix("compare: ") and f"b vs a: {c.verdict}: {c.delta:+.2f}%" in first, text[:4]
     method = text.index("## Method")
     assert "paired t interval on the boot-pair log ratios" in text[method + 1] and method == len(text) - 2
